@@ -1,0 +1,19 @@
+#include "actors/head.hpp"
+
+#include "actors/job_manager.hpp"
+#include "actors/node_registry.hpp"
+#include "actors/store_actor.hpp"
+
+namespace omnilearn::actors {
+
+void spawn_head_actors(runtime::ActorSystem& system, const HeadOptions& options) {
+  system.spawn<NodeRegistry>(kRegistryActor, options.membership);
+  system.spawn<StoreActor>(kStoreActor);
+  JobManagerOptions jobs;
+  jobs.runs_root = options.runs_root;
+  jobs.max_jobs = options.max_jobs;
+  jobs.heartbeat_timeout = options.membership.heartbeat_timeout;
+  system.spawn<JobManager>(kJobsActor, jobs);
+}
+
+}  // namespace omnilearn::actors

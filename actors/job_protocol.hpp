@@ -1,0 +1,229 @@
+#pragma once
+// What clients, the head's job actors, node agents and trainers say about jobs (kinds 200..299).
+// The elastic protocol (DESIGN.md "generations"): the scheduler owns the generation number and
+// the rank order; trainers only ever train in the generation they were told, and a new
+// generation is adopted at a step boundary announced by the rank-0 leader.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <msgpack.hpp>
+
+#include "actors/membership_protocol.hpp"
+
+namespace omnilearn::actors {
+
+inline constexpr const char* kJobsActor = "jobs";
+inline constexpr const char* kStoreActor = "store";
+inline std::string scheduler_actor_name(const std::string& job_id) { return "job-" + job_id; }
+
+// client -> jobs. The head parses and validates the TOML itself (the client did too).
+struct SubmitJob {
+  static constexpr MessageKind kKind = MessageKind::kSubmitJob;
+  std::string toml;         // the job file's text
+  std::string source_name;  // its path, for error locations
+  std::string run_dir;      // on the head's filesystem; empty: runs/<job-id>
+  MSGPACK_DEFINE(toml, source_name, run_dir);
+};
+
+struct SubmitJobReply {
+  static constexpr MessageKind kKind = MessageKind::kSubmitJobReply;
+  bool accepted = false;
+  std::string job_id;
+  std::string run_dir;
+  std::string error;
+  MSGPACK_DEFINE(accepted, job_id, run_dir, error);
+};
+
+// client -> jobs; answered with SimpleReply.
+struct StopJob {
+  static constexpr MessageKind kKind = MessageKind::kStopJob;
+  std::string job_id;
+  std::string reason;
+  MSGPACK_DEFINE(job_id, reason);
+};
+
+// client -> jobs; the node's trainers leave their jobs at a step boundary; answered with
+// SimpleReply once every affected job has re-formed without it (or failed to).
+struct DrainNode {
+  static constexpr MessageKind kKind = MessageKind::kDrainNode;
+  std::string node;  // name or id
+  MSGPACK_DEFINE(node);
+};
+
+// client -> jobs -> agent: change a node's emulated resources while it runs.
+struct SetNodeResources {
+  static constexpr MessageKind kKind = MessageKind::kSetNodeResources;
+  std::string node;        // name or id
+  double slowdown = 0;     // > 0: new slowdown factor; 0: unchanged
+  double cpu_quota = -1;   // >= 0: new CPU quota (0 removes it); < 0: unchanged
+  MSGPACK_DEFINE(node, slowdown, cpu_quota);
+};
+
+// client -> jobs: state of a job plus the events since `since` (for --follow).
+struct JobStatusRequest {
+  static constexpr MessageKind kKind = MessageKind::kJobStatusRequest;
+  std::string job_id;
+  std::uint64_t since = 0;
+  MSGPACK_DEFINE(job_id, since);
+};
+
+struct JobStatusReply {
+  static constexpr MessageKind kKind = MessageKind::kJobStatusReply;
+  bool found = false;
+  JobInfo job;
+  std::vector<std::string> events;  // JSON objects, one per line of events.jsonl
+  std::uint64_t next = 0;           // pass as `since` next time
+  bool finished = false;
+  std::string summary_json;         // set once finished
+  MSGPACK_DEFINE(found, job, events, next, finished, summary_json);
+};
+
+// scheduler -> agent: start a trainer process for a job.
+struct SpawnTrainer {
+  static constexpr MessageKind kKind = MessageKind::kSpawnTrainer;
+  std::string job_id;
+  std::string trainer;    // unique name of the trainer within the job
+  std::string scheduler;  // the scheduler actor's name on the head
+  MSGPACK_DEFINE(job_id, trainer, scheduler);
+};
+
+// trainer -> scheduler, first thing after it starts; answered with TrainerHelloReply.
+struct TrainerHello {
+  static constexpr MessageKind kKind = MessageKind::kTrainerHello;
+  std::string job_id;
+  std::string trainer;
+  std::string node_id;
+  std::int32_t pid = 0;
+  std::string gloo_host;  // interface its collectives bind to
+  MSGPACK_DEFINE(job_id, trainer, node_id, pid, gloo_host);
+};
+
+struct TrainerHelloReply {
+  static constexpr MessageKind kKind = MessageKind::kTrainerHelloReply;
+  bool accepted = false;
+  std::string error;
+  std::string job_toml;        // the job spec, parsed by the trainer with the same parser
+  std::string source_name;
+  std::string checkpoint_dir;  // resolved: where rank 0 writes checkpoints
+  std::int32_t collective_timeout_ms = 10000;
+  MSGPACK_DEFINE(accepted, error, job_toml, source_name, checkpoint_dir, collective_timeout_ms);
+};
+
+// scheduler -> every trainer of a generation, and to those of the previous one that are not
+// in it (rank < 0): they stop training in the old generation at its next step boundary and
+// either leave (`leave`: drained) or wait for a later generation (too few workers).
+struct Rendezvous {
+  static constexpr MessageKind kKind = MessageKind::kRendezvous;
+  std::string job_id;
+  std::int64_t generation = 0;
+  std::int32_t rank = -1;
+  std::int32_t world = 0;
+  std::vector<std::int32_t> batches;  // the plan the generation starts with, by rank
+  std::uint64_t plan_version = 0;
+  bool leave = false;
+  MSGPACK_DEFINE(job_id, generation, rank, world, batches, plan_version, leave);
+};
+
+// scheduler -> the rank-0 leader: use these batches from the next step boundary on.
+struct PlanUpdate {
+  static constexpr MessageKind kKind = MessageKind::kPlanUpdate;
+  std::int64_t generation = 0;
+  std::uint64_t version = 0;
+  std::vector<std::int32_t> batches;
+  MSGPACK_DEFINE(generation, version, batches);
+};
+
+// trainer -> scheduler (rank 0 after every committed step; any rank when a collective failed)
+// and trainer -> its node agent (every rank, every step: the counters heartbeats carry).
+struct TrainerReport {
+  static constexpr MessageKind kKind = MessageKind::kTrainerReport;
+  std::string job_id;
+  std::string trainer;
+  std::int64_t generation = 0;
+  std::int32_t rank = -1;
+  std::int64_t step = 0;          // committed steps so far
+  std::int64_t total_steps = 0;
+  std::int64_t epoch = 0;
+  double loss = 0;                // global loss of the last step (rank 0)
+  std::int32_t batch = 0;         // this rank's batch in the last step
+  std::vector<std::int32_t> batches;  // the whole plan of the last step
+  double compute_time_s = 0;      // forward + backward (+ emulated slowdown) of the last step
+  double step_time_s = 0;         // wall time of the last step, all-reduce included
+  double allreduce_time_s = 0;
+  bool collective_failed = false; // the generation broke; waiting for the next rendezvous
+  std::string error;
+  double eval_accuracy = -1;      // >= 0 when this step ran an evaluation
+  double eval_loss = -1;
+  bool synced = false;            // sent once per generation, right after the state sync
+  double parameter_checksum = 0;  // with synced: sum of all parameters (equal on every rank)
+  MSGPACK_DEFINE(job_id, trainer, generation, rank, step, total_steps, epoch, loss, batch, batches,
+                 compute_time_s, step_time_s, allreduce_time_s, collective_failed, error,
+                 eval_accuracy, eval_loss, synced, parameter_checksum);
+};
+
+// trainer -> scheduler at the end (success or a training error).
+struct TrainerDone {
+  static constexpr MessageKind kKind = MessageKind::kTrainerDone;
+  std::string job_id;
+  std::string trainer;
+  std::int32_t rank = -1;
+  std::int64_t step = 0;
+  bool ok = true;
+  std::string error;
+  double test_accuracy = -1;
+  double test_loss = -1;
+  std::string checkpoint;  // path of the final checkpoint (rank 0)
+  MSGPACK_DEFINE(job_id, trainer, rank, step, ok, error, test_accuracy, test_loss, checkpoint);
+};
+
+// scheduler or agent -> trainer: leave now (job stopped, node leaving).
+struct StopTrainer {
+  static constexpr MessageKind kKind = MessageKind::kStopTrainer;
+  std::string job_id;
+  std::string reason;
+  MSGPACK_DEFINE(job_id, reason);
+};
+
+// agent -> trainer: the emulated slowdown changed.
+struct SetTrainerSpeed {
+  static constexpr MessageKind kKind = MessageKind::kSetTrainerSpeed;
+  double slowdown = 1.0;
+  MSGPACK_DEFINE(slowdown);
+};
+
+// agent -> scheduler: a trainer process exited before it said it was done.
+struct TrainerFailed {
+  static constexpr MessageKind kKind = MessageKind::kTrainerFailed;
+  std::string job_id;
+  std::string trainer;
+  std::string node_id;
+  std::string reason;
+  MSGPACK_DEFINE(job_id, trainer, node_id, reason);
+};
+
+// trainer -> store: the key-value operations c10d needs for rendezvous (over the authenticated
+// runtime, so the collective rendezvous is no open door).
+struct StoreRequest {
+  static constexpr MessageKind kKind = MessageKind::kStoreRequest;
+  enum Op : std::int32_t { kSet = 0, kGet, kAdd, kCheck, kWait, kDelete, kNumKeys, kCompareSet };
+  std::int32_t op = kSet;
+  std::vector<std::string> keys;
+  std::string value;     // kSet: the value; kCompareSet: the desired value
+  std::string expected;  // kCompareSet
+  std::int64_t delta = 0;
+  std::int64_t timeout_ms = 0;  // kGet/kWait: how long to wait for missing keys
+  MSGPACK_DEFINE(op, keys, value, expected, delta, timeout_ms);
+};
+
+struct StoreReply {
+  static constexpr MessageKind kKind = MessageKind::kStoreReply;
+  bool ok = false;
+  std::string value;
+  std::int64_t number = 0;
+  std::string error;  // "timeout" when a wait ran out
+  MSGPACK_DEFINE(ok, value, number, error);
+};
+
+}  // namespace omnilearn::actors

@@ -1,0 +1,340 @@
+#include "actors/job_spec.hpp"
+
+#include <fstream>
+#include <limits>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <toml++/toml.h>
+
+namespace omnilearn::actors {
+
+JobSpecError::JobSpecError(std::string source, std::uint32_t line, std::uint32_t column,
+                           std::string message)
+    : std::runtime_error(line > 0 ? fmt::format("{}:{}:{}: {}", source, line, column, message)
+                                  : fmt::format("{}: {}", source, message)),
+      source_(std::move(source)),
+      line_(line),
+      column_(column),
+      message_(std::move(message)) {}
+
+namespace {
+
+const char* type_name(toml::node_type type) {
+  switch (type) {
+    case toml::node_type::table: return "a table";
+    case toml::node_type::array: return "an array";
+    case toml::node_type::string: return "a string";
+    case toml::node_type::integer: return "an integer";
+    case toml::node_type::floating_point: return "a number";
+    case toml::node_type::boolean: return "a boolean";
+    default: return "a date/time";
+  }
+}
+
+// One [section] being read: typed getters that fail with the key's location, and a check that
+// every key in the file was understood (a typo is an error, not a silently ignored setting).
+class Section {
+ public:
+  Section(const std::string& source, std::string name, const toml::table* table,
+          toml::source_region where)
+      : source_(source), name_(std::move(name)), table_(table), where_(where) {}
+
+  [[noreturn]] void fail_at(const toml::source_region& region, const std::string& message) const {
+    throw JobSpecError(source_, region.begin.line, region.begin.column, message);
+  }
+  [[noreturn]] void fail(const std::string& key, const std::string& message) const {
+    fail_at(region_of(key), fmt::format("[{}] {}: {}", name_, key, message));
+  }
+  [[noreturn]] void fail_section(const std::string& message) const {
+    fail_at(where_, fmt::format("[{}]: {}", name_, message));
+  }
+
+  toml::source_region region_of(const std::string& key) const {
+    if (table_) {
+      if (const auto* node = table_->get(key)) return node->source();
+    }
+    return where_;
+  }
+  bool has(const std::string& key) {
+    known_.insert(key);
+    return table_ && table_->contains(key);
+  }
+
+  const toml::node* node(const std::string& key) {
+    known_.insert(key);
+    return table_ ? table_->get(key) : nullptr;
+  }
+
+  void string(const std::string& key, std::string& out, std::initializer_list<const char*> allowed = {}) {
+    const auto* n = node(key);
+    if (!n) return;
+    auto value = n->value<std::string>();
+    if (!n->is_string() || !value) fail(key, fmt::format("expected a string, got {}", type_name(n->type())));
+    if (allowed.size() > 0) {
+      bool ok = false;
+      std::string list;
+      for (const char* a : allowed) {
+        ok |= *value == a;
+        list += (list.empty() ? "\"" : ", \"") + std::string(a) + "\"";
+      }
+      if (!ok) fail(key, fmt::format("expected one of {}, got \"{}\"", list, *value));
+    }
+    out = *value;
+  }
+
+  template <class Int>
+  void integer(const std::string& key, Int& out, std::int64_t min,
+               std::int64_t max = std::numeric_limits<std::int64_t>::max()) {
+    const auto* n = node(key);
+    if (!n) return;
+    if (!n->is_integer()) fail(key, fmt::format("expected an integer, got {}", type_name(n->type())));
+    auto value = *n->value<std::int64_t>();
+    if (value < min || value > max) {
+      if (max == std::numeric_limits<std::int64_t>::max()) {
+        fail(key, fmt::format("expected an integer >= {}, got {}", min, value));
+      }
+      fail(key, fmt::format("expected an integer in [{}, {}], got {}", min, max, value));
+    }
+    out = static_cast<Int>(value);
+  }
+
+  void number(const std::string& key, double& out, double min, double max, bool min_open = false) {
+    const auto* n = node(key);
+    if (!n) return;
+    if (!n->is_number()) fail(key, fmt::format("expected a number, got {}", type_name(n->type())));
+    double value = *n->value<double>();
+    if (!(value >= min && value <= max) || (min_open && value == min)) {
+      fail(key, fmt::format("expected a number in {}{}, {}], got {}", min_open ? "(" : "[", min,
+                            max, value));
+    }
+    out = value;
+  }
+
+  void boolean(const std::string& key, bool& out) {
+    const auto* n = node(key);
+    if (!n) return;
+    if (!n->is_boolean()) fail(key, fmt::format("expected true or false, got {}", type_name(n->type())));
+    out = *n->value<bool>();
+  }
+
+  void int_list(const std::string& key, std::vector<std::int64_t>& out, std::int64_t min) {
+    const auto* n = node(key);
+    if (!n) return;
+    const auto* array = n->as_array();
+    if (!array) fail(key, fmt::format("expected an array of integers, got {}", type_name(n->type())));
+    std::vector<std::int64_t> values;
+    for (const auto& item : *array) {
+      if (!item.is_integer() || *item.value<std::int64_t>() < min) {
+        fail_at(item.source(), fmt::format("[{}] {}: expected integers >= {}", name_, key, min));
+      }
+      values.push_back(*item.value<std::int64_t>());
+    }
+    out = std::move(values);
+  }
+
+  // Every key in the file must have been asked for.
+  void finish() const {
+    if (!table_) return;
+    for (const auto& [key, value] : *table_) {
+      std::string name(key.str());
+      if (known_.count(name)) continue;
+      std::string list;
+      for (const auto& k : known_) list += (list.empty() ? "" : ", ") + k;
+      fail_at(key.source().begin.line ? key.source() : value.source(),
+              fmt::format("[{}]: unknown key '{}' (known keys: {})", name_, name, list));
+    }
+  }
+
+  const std::string& name() const { return name_; }
+
+ private:
+  const std::string& source_;
+  std::string name_;
+  const toml::table* table_;
+  toml::source_region where_;
+  std::set<std::string> known_;
+};
+
+// Runs a validate() of a lower layer and turns its std::invalid_argument into a located error.
+template <class F>
+void located(const Section& section, F&& check) {
+  try {
+    check();
+  } catch (const std::invalid_argument& e) {
+    section.fail_section(e.what());
+  }
+}
+
+}  // namespace
+
+JobSpec parse_job_spec(std::string_view toml_text, const std::string& source) {
+  toml::table root;
+  try {
+    root = toml::parse(toml_text, source);
+  } catch (const toml::parse_error& e) {
+    throw JobSpecError(source, e.source().begin.line, e.source().begin.column,
+                       std::string(e.description()));
+  }
+
+  const std::set<std::string> sections = {"job",     "model",      "data",    "train",
+                                          "controller", "elastic", "checkpoint"};
+  for (const auto& [key, value] : root) {
+    std::string name(key.str());
+    if (!sections.count(name)) {
+      throw JobSpecError(source, key.source().begin.line, key.source().begin.column,
+                         fmt::format("unknown section [{}] (known: job, model, data, train, "
+                                     "controller, elastic, checkpoint)",
+                                     name));
+    }
+    if (!value.is_table()) {
+      throw JobSpecError(source, value.source().begin.line, value.source().begin.column,
+                         fmt::format("'{}' must be a [{}] table", name, name));
+    }
+  }
+  auto section = [&](const std::string& name) {
+    const auto* node = root.get(name);
+    const toml::table* table = node ? node->as_table() : nullptr;
+    toml::source_region where = node ? node->source() : toml::source_region{};
+    return Section(source, name, table, where);
+  };
+
+  JobSpec spec;
+
+  auto job = section("job");
+  if (!job.has("name")) job.fail_section("missing key 'name' (a name for the job)");
+  job.string("name", spec.name);
+  if (spec.name.empty() || spec.name.size() > 64) job.fail("name", "expected 1 to 64 characters");
+  job.string("mode", spec.mode, {"bsp", "asp"});
+  if (spec.mode == "asp") {
+    job.fail("mode", "asynchronous training (\"asp\") is not available yet; use \"bsp\"");
+  }
+  job.finish();
+
+  auto train = section("train");
+  if (!train.has("global_batch")) train.fail_section("missing key 'global_batch'");
+  train.integer("global_batch", spec.train.global_batch, 1, 1 << 24);
+  train.integer("epochs", spec.train.epochs, 1);
+  train.integer("steps", spec.train.steps, 1);
+  if ((spec.train.epochs > 0) == (spec.train.steps > 0)) {
+    train.fail_section("set exactly one of 'epochs' or 'steps'");
+  }
+  std::int64_t seed = 0;
+  train.integer("seed", seed, 0);
+  spec.train.seed = static_cast<std::uint64_t>(seed);
+  train.integer("eval_every", spec.train.eval_every, 0);
+  train.integer("threads", spec.train.threads, 1, 256);
+  auto& opt = spec.optimizer;
+  train.string("optimizer", opt.kind, {"sgd", "adam", "adamw"});
+  train.number("lr", opt.lr, 0, 1e3, true);
+  train.number("momentum", opt.momentum, 0, 1);
+  train.boolean("nesterov", opt.nesterov);
+  train.number("weight_decay", opt.weight_decay, 0, 1e3);
+  train.number("beta1", opt.beta1, 0, 1);
+  train.number("beta2", opt.beta2, 0, 1);
+  train.string("schedule", opt.schedule.kind, {"constant", "step", "cosine"});
+  train.integer("warmup_steps", opt.schedule.warmup_steps, 0);
+  train.integer("step_size", opt.schedule.step_size, 0);
+  train.number("gamma", opt.schedule.gamma, 0, 1);
+  train.number("min_lr", opt.schedule.min_lr, 0, 1e3);
+  if (opt.schedule.kind == "cosine" && spec.train.steps > 0) opt.schedule.total_steps = spec.train.steps;
+  located(train, [&] {
+    // With epochs, the cosine horizon is known only once the trainer has the dataset's size (it
+    // fills total_steps in); validate the rest with a horizon past the warmup.
+    auto check = opt;
+    if (check.schedule.kind == "cosine" && check.schedule.total_steps == 0) {
+      check.schedule.total_steps = check.schedule.warmup_steps + 1;
+    }
+    training::validate(check);
+  });
+  train.finish();
+
+  auto model = section("model");
+  model.string("kind", spec.model.kind, {"mlp", "cnn", "resnet"});
+  model.int_list("hidden", spec.model.hidden, 1);
+  model.int_list("channels", spec.model.channels, 1);
+  model.int_list("fc", spec.model.fc, 1);
+  model.integer("blocks_per_stage", spec.model.blocks_per_stage, 1, 16);
+  spec.model.seed = spec.train.seed;
+  located(model, [&] { training::validate(spec.model); });
+  model.finish();
+
+  auto data = section("data");
+  data.string("dataset", spec.data.dataset, {"fashion-mnist", "synthetic"});
+  data.string("path", spec.data.path);
+  data.integer("train_size", spec.data.synthetic.train_size, 1);
+  data.integer("test_size", spec.data.synthetic.test_size, 1);
+  data.integer("classes", spec.data.synthetic.num_classes, 2, 1000);
+  spec.data.seed = spec.train.seed;
+  located(data, [&] { training::validate(spec.data); });
+  data.finish();
+
+  auto controller = section("controller");
+  auto& config = spec.controller.config;
+  config.global_batch = spec.train.global_batch;
+  config.min_batch = 1;
+  config.max_batch = spec.train.global_batch;
+  std::string policy = std::string(scheduler::to_string(config.policy));
+  controller.string("policy", policy, {"uniform", "proportional", "affine"});
+  config.policy = *scheduler::parse_policy(policy);
+  controller.number("deadband", config.deadband, 0, 0.99);
+  controller.number("gain", config.gain, 0, 1, true);
+  controller.integer("min_batch", config.min_batch, 1);
+  controller.integer("max_batch", config.max_batch, 1);
+  controller.integer("interval", spec.controller.interval_steps, 1);
+  controller.number("interval_s", spec.controller.interval_s, 0, 3600);
+  controller.integer("cooldown", spec.controller.cooldown_steps, 0);
+  if (config.min_batch > config.max_batch) {
+    controller.fail("min_batch", fmt::format("min_batch ({}) is larger than max_batch ({})",
+                                             config.min_batch, config.max_batch));
+  }
+  located(controller, [&] { config.validate(); });
+  controller.finish();
+
+  auto elastic = section("elastic");
+  elastic.integer("min_workers", spec.elastic.min_workers, 1, 4096);
+  spec.elastic.max_workers = spec.elastic.min_workers;
+  elastic.integer("max_workers", spec.elastic.max_workers, 1, 4096);
+  elastic.integer("slots", spec.elastic.slots, 1, 64);
+  elastic.number("grace_period_s", spec.elastic.grace_period_s, 0, 86400);
+  if (spec.elastic.min_workers > spec.elastic.max_workers) {
+    elastic.fail("min_workers", fmt::format("min_workers ({}) is larger than max_workers ({})",
+                                            spec.elastic.min_workers, spec.elastic.max_workers));
+  }
+  elastic.finish();
+
+  // Cross-section checks: the batch must be splittable over every worker count the job allows.
+  const int B = spec.train.global_batch;
+  if (static_cast<std::int64_t>(spec.elastic.max_workers) * config.min_batch > B) {
+    train.fail("global_batch",
+               fmt::format("global_batch {} cannot give {} workers (elastic.max_workers) at least "
+                           "controller.min_batch = {} samples each; raise global_batch or lower "
+                           "max_workers/min_batch",
+                           B, spec.elastic.max_workers, config.min_batch));
+  }
+  if (static_cast<std::int64_t>(spec.elastic.min_workers) * config.max_batch < B) {
+    train.fail("global_batch",
+               fmt::format("global_batch {} does not fit {} workers (elastic.min_workers) at most "
+                           "controller.max_batch = {} samples each",
+                           B, spec.elastic.min_workers, config.max_batch));
+  }
+
+  auto checkpoint = section("checkpoint");
+  checkpoint.string("dir", spec.checkpoint.dir);
+  checkpoint.integer("every", spec.checkpoint.every, 0);
+  checkpoint.finish();
+  return spec;
+}
+
+JobSpec load_job_spec(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw JobSpecError(path, 0, 0, "cannot read the job file (does it exist?)");
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_job_spec(text.str(), path);
+}
+
+}  // namespace omnilearn::actors

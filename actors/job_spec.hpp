@@ -1,0 +1,77 @@
+#pragma once
+// A training job as a user writes it (TOML), validated before anything runs. Every error names
+// the file, line and column and says what was expected.
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+#include "scheduler/batch_controller.hpp"
+#include "training/specs.hpp"
+
+namespace omnilearn::actors {
+
+struct TrainSection {
+  int global_batch = 256;
+  std::int64_t epochs = 0;  // exactly one of epochs / steps is > 0
+  std::int64_t steps = 0;
+  std::uint64_t seed = 0;
+  std::int64_t eval_every = 0;  // steps between evaluations on the test set (0: only at the end)
+  int threads = 1;              // intra-op threads per trainer
+};
+
+struct ControllerSection {
+  scheduler::ControllerConfig config;  // policy, bounds, deadband, gain
+  std::int64_t interval_steps = 10;    // a controller round every this many steps ...
+  double interval_s = 0;               // ... or every this many seconds, when > 0
+  std::int64_t cooldown_steps = 5;     // steps at a new plan before its timings are trusted
+};
+
+struct ElasticSection {
+  int min_workers = 1;
+  int max_workers = 1;
+  int slots = 1;               // trainers per node
+  double grace_period_s = 30;  // below min_workers this long -> the job fails
+};
+
+struct CheckpointSection {
+  std::string dir;          // empty: <run-dir>/checkpoints
+  std::int64_t every = 0;   // steps between checkpoints (0: only the final one)
+};
+
+struct JobSpec {
+  std::string name;
+  std::string mode = "bsp";
+  training::ModelSpec model;
+  training::DataSpec data;
+  training::OptimizerSpec optimizer;
+  TrainSection train;
+  ControllerSection controller;
+  ElasticSection elastic;
+  CheckpointSection checkpoint;
+};
+
+// A problem in a job file, located.
+class JobSpecError : public std::runtime_error {
+ public:
+  JobSpecError(std::string source, std::uint32_t line, std::uint32_t column, std::string message);
+  const std::string& source() const { return source_; }
+  std::uint32_t line() const { return line_; }
+  std::uint32_t column() const { return column_; }
+  const std::string& message() const { return message_; }
+
+ private:
+  std::string source_;
+  std::uint32_t line_;
+  std::uint32_t column_;
+  std::string message_;
+};
+
+// Parses and validates a job. `source` names the text in errors ("jobs/mlp.toml").
+// Throws JobSpecError ("jobs/mlp.toml:12:7: [train] global_batch: expected ...").
+JobSpec parse_job_spec(std::string_view toml_text, const std::string& source);
+// Reads the file first; a missing file is a JobSpecError at line 0.
+JobSpec load_job_spec(const std::string& path);
+
+}  // namespace omnilearn::actors

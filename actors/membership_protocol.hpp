@@ -1,0 +1,168 @@
+#pragma once
+// What nodes and the head say to each other about membership (message kinds 100..199).
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <msgpack.hpp>
+
+#include "runtime/message_kind.hpp"
+
+namespace omnilearn::actors {
+
+using runtime::MessageKind;
+
+// Well-known actor names.
+inline constexpr const char* kRegistryActor = "registry";
+inline constexpr const char* kAgentActor = "agent";
+
+struct NodeResources {
+  double cpus = 0;
+  std::int64_t memory_bytes = 0;
+  std::int32_t gpus = 0;
+  std::map<std::string, std::string> labels;
+  MSGPACK_DEFINE(cpus, memory_bytes, gpus, labels);
+};
+
+struct NodeUsage {
+  double load_average = 0;       // 1-minute load average of the machine
+  std::int64_t rss_bytes = 0;    // resident memory of the node agent
+  double slowdown = 1.0;         // emulated slowdown factor (1 = native speed)
+  double cpu_quota = 0;          // emulated CPU quota in CPUs (0 = none)
+  MSGPACK_DEFINE(load_average, rss_bytes, slowdown, cpu_quota);
+};
+
+// Per-actor counters carried by heartbeats: the throughput the scheduler feeds its controller.
+struct ActorCounters {
+  std::string actor;
+  std::string job_id;
+  std::int32_t rank = -1;
+  std::int64_t steps = 0;
+  std::int32_t batch = 0;
+  double samples_per_s = 0;
+  double step_time_s = 0;
+  double compute_time_s = 0;
+  MSGPACK_DEFINE(actor, job_id, rank, steps, batch, samples_per_s, step_time_s, compute_time_s);
+};
+
+struct RegisterNode {
+  static constexpr MessageKind kKind = MessageKind::kRegisterNode;
+  std::string name;
+  NodeResources resources;
+  std::string version;
+  MSGPACK_DEFINE(name, resources, version);
+};
+
+struct RegisterNodeReply {
+  static constexpr MessageKind kKind = MessageKind::kRegisterNodeReply;
+  bool accepted = false;
+  std::string node_id;
+  std::uint64_t incarnation = 0;
+  std::int32_t heartbeat_interval_ms = 500;
+  std::int32_t heartbeat_timeout_ms = 3000;
+  std::string error;  // when refused: why, and what to do
+  MSGPACK_DEFINE(accepted, node_id, incarnation, heartbeat_interval_ms, heartbeat_timeout_ms,
+                 error);
+};
+
+struct Heartbeat {
+  static constexpr MessageKind kKind = MessageKind::kHeartbeat;
+  std::string node_id;
+  std::uint64_t incarnation = 0;
+  std::uint64_t sequence = 0;
+  NodeUsage usage;
+  std::vector<ActorCounters> actors;
+  MSGPACK_DEFINE(node_id, incarnation, sequence, usage, actors);
+};
+
+struct HeartbeatReply {
+  static constexpr MessageKind kKind = MessageKind::kHeartbeatReply;
+  bool known = true;  // false: the head does not know this node (it restarted, or declared the
+                      // node dead): register again
+  MSGPACK_DEFINE(known);
+};
+
+struct LeaveNode {
+  static constexpr MessageKind kKind = MessageKind::kLeaveNode;
+  std::string node_id;
+  std::uint64_t incarnation = 0;
+  std::string reason;
+  MSGPACK_DEFINE(node_id, incarnation, reason);
+};
+
+// Generic acknowledgement for requests that only succeed or fail.
+struct SimpleReply {
+  static constexpr MessageKind kKind = MessageKind::kSimpleReply;
+  bool ok = true;
+  std::string message;
+  MSGPACK_DEFINE(ok, message);
+};
+
+struct StatusRequest {
+  static constexpr MessageKind kKind = MessageKind::kStatusRequest;
+  bool include_dead = true;
+  MSGPACK_DEFINE(include_dead);
+};
+
+struct NodeInfo {
+  std::string id;
+  std::string name;
+  std::string state;  // alive | suspect | dead | left
+  std::uint64_t incarnation = 0;
+  std::int64_t last_heartbeat_ms = 0;  // age of the last heartbeat
+  std::string system;
+  NodeResources resources;
+  NodeUsage usage;
+  std::vector<ActorCounters> actors;
+  MSGPACK_DEFINE(id, name, state, incarnation, last_heartbeat_ms, system, resources, usage, actors);
+};
+
+struct JobWorkerInfo {
+  std::string node;
+  std::string actor;
+  std::int32_t rank = -1;
+  std::int32_t batch = 0;
+  double samples_per_s = 0;
+  double step_time_s = 0;
+  MSGPACK_DEFINE(node, actor, rank, batch, samples_per_s, step_time_s);
+};
+
+struct JobInfo {
+  std::string id;
+  std::string name;
+  std::string state;  // pending | running | succeeded | failed | stopped
+  std::string reason;
+  std::int64_t step = 0;
+  std::int64_t total_steps = 0;
+  std::int64_t generation = 0;
+  double loss = 0;
+  std::vector<JobWorkerInfo> workers;
+  MSGPACK_DEFINE(id, name, state, reason, step, total_steps, generation, loss, workers);
+};
+
+struct StatusReply {
+  static constexpr MessageKind kKind = MessageKind::kStatusReply;
+  std::vector<NodeInfo> nodes;
+  std::vector<JobInfo> jobs;
+  std::map<std::string, std::uint64_t> counters;  // the head's transport and registry counters
+  MSGPACK_DEFINE(nodes, jobs, counters);
+};
+
+// Sent by the registry to subscribers when a node changes state.
+struct NodeEvent {
+  static constexpr MessageKind kKind = MessageKind::kNodeEvent;
+  NodeInfo node;
+  std::string event;  // joined | suspect | alive | dead | left
+  MSGPACK_DEFINE(node, event);
+};
+
+// Ask the registry for NodeEvents; the reply is a StatusReply snapshot of current nodes.
+struct SubscribeNodes {
+  static constexpr MessageKind kKind = MessageKind::kSubscribeNodes;
+  bool snapshot = true;
+  MSGPACK_DEFINE(snapshot);
+};
+
+}  // namespace omnilearn::actors

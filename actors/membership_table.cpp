@@ -1,0 +1,182 @@
+#include "actors/membership_table.hpp"
+
+#include <fmt/format.h>
+
+namespace omnilearn::actors {
+
+const char* to_string(NodeState state) {
+  switch (state) {
+    case NodeState::kAlive: return "alive";
+    case NodeState::kSuspect: return "suspect";
+    case NodeState::kDead: return "dead";
+    case NodeState::kLeft: return "left";
+  }
+  return "unknown";
+}
+
+MembershipTable::MembershipTable(MembershipConfig config, std::uint64_t seed)
+    : config_(config), rng_(seed) {
+  if (config_.suspect_after.count() <= 0) config_.suspect_after = 2 * config_.heartbeat_interval;
+  if (config_.suspect_after > config_.heartbeat_timeout) {
+    config_.suspect_after = config_.heartbeat_timeout;
+  }
+}
+
+RegisterNodeReply MembershipTable::register_node(const RegisterNode& request,
+                                                 const std::string& system, TimePoint now,
+                                                 std::vector<StateChange>* changes) {
+  RegisterNodeReply reply;
+  reply.heartbeat_interval_ms = static_cast<std::int32_t>(config_.heartbeat_interval.count());
+  reply.heartbeat_timeout_ms = static_cast<std::int32_t>(config_.heartbeat_timeout.count());
+  if (request.name.empty() || request.name.size() > 128) {
+    reply.error = "node name must be 1 to 128 characters";
+    return reply;
+  }
+  // A retried registration from the same live process keeps its identity.
+  for (auto& [id, record] : nodes_) {
+    if (record.system == system && record.name == request.name &&
+        (record.state == NodeState::kAlive || record.state == NodeState::kSuspect)) {
+      record.last_heard = now;
+      reply.accepted = true;
+      reply.node_id = record.id;
+      reply.incarnation = record.incarnation;
+      return reply;
+    }
+  }
+  if (live_count() >= config_.max_nodes) {
+    reply.error = fmt::format("the cluster is full ({} live nodes; the head's --max-nodes)",
+                              config_.max_nodes);
+    return reply;
+  }
+  // Any older incarnation of this name that is still considered alive is superseded: the same
+  // name from a new process means the old process is gone.
+  for (auto& [id, record] : nodes_) {
+    if (record.name == request.name &&
+        (record.state == NodeState::kAlive || record.state == NodeState::kSuspect)) {
+      auto from = record.state;
+      record.state = NodeState::kDead;
+      record.state_since = now;
+      if (changes) changes->push_back(StateChange{record, from, NodeState::kDead});
+    }
+  }
+  NodeRecord record;
+  do {
+    record.id = fmt::format("n-{:08x}", static_cast<std::uint32_t>(rng_()));
+  } while (nodes_.count(record.id));
+  record.name = request.name;
+  record.system = system;
+  record.incarnation = ++incarnations_[request.name];
+  record.resources = request.resources;
+  record.last_heard = now;
+  record.state_since = now;
+  reply.accepted = true;
+  reply.node_id = record.id;
+  reply.incarnation = record.incarnation;
+  if (changes) changes->push_back(StateChange{record, NodeState::kDead, NodeState::kAlive});
+  nodes_.emplace(record.id, std::move(record));
+  return reply;
+}
+
+bool MembershipTable::heartbeat(const Heartbeat& beat, TimePoint now,
+                                std::optional<StateChange>* change) {
+  auto it = nodes_.find(beat.node_id);
+  if (it == nodes_.end()) return false;
+  auto& record = it->second;
+  if (record.incarnation != beat.incarnation) return false;
+  if (record.state == NodeState::kDead || record.state == NodeState::kLeft) return false;
+  record.last_heard = now;
+  record.usage = beat.usage;
+  record.actors = beat.actors;
+  if (record.state == NodeState::kSuspect) {
+    record.state = NodeState::kAlive;
+    record.state_since = now;
+    if (change) *change = StateChange{record, NodeState::kSuspect, NodeState::kAlive};
+  }
+  return true;
+}
+
+bool MembershipTable::leave(const std::string& node_id, std::uint64_t incarnation, TimePoint now,
+                            std::optional<StateChange>* change) {
+  auto it = nodes_.find(node_id);
+  if (it == nodes_.end() || it->second.incarnation != incarnation) return false;
+  auto& record = it->second;
+  if (record.state == NodeState::kLeft || record.state == NodeState::kDead) return true;
+  auto from = record.state;
+  record.state = NodeState::kLeft;
+  record.state_since = now;
+  if (change) *change = StateChange{record, from, NodeState::kLeft};
+  return true;
+}
+
+std::vector<StateChange> MembershipTable::sweep(TimePoint now) {
+  std::vector<StateChange> changes;
+  for (auto it = nodes_.begin(); it != nodes_.end();) {
+    auto& record = it->second;
+    auto silent = now - record.last_heard;
+    if ((record.state == NodeState::kDead || record.state == NodeState::kLeft) &&
+        now - record.state_since > config_.forget_after) {
+      it = nodes_.erase(it);
+      continue;
+    }
+    if (record.state == NodeState::kAlive || record.state == NodeState::kSuspect) {
+      NodeState next = record.state;
+      if (silent >= config_.heartbeat_timeout) {
+        next = NodeState::kDead;
+      } else if (silent >= config_.suspect_after) {
+        next = NodeState::kSuspect;
+      }
+      if (next != record.state) {
+        auto from = record.state;
+        record.state = next;
+        record.state_since = now;
+        changes.push_back(StateChange{record, from, next});
+      }
+    }
+    ++it;
+  }
+  return changes;
+}
+
+std::vector<NodeRecord> MembershipTable::nodes() const {
+  std::vector<NodeRecord> result;
+  for (const auto& [id, record] : nodes_) result.push_back(record);
+  return result;
+}
+
+const NodeRecord* MembershipTable::find(const std::string& node_id) const {
+  auto it = nodes_.find(node_id);
+  return it == nodes_.end() ? nullptr : &it->second;
+}
+
+const NodeRecord* MembershipTable::find_by_name(const std::string& name) const {
+  const NodeRecord* best = nullptr;
+  for (const auto& [id, record] : nodes_) {
+    if (record.name == name && (!best || record.incarnation > best->incarnation)) best = &record;
+  }
+  return best;
+}
+
+std::size_t MembershipTable::live_count() const {
+  std::size_t count = 0;
+  for (const auto& [id, record] : nodes_) {
+    if (record.state == NodeState::kAlive || record.state == NodeState::kSuspect) ++count;
+  }
+  return count;
+}
+
+NodeInfo MembershipTable::info(const NodeRecord& record, TimePoint now) const {
+  NodeInfo info;
+  info.id = record.id;
+  info.name = record.name;
+  info.state = to_string(record.state);
+  info.incarnation = record.incarnation;
+  info.last_heartbeat_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(now - record.last_heard).count();
+  info.system = record.system;
+  info.resources = record.resources;
+  info.usage = record.usage;
+  info.actors = record.actors;
+  return info;
+}
+
+}  // namespace omnilearn::actors

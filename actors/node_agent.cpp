@@ -1,0 +1,133 @@
+#include "actors/node_agent.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+
+namespace omnilearn::actors {
+
+NodeAgent::NodeAgent(AgentOptions options) : options_(std::move(options)) {}
+
+void NodeAgent::on_start() { register_with_head(); }
+
+void NodeAgent::register_with_head() {
+  state_.registered = false;
+  std::uint64_t epoch = ++registration_epoch_;
+  RegisterNode request{options_.name, options_.resources, "0.1.0"};
+  ask(registry(), request, options_.register_timeout, [this, epoch](runtime::AskResult result) {
+    if (epoch != registration_epoch_) return;
+    auto reply = result.as<RegisterNodeReply>();
+    if (reply && reply->accepted) {
+      state_ = AgentState{true, reply->node_id, reply->incarnation};
+      heartbeat_interval_ = std::chrono::milliseconds(std::max(10, reply->heartbeat_interval_ms));
+      heartbeat_timeout_ = std::chrono::milliseconds(std::max(50, reply->heartbeat_timeout_ms));
+      register_attempts_ = 0;
+      missed_replies_ = 0;
+      head_unreachable_logged_ = false;
+      spdlog::info("agent: registered as {} (node {}, incarnation {})", options_.name,
+                   reply->node_id, reply->incarnation);
+      on_registered(state_);
+      schedule_heartbeat();
+      return;
+    }
+    ++register_attempts_;
+    if (reply) {
+      spdlog::error("agent: the head refused this node: {}", reply->error);
+    } else if (register_attempts_ == 1 || register_attempts_ % 10 == 0) {
+      spdlog::warn("agent: cannot register with the head at {} ({}); retrying",
+                   options_.head_endpoint, result.error.empty() ? "bad reply" : result.error);
+    }
+    // Back off up to 2 s so a head that comes back is found quickly without flooding it.
+    auto delay = std::chrono::milliseconds(std::min(2000, 100 << std::min(register_attempts_, 4)));
+    after(delay, [this, epoch] {
+      if (epoch == registration_epoch_) register_with_head();
+    });
+  });
+}
+
+void NodeAgent::schedule_heartbeat() {
+  std::uint64_t epoch = registration_epoch_;
+  after(heartbeat_interval_, [this, epoch] {
+    if (epoch != registration_epoch_ || !state_.registered) return;
+    send_heartbeat();
+    schedule_heartbeat();
+  });
+}
+
+void NodeAgent::send_heartbeat() {
+  Heartbeat beat;
+  beat.node_id = state_.node_id;
+  beat.incarnation = state_.incarnation;
+  beat.sequence = ++sequence_;
+  probe_usage(beat.usage);
+  fill_usage(beat.usage);
+  beat.actors = hosted_counters();
+  std::uint64_t epoch = registration_epoch_;
+  ask(registry(), beat, heartbeat_timeout_, [this, epoch](runtime::AskResult result) {
+    if (epoch != registration_epoch_) return;
+    if (auto reply = result.as<HeartbeatReply>()) {
+      missed_replies_ = 0;
+      if (head_unreachable_logged_) spdlog::info("agent: the head answers again");
+      head_unreachable_logged_ = false;
+      if (!reply->known) {
+        spdlog::warn("agent: the head no longer knows node {}; registering again",
+                     state_.node_id);
+        register_with_head();
+      }
+      return;
+    }
+    if (++missed_replies_ >= 1 && !head_unreachable_logged_) {
+      head_unreachable_logged_ = true;
+      spdlog::warn("agent: no heartbeat reply from the head at {} ({}); still trying",
+                   options_.head_endpoint, result.error);
+    }
+  });
+}
+
+void NodeAgent::on_message(const runtime::Envelope& message) { on_other_message(message); }
+
+void NodeAgent::on_stop() {
+  if (!state_.registered) return;
+  // Blocking here is deliberate: the process is exiting and the head should hear the goodbye
+  // before the socket closes, so the node shows as left instead of dying after the timeout.
+  auto answer = system().ask(registry(), LeaveNode{state_.node_id, state_.incarnation, "shutdown"},
+                             options_.leave_timeout);
+  if (answer.wait_for(options_.leave_timeout + std::chrono::milliseconds(200)) ==
+          std::future_status::ready &&
+      answer.get().ok()) {
+    spdlog::info("agent: left the cluster");
+  } else {
+    spdlog::warn("agent: the head did not confirm the leave; it will time the node out");
+  }
+}
+
+NodeResources probe_local_resources() {
+  NodeResources resources;
+  resources.cpus = std::max(1u, std::thread::hardware_concurrency());
+  long pages = sysconf(_SC_PHYS_PAGES);
+  long page_size = sysconf(_SC_PAGESIZE);
+  if (pages > 0 && page_size > 0) {
+    resources.memory_bytes = static_cast<std::int64_t>(pages) * page_size;
+  }
+  std::error_code ec;
+  for (int i = 0; i < 64; ++i) {
+    if (!std::filesystem::exists("/dev/nvidia" + std::to_string(i), ec)) break;
+    ++resources.gpus;
+  }
+  return resources;
+}
+
+void probe_usage(NodeUsage& usage) {
+  std::ifstream loadavg("/proc/loadavg");
+  loadavg >> usage.load_average;
+  std::ifstream statm("/proc/self/statm");
+  long size = 0, resident = 0;
+  if (statm >> size >> resident) usage.rss_bytes = resident * sysconf(_SC_PAGESIZE);
+}
+
+}  // namespace omnilearn::actors

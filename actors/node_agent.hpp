@@ -1,0 +1,72 @@
+#pragma once
+// NodeAgent: the worker side of membership. Registers the node with the head, heartbeats its
+// usage and the counters of the actors it hosts, re-registers when the head forgets it (head
+// restart, network partition), and says goodbye when the process is asked to stop.
+
+#include <chrono>
+#include <map>
+#include <string>
+
+#include "actors/membership_protocol.hpp"
+#include "runtime/actor_system.hpp"
+
+namespace omnilearn::actors {
+
+struct AgentOptions {
+  std::string head_endpoint;  // "tcp://host:port"
+  std::string name;
+  NodeResources resources;
+  std::chrono::milliseconds register_timeout{2000};
+  std::chrono::milliseconds leave_timeout{1000};
+};
+
+// What the agent knows about itself; exposed for status output and tests.
+struct AgentState {
+  bool registered = false;
+  std::string node_id;
+  std::uint64_t incarnation = 0;
+};
+
+class NodeAgent : public runtime::Actor {
+ public:
+  explicit NodeAgent(AgentOptions options);
+
+  void on_start() override;
+  void on_message(const runtime::Envelope& message) override;
+  void on_stop() override;
+
+ protected:
+  // Hooks for subclasses that host actors (trainers): counters carried by each heartbeat and
+  // the usage fields they control.
+  virtual std::vector<ActorCounters> hosted_counters() { return {}; }
+  virtual void fill_usage(NodeUsage& usage) {}
+  // Called after every (re-)registration with the new identity.
+  virtual void on_registered(const AgentState& state) {}
+  virtual void on_other_message(const runtime::Envelope& message) {}
+
+  const AgentState& state() const { return state_; }
+  runtime::ActorAddress registry() const { return {options_.head_endpoint, kRegistryActor}; }
+  const AgentOptions& options() const { return options_; }
+
+ private:
+  void register_with_head();
+  void schedule_heartbeat();
+  void send_heartbeat();
+
+  AgentOptions options_;
+  AgentState state_;
+  std::uint64_t registration_epoch_ = 0;  // stale replies from an older registration are ignored
+  std::uint64_t sequence_ = 0;
+  int register_attempts_ = 0;
+  int missed_replies_ = 0;
+  bool head_unreachable_logged_ = false;
+  std::chrono::milliseconds heartbeat_interval_{500};
+  std::chrono::milliseconds heartbeat_timeout_{3000};
+};
+
+// Resources of this machine (CPUs, memory; GPUs from /dev/nvidia*), for `omnilearn worker`.
+NodeResources probe_local_resources();
+// Fills load average and this process's resident memory.
+void probe_usage(NodeUsage& usage);
+
+}  // namespace omnilearn::actors

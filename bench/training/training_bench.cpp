@@ -1,0 +1,326 @@
+// Training-engine benchmark. Prints, from one run:
+//   1. samples/s of one worker for the mlp and the cnn on Fashion-MNIST, torch threads = 1 and
+//      = cores (configurations interleaved round by round; medians);
+//   2. all-reduce time per step vs bytes at 2 and 4 ranks (real processes, Gloo on loopback);
+//   3. the mlp at 4 ranks: per-step compute time, all-reduce time inside the step, and the
+//      all-reduce of exactly the model's gradient bytes after a barrier, as % of compute.
+//
+// usage: training_bench [--quick] [--data DIR]
+// Ranks are this program re-executed with --worker; every rank is pinned to cpu (rank % cores).
+// The allocator thresholds of docs BENCHMARKING are set for every process (re-exec if needed).
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <sched.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <vector>
+
+#include "training/trainer.hpp"
+
+extern char** environ;
+
+namespace {
+
+using namespace omnilearn::training;
+using Clock = std::chrono::steady_clock;
+namespace fs = std::filesystem;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+std::map<std::string, std::string> parse(int argc, char** argv) {
+  std::map<std::string, std::string> out;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.rfind("--", 0) != 0) continue;
+    if (i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0) {
+      out[a.substr(2)] = argv[++i];
+    } else {
+      out[a.substr(2)] = "1";
+    }
+  }
+  return out;
+}
+
+TrainerConfig model_config(const std::string& kind, const std::string& data_dir) {
+  TrainerConfig c;
+  c.data.dataset = "fashion-mnist";
+  c.data.path = data_dir;
+  c.model.kind = kind;
+  c.optimizer.kind = "sgd";
+  c.optimizer.lr = 0.01;
+  c.optimizer.momentum = 0.9;
+  return c;
+}
+
+void pin(int rank) {
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(static_cast<int>(static_cast<unsigned>(rank) % cores), &set);
+  sched_setaffinity(0, sizeof(set), &set);
+}
+
+// ---- workers (child processes) -----------------------------------------------------------
+
+c10::intrusive_ptr<c10d::Store> connect(int port) {
+  c10d::TCPStoreOptions o;
+  o.port = static_cast<uint16_t>(port);
+  o.isServer = false;
+  o.waitWorkers = false;
+  o.timeout = std::chrono::seconds(60);
+  return c10::make_intrusive<c10d::TCPStore>("127.0.0.1", o);
+}
+
+// Times all-reduces of float tensors of several sizes; writes "bytes seconds_per_op" lines.
+int allreduce_worker(int rank, int world, int port, int reps, std::ostream& out) {
+  auto opts = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(60));
+  opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+  auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(
+      c10::make_intrusive<c10d::PrefixStore>("gen/0", connect(port)), rank, world, opts);
+  for (int64_t bytes : {int64_t{4} << 10, int64_t{64} << 10, int64_t{256} << 10, int64_t{1} << 20,
+                        int64_t{4} << 20, int64_t{16} << 20}) {
+    std::vector<at::Tensor> t{at::ones({bytes / 4})};
+    std::vector<double> times;
+    for (int i = 0; i < reps + 3; ++i) {
+      pg->barrier()->wait();
+      const auto start = Clock::now();
+      pg->allreduce(t)->wait();
+      if (i >= 3) times.push_back(seconds_since(start));
+    }
+    out << bytes << " " << median(times) << "\n";
+  }
+  return 0;
+}
+
+// Trains the mlp with b per rank; writes compute/all-reduce medians and the isolated all-reduce
+// of the gradient bytes.
+int mlp_worker(int rank, int world, int port, int per_rank, int steps, const std::string& data,
+               std::ostream& out) {
+  Trainer t(model_config("mlp", data));
+  GroupOptions g;
+  g.gloo_hostname = "127.0.0.1";
+  if (!t.join_group(connect(port), 0, rank, world, std::chrono::seconds(60), g).ok) return 2;
+  if (!t.sync_state_from_rank0().ok) return 3;
+  const std::vector<int> plan(static_cast<size_t>(world), per_rank);
+  std::vector<double> compute, reduce, wall;
+  for (int s = 0; s < steps + 10; ++s) {
+    const auto start = Clock::now();
+    const StepResult r = t.step(plan);
+    if (!r.committed) return 4;
+    if (s >= 10) {
+      compute.push_back(r.compute_time_s);
+      reduce.push_back(r.allreduce_time_s);
+      wall.push_back(seconds_since(start));
+    }
+  }
+  // The same bytes all-reduced after a barrier: the transfer cost without waiting for stragglers.
+  auto opts = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(60));
+  opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+  auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(
+      c10::make_intrusive<c10d::PrefixStore>("gen/raw", connect(port)), rank, world, opts);
+  std::vector<at::Tensor> grads{at::ones({t.parameter_bytes() / 4 + 1})};  // + the loss slot
+  std::vector<double> isolated;
+  for (int i = 0; i < 33; ++i) {
+    pg->barrier()->wait();
+    const auto start = Clock::now();
+    pg->allreduce(grads)->wait();
+    if (i >= 3) isolated.push_back(seconds_since(start));
+  }
+  out << median(compute) << " " << median(reduce) << " " << median(isolated) << " " << median(wall)
+      << " " << t.parameter_bytes() << "\n";
+  return 0;
+}
+
+int worker_main(std::map<std::string, std::string>& args) {
+  at::set_num_threads(1);
+  const int rank = std::stoi(args["rank"]), world = std::stoi(args["world"]);
+  const int port = std::stoi(args["port"]);
+  pin(rank);
+  std::ofstream out(args["out"]);
+  if (args["worker"] == "allreduce")
+    return allreduce_worker(rank, world, port, std::stoi(args["reps"]), out);
+  return mlp_worker(rank, world, port, std::stoi(args["batch"]), std::stoi(args["steps"]),
+                    args["data"], out);
+}
+
+// ---- driver -----------------------------------------------------------------------------
+
+// Spawns `world` workers of this program with `extra` arguments; returns each rank's output.
+std::vector<std::string> run_ranks(int world, const std::vector<std::string>& extra) {
+  c10d::TCPStoreOptions o;
+  o.port = 0;
+  o.isServer = true;
+  o.waitWorkers = false;
+  auto server = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", o);
+  const fs::path dir = fs::temp_directory_path() / ("ol_bench_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::vector<pid_t> pids;
+  for (int r = 0; r < world; ++r) {
+    std::vector<std::string> args = {"/proc/self/exe",
+                                     "--rank",
+                                     std::to_string(r),
+                                     "--world",
+                                     std::to_string(world),
+                                     "--port",
+                                     std::to_string(server->getPort()),
+                                     "--out",
+                                     (dir / ("rank" + std::to_string(r))).string()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_t pid;
+    if (posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), environ) != 0) {
+      std::perror("posix_spawn");
+      std::exit(1);
+    }
+    pids.push_back(pid);
+  }
+  std::vector<std::string> outputs;
+  for (int r = 0; r < world; ++r) {
+    int status = 0;
+    waitpid(pids[static_cast<size_t>(r)], &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      std::fprintf(stderr, "rank %d failed (status %d)\n", r, status);
+      std::exit(1);
+    }
+    std::ifstream in(dir / ("rank" + std::to_string(r)));
+    std::stringstream ss;
+    ss << in.rdbuf();
+    outputs.push_back(ss.str());
+  }
+  fs::remove_all(dir);
+  return outputs;
+}
+
+void single_worker(const std::string& data, bool quick) {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  struct Cfg {
+    std::string model;
+    int threads;
+    int steps;
+  };
+  std::vector<Cfg> cfgs = {{"mlp", 1, quick ? 60 : 200},
+                           {"mlp", cores, quick ? 60 : 200},
+                           {"cnn", 1, quick ? 15 : 40},
+                           {"cnn", cores, quick ? 15 : 40}};
+  constexpr int kBatch = 128;
+  const DatasetPair pair = load_datasets(model_config("mlp", data).data);
+  std::vector<std::vector<double>> rates(cfgs.size());
+  const int rounds = quick ? 2 : 3;
+  for (int round = 0; round < rounds; ++round) {
+    for (size_t i = 0; i < cfgs.size(); ++i) {
+      at::set_num_threads(cfgs[i].threads);
+      Trainer t(model_config(cfgs[i].model, data), pair);
+      for (int s = 0; s < 5; ++s) t.step({kBatch});
+      double compute = 0;
+      for (int s = 0; s < cfgs[i].steps; ++s) compute += t.step({kBatch}).compute_time_s;
+      rates[i].push_back(kBatch * cfgs[i].steps / compute);
+    }
+  }
+  std::printf("\n## 1. One worker, Fashion-MNIST, batch %d (median of %d interleaved rounds)\n",
+              kBatch, rounds);
+  std::printf("| model | torch threads | samples/s | per-step compute (ms) |\n|---|---|---|---|\n");
+  for (size_t i = 0; i < cfgs.size(); ++i) {
+    const double r = median(rates[i]);
+    std::printf("| %s | %d | %.0f | %.2f |\n", cfgs[i].model.c_str(), cfgs[i].threads, r,
+                1000.0 * kBatch / r);
+  }
+  std::printf("speed-up from %d threads: mlp %.2fx, cnn %.2fx\n", cores,
+              median(rates[1]) / median(rates[0]), median(rates[3]) / median(rates[2]));
+}
+
+void allreduce_sweep(bool quick) {
+  std::printf(
+      "\n## 2. All-reduce (SUM, float32) per call vs bytes, Gloo on loopback, ranks = "
+      "processes pinned to cpu rank %% %u (median of %d after a barrier)\n",
+      std::max(1u, std::thread::hardware_concurrency()), quick ? 10 : 30);
+  std::map<int, std::vector<std::pair<long, double>>> table;
+  for (int world : {2, 4}) {
+    const auto outs =
+        run_ranks(world, {"--worker", "allreduce", "--reps", std::to_string(quick ? 10 : 30)});
+    std::istringstream in(outs[0]);
+    long bytes;
+    double s;
+    while (in >> bytes >> s) table[world].emplace_back(bytes, s);
+  }
+  std::printf(
+      "| bytes | 2 ranks (ms) | 4 ranks (ms) | 4 ranks MB/s per rank |\n|---|---|---|---|\n");
+  for (size_t i = 0; i < table[2].size(); ++i) {
+    const long bytes = table[2][i].first;
+    std::printf("| %ld | %.3f | %.3f | %.0f |\n", bytes, 1e3 * table[2][i].second,
+                1e3 * table[4][i].second, bytes / table[4][i].second / 1e6);
+  }
+}
+
+void mlp_overhead(const std::string& data, bool quick) {
+  std::printf(
+      "\n## 3. mlp (784-256-128-10) at 4 ranks, Fashion-MNIST, torch threads = 1, ranks "
+      "pinned (medians over ranks of per-rank medians)\n");
+  std::printf(
+      "| batch per rank | compute (ms) | all-reduce in step (ms) | in-step %% of compute | "
+      "isolated all-reduce of grads (ms) | isolated %% of compute | gradient bytes |\n"
+      "|---|---|---|---|---|---|---|\n");
+  for (int per_rank : {64, 256}) {
+    const auto outs = run_ranks(4, {"--worker", "mlp", "--batch", std::to_string(per_rank),
+                                    "--steps", std::to_string(quick ? 40 : 150), "--data", data});
+    std::vector<double> compute, reduce, isolated;
+    long bytes = 0;
+    for (const auto& o : outs) {
+      std::istringstream in(o);
+      double c, r, iso, wall;
+      in >> c >> r >> iso >> wall >> bytes;
+      compute.push_back(c);
+      reduce.push_back(r);
+      isolated.push_back(iso);
+    }
+    const double c = median(compute), r = median(reduce), iso = median(isolated);
+    std::printf("| %d | %.2f | %.2f | %.1f%% | %.2f | %.1f%% | %ld |\n", per_rank, 1e3 * c, 1e3 * r,
+                100 * r / c, 1e3 * iso, 100 * iso / c, bytes);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  auto args = parse(argc, argv);
+  // docs: glibc's default mmap/trim thresholds make step times bimodal; fix them everywhere.
+  if (std::getenv("MALLOC_MMAP_THRESHOLD_") == nullptr) {
+    setenv("MALLOC_MMAP_THRESHOLD_", "33554432", 1);
+    setenv("MALLOC_TRIM_THRESHOLD_", "1073741824", 1);
+    execv("/proc/self/exe", argv);
+  }
+  if (args.count("worker")) return worker_main(args);
+  const bool quick = args.count("quick") > 0;
+  const std::string data = args.count("data") ? args["data"] : kDefaultFashionMnistPath;
+  std::printf("# training_bench (%u cores)%s\n", std::max(1u, std::thread::hardware_concurrency()),
+              quick ? " --quick" : "");
+  single_worker(data, quick);
+  allreduce_sweep(quick);
+  mlp_overhead(data, quick);
+  return 0;
+}

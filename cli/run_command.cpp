@@ -1,0 +1,251 @@
+// omnilearn run JOB.toml --local N: a whole cluster in one command (the README's main job): a
+// head in this process, N worker processes on this machine (optionally made heterogeneous with
+// --slowdown / --cpu-quota), the job submitted and followed to its summary.
+#include <CLI/CLI.hpp>
+
+#include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "actors/head.hpp"
+#include "actors/job_protocol.hpp"
+#include "actors/job_spec.hpp"
+#include "cli/command.hpp"
+#include "cli/common.hpp"
+#include "cli/job_client.hpp"
+#include "runtime/endpoint.hpp"
+#include "runtime/shutdown.hpp"
+
+namespace omnilearn::cli {
+namespace {
+
+struct RunFlags {
+  std::string job;
+  int local = 0;
+  std::vector<double> slowdown;
+  std::vector<double> cpu_quota;
+  std::string run_dir;
+  int heartbeat_interval_ms = 500;
+  int heartbeat_timeout_ms = 3000;
+  bool pin = false;
+};
+
+// Worker processes of the embedded cluster; killed (and reaped) however `run` ends.
+class LocalWorkers {
+ public:
+  ~LocalWorkers() { stop(); }
+
+  void start(const std::vector<std::string>& args, int cpu) {
+    std::vector<std::string> owned = args;
+    std::vector<char*> argv;
+    for (auto& a : owned) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0) throw CliError("cannot start a worker process (fork failed)", 1);
+    if (pid == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(1);
+      if (cpu >= 0) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(cpu, &set);
+        sched_setaffinity(0, sizeof set, &set);
+      }
+      sigset_t none;
+      sigemptyset(&none);
+      sigprocmask(SIG_SETMASK, &none, nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    pids_.push_back(pid);
+  }
+
+  // Workers that already exited (e.g. a cgroup error): their count.
+  int exited() {
+    int count = 0;
+    for (auto& pid : pids_) {
+      int status = 0;
+      if (pid > 0 && waitpid(pid, &status, WNOHANG) == pid) {
+        pid = -1;
+        ++count;
+      } else if (pid < 0) {
+        ++count;
+      }
+    }
+    return count;
+  }
+
+  void stop() {
+    for (pid_t pid : pids_) {
+      if (pid > 0) kill(pid, SIGTERM);
+    }
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(6);
+    for (pid_t& pid : pids_) {
+      while (pid > 0) {
+        int status = 0;
+        if (waitpid(pid, &status, WNOHANG) != 0) {
+          pid = -1;
+        } else if (std::chrono::steady_clock::now() > deadline) {
+          kill(pid, SIGKILL);
+          waitpid(pid, &status, 0);
+          pid = -1;
+        } else {
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+      }
+    }
+  }
+
+ private:
+  std::vector<pid_t> pids_;
+};
+
+std::vector<double> expand(const std::vector<double>& values, int n, const char* flag) {
+  if (values.empty()) return std::vector<double>(n, 0);
+  if (values.size() == 1) return std::vector<double>(n, values[0]);
+  if (static_cast<int>(values.size()) != n) {
+    throw CliError(fmt::format("{} has {} values for --local {} workers (give 1 or {})", flag,
+                               values.size(), n, n));
+  }
+  return values;
+}
+
+int run_local(const RunFlags& flags) {
+  std::string toml = read_valid_job_file(flags.job);
+  auto spec = actors::parse_job_spec(toml, flags.job);
+  if (spec.elastic.min_workers > flags.local) {
+    throw CliError(fmt::format("{}: the job needs at least {} workers ([elastic] min_workers) but "
+                               "--local starts {}",
+                               flags.job, spec.elastic.min_workers, flags.local));
+  }
+  auto slowdown = expand(flags.slowdown, flags.local, "--slowdown");
+  auto quota = expand(flags.cpu_quota, flags.local, "--cpu-quota");
+  if (!std::getenv("OMNILEARN_LOG")) setenv("OMNILEARN_LOG", "warn", 1);
+  runtime::block_shutdown_signals();
+  setup_logging();
+
+  runtime::ActorSystem system;
+  std::string bound = system.listen("tcp://127.0.0.1:0");
+  actors::HeadOptions head;
+  head.membership.heartbeat_interval = std::chrono::milliseconds(flags.heartbeat_interval_ms);
+  head.membership.heartbeat_timeout = std::chrono::milliseconds(flags.heartbeat_timeout_ms);
+  actors::spawn_head_actors(system, head);
+  std::string address = fmt::format("127.0.0.1:{}", runtime::endpoint_port(bound));
+  std::printf("embedded cluster: head at %s, %d workers (slowdown %s)\n", address.c_str(),
+              flags.local,
+              flags.slowdown.empty() ? "none" : fmt::format("{}", fmt::join(slowdown, ",")).c_str());
+  std::fflush(stdout);
+
+  std::error_code ec;
+  std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+  int cpus = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  LocalWorkers workers;
+  for (int i = 0; i < flags.local; ++i) {
+    std::vector<std::string> args = {self, "worker", "--address", address, "--name",
+                                     fmt::format("local-{}", i), "--join-timeout-s", "30"};
+    if (slowdown[i] > 0) {
+      args.push_back("--slowdown");
+      args.push_back(fmt::format("{}", slowdown[i]));
+    }
+    if (quota[i] > 0) {
+      args.push_back("--cpu-quota");
+      args.push_back(fmt::format("{}", quota[i]));
+    }
+    workers.start(args, flags.pin ? i % cpus : -1);
+  }
+
+  // Submit once every worker has joined, so the job starts with all of them.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (true) {
+    auto answer = system.ask(runtime::ActorAddress{"", actors::kRegistryActor},
+                             actors::StatusRequest{false}, std::chrono::seconds(2))
+                      .get();
+    auto status = answer.as<actors::StatusReply>();
+    if (status && static_cast<int>(status->nodes.size()) >= flags.local) break;
+    if (workers.exited() > 0) throw CliError("a worker process exited before joining (see above)", 1);
+    if (std::chrono::steady_clock::now() > deadline) {
+      throw CliError("the local workers did not join within 30 s", 1);
+    }
+    if (runtime::wait_for_shutdown_signal(std::chrono::milliseconds(100))) return 130;
+  }
+
+  runtime::ActorAddress jobs{"", actors::kJobsActor};
+  auto answer = system.ask(jobs, actors::SubmitJob{toml, flags.job, flags.run_dir},
+                           std::chrono::seconds(5))
+                    .get();
+  auto submitted = answer.as<actors::SubmitJobReply>();
+  if (!submitted || !submitted->accepted) {
+    throw CliError("the job was refused: " + (submitted ? submitted->error : answer.error));
+  }
+  std::printf("job %s, run directory %s\n", submitted->job_id.c_str(),
+              submitted->run_dir.c_str());
+  std::fflush(stdout);
+
+  // Ctrl-C stops the job (its summary still gets written), then everything shuts down.
+  std::atomic<bool> done{false};
+  std::thread interrupt([&] {
+    while (!done) {
+      if (runtime::wait_for_shutdown_signal(std::chrono::milliseconds(200))) {
+        std::fprintf(stderr, "omnilearn: interrupted; stopping job %s\n",
+                     submitted->job_id.c_str());
+        system.tell(jobs, actors::StopJob{submitted->job_id, "interrupted"});
+        return;
+      }
+    }
+  });
+  int code = 1;
+  try {
+    code = follow_job(system, jobs, submitted->job_id, std::chrono::seconds(5));
+  } catch (...) {
+    done = true;
+    interrupt.join();
+    throw;
+  }
+  done = true;
+  interrupt.join();
+  workers.stop();
+  system.shutdown();
+  return code;
+}
+
+}  // namespace
+
+void add_run_command(CLI::App& app, int& exit_code) {
+  auto flags = std::make_shared<RunFlags>();
+  auto* command = app.add_subcommand(
+      "run", "Run a job on an embedded cluster on this machine (head + N workers)");
+  command->add_option("job", flags->job, "Job file (TOML)")->required();
+  command->add_option("--local", flags->local, "Number of local worker processes")
+      ->required()
+      ->check(CLI::Range(1, 64));
+  command->add_option("--slowdown", flags->slowdown,
+                      "Per-worker slowdown factors, e.g. 1,1,2,4 (emulated heterogeneity)")
+      ->delimiter(',')
+      ->check(CLI::Range(1.0, 1000.0));
+  command->add_option("--cpu-quota", flags->cpu_quota,
+                      "Per-worker CPU quotas in CPUs, e.g. 0.5,0.5,0.25 (needs cgroups)")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  command->add_option("--run-dir", flags->run_dir, "Run directory (default: runs/<job-id>)");
+  command->add_option("--heartbeat-interval-ms", flags->heartbeat_interval_ms)
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  command->add_option("--heartbeat-timeout-ms", flags->heartbeat_timeout_ms)
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  command->add_flag("--pin", flags->pin, "Pin worker i to CPU i mod #cpus");
+  command->callback([flags, &exit_code] { exit_code = run_local(*flags); });
+}
+
+}  // namespace omnilearn::cli

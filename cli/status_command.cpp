@@ -1,0 +1,156 @@
+// omnilearn status: the nodes (and jobs) a head knows about.
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cstdio>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "actors/job_protocol.hpp"
+#include "actors/membership_protocol.hpp"
+#include "cli/command.hpp"
+#include "cli/common.hpp"
+#include "runtime/actor_system.hpp"
+
+namespace omnilearn::cli {
+namespace {
+
+struct StatusFlags {
+  std::string address;
+  bool json = false;
+  int timeout_ms = 3000;
+};
+
+nlohmann::json to_json(const actors::NodeInfo& node) {
+  nlohmann::json actors = nlohmann::json::array();
+  for (const auto& actor : node.actors) {
+    actors.push_back({{"actor", actor.actor}, {"job", actor.job_id}, {"rank", actor.rank},
+                      {"steps", actor.steps}, {"batch", actor.batch},
+                      {"samples_per_s", actor.samples_per_s}, {"step_time_s", actor.step_time_s}});
+  }
+  return {{"id", node.id},
+          {"name", node.name},
+          {"state", node.state},
+          {"incarnation", node.incarnation},
+          {"last_heartbeat_ms", node.last_heartbeat_ms},
+          {"resources",
+           {{"cpus", node.resources.cpus},
+            {"memory_bytes", node.resources.memory_bytes},
+            {"gpus", node.resources.gpus},
+            {"labels", node.resources.labels}}},
+          {"usage",
+           {{"load_average", node.usage.load_average},
+            {"rss_bytes", node.usage.rss_bytes},
+            {"slowdown", node.usage.slowdown},
+            {"cpu_quota", node.usage.cpu_quota}}},
+          {"actors", actors}};
+}
+
+nlohmann::json to_json(const actors::JobInfo& job) {
+  nlohmann::json workers = nlohmann::json::array();
+  for (const auto& worker : job.workers) {
+    workers.push_back({{"node", worker.node}, {"actor", worker.actor}, {"rank", worker.rank},
+                       {"batch", worker.batch}, {"samples_per_s", worker.samples_per_s},
+                       {"step_time_s", worker.step_time_s}});
+  }
+  return {{"id", job.id},           {"name", job.name},       {"state", job.state},
+          {"reason", job.reason},   {"step", job.step},       {"total_steps", job.total_steps},
+          {"generation", job.generation}, {"loss", job.loss}, {"workers", workers}};
+}
+
+std::string human_bytes(std::int64_t bytes) {
+  if (bytes >= (1LL << 30)) return fmt::format("{:.1f}G", bytes / double(1LL << 30));
+  if (bytes >= (1LL << 20)) return fmt::format("{:.0f}M", bytes / double(1LL << 20));
+  return fmt::format("{}B", bytes);
+}
+
+void print_table(const actors::StatusReply& status) {
+  auto nodes = status.nodes;
+  auto rank = [](const std::string& state) {
+    return state == "alive" ? 0 : state == "suspect" ? 1 : state == "left" ? 2 : 3;
+  };
+  std::sort(nodes.begin(), nodes.end(), [&](const auto& a, const auto& b) {
+    return std::make_tuple(rank(a.state), a.name, a.incarnation) <
+           std::make_tuple(rank(b.state), b.name, b.incarnation);
+  });
+  std::printf("%-20s %-11s %-8s %4s %9s %6s %8s %5s  %s\n", "NAME", "ID", "STATE", "INC",
+              "LAST-HB", "CPUS", "MEMORY", "GPUS", "LABELS");
+  for (const auto& node : nodes) {
+    std::string labels;
+    for (const auto& [key, value] : node.resources.labels) {
+      labels += (labels.empty() ? "" : ",") + key + "=" + value;
+    }
+    std::string age = fmt::format("{:.1f}s", node.last_heartbeat_ms / 1000.0);
+    std::printf("%-20s %-11s %-8s %4llu %9s %6.1f %8s %5d  %s\n", node.name.c_str(),
+                node.id.c_str(), node.state.c_str(),
+                static_cast<unsigned long long>(node.incarnation), age.c_str(),
+                node.resources.cpus, human_bytes(node.resources.memory_bytes).c_str(),
+                node.resources.gpus, labels.c_str());
+  }
+  if (nodes.empty()) std::printf("(no nodes have joined yet)\n");
+  if (!status.jobs.empty()) {
+    std::printf("\n%-14s %-16s %-10s %12s %5s  %s\n", "JOB", "NAME", "STATE", "STEP", "GEN",
+                "WORKERS (node rank batch samples/s step-time)");
+    for (const auto& job : status.jobs) {
+      std::string workers;
+      for (const auto& w : job.workers) {
+        workers += fmt::format("{}{} r{} b{} {:.0f}/s {:.3f}s", workers.empty() ? "" : "; ",
+                               w.node, w.rank, w.batch, w.samples_per_s, w.step_time_s);
+      }
+      std::string step = fmt::format("{}/{}", job.step, job.total_steps);
+      std::printf("%-14s %-16s %-10s %12s %5lld  %s\n", job.id.c_str(), job.name.c_str(),
+                  job.state.c_str(), step.c_str(), static_cast<long long>(job.generation),
+                  workers.c_str());
+      if (!job.reason.empty()) std::printf("  reason: %s\n", job.reason.c_str());
+    }
+  }
+}
+
+int run_status(const StatusFlags& flags) {
+  auto head = resolve_head_address(flags.address);
+  runtime::ActorSystem system;
+  auto timeout = std::chrono::milliseconds(flags.timeout_ms);
+  auto answer = system.ask(runtime::ActorAddress{runtime::tcp_endpoint(head),
+                                                 actors::kRegistryActor},
+                           actors::StatusRequest{}, timeout)
+                    .get();
+  auto status = answer.as<actors::StatusReply>();
+  if (!status) {
+    throw CliError(fmt::format("cannot reach the head at {}:{} within {} ms ({}); is `omnilearn "
+                               "head` running there?",
+                               head.host, head.port, flags.timeout_ms,
+                               answer.error.empty() ? "bad reply" : answer.error));
+  }
+  // Jobs live with the job manager; an older head without one simply has no jobs.
+  auto jobs = system.ask(runtime::ActorAddress{runtime::tcp_endpoint(head), actors::kJobsActor},
+                         actors::StatusRequest{}, timeout)
+                  .get();
+  if (auto job_status = jobs.as<actors::StatusReply>()) status->jobs = job_status->jobs;
+  if (flags.json) {
+    nlohmann::json out{{"nodes", nlohmann::json::array()}, {"jobs", nlohmann::json::array()}};
+    for (const auto& node : status->nodes) out["nodes"].push_back(to_json(node));
+    for (const auto& job : status->jobs) out["jobs"].push_back(to_json(job));
+    out["counters"] = status->counters;
+    std::printf("%s\n", out.dump().c_str());
+  } else {
+    print_table(*status);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_status_command(CLI::App& app, int& exit_code) {
+  auto flags = std::make_shared<StatusFlags>();
+  auto* command = app.add_subcommand("status", "Show the nodes and jobs of a cluster");
+  command->add_option("--address", flags->address,
+                      "Head address HOST:PORT (default: $OMNILEARN_ADDRESS)");
+  command->add_flag("--json", flags->json, "Machine-readable output");
+  command->add_option("--timeout-ms", flags->timeout_ms, "How long to wait for the head")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  command->callback([flags, &exit_code] { exit_code = run_status(*flags); });
+}
+
+}  // namespace omnilearn::cli

@@ -1,0 +1,156 @@
+// omnilearn worker: a node agent that joins a head and hosts the actors it is given.
+#include <CLI/CLI.hpp>
+
+#include <atomic>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include <spdlog/spdlog.h>
+
+#include "actors/worker_agent.hpp"
+#include "cli/command.hpp"
+#include "cli/common.hpp"
+#include "runtime/shutdown.hpp"
+
+namespace omnilearn::cli {
+namespace {
+
+struct WorkerFlags {
+  std::string address;
+  std::string name;
+  double cpus = 0;
+  std::vector<std::string> labels;
+  int join_timeout_s = 60;
+  double slowdown = 1.0;
+  double cpu_quota = 0;
+  std::string gloo_host;
+};
+
+// omnilearn-trainer sits next to this binary (both are built into bin/); $OMNILEARN_TRAINER
+// overrides it.
+std::string trainer_binary() {
+  if (const char* env = std::getenv("OMNILEARN_TRAINER")) return env;
+  std::error_code ec;
+  auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return (self.parent_path() / "omnilearn-trainer").string();
+}
+
+std::map<std::string, std::string> parse_labels(const std::vector<std::string>& items) {
+  std::map<std::string, std::string> labels;
+  for (const auto& item : items) {
+    auto eq = item.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      throw CliError("bad label '" + item + "': expected key=value (e.g. --labels zone=a,gpu=a100)");
+    }
+    labels[item.substr(0, eq)] = item.substr(eq + 1);
+  }
+  return labels;
+}
+
+// Watches the agent's registration from outside the actor (the main thread only reads).
+class WatchedAgent : public actors::WorkerAgent {
+ public:
+  WatchedAgent(actors::WorkerOptions options, std::unique_ptr<actors::CpuQuota> quota,
+               std::shared_ptr<std::atomic<bool>> registered)
+      : WorkerAgent(std::move(options), std::move(quota)), registered_(std::move(registered)) {}
+
+ protected:
+  void on_registered(const actors::AgentState&) override { registered_->store(true); }
+
+ private:
+  std::shared_ptr<std::atomic<bool>> registered_;
+};
+
+int run_worker(const WorkerFlags& flags) {
+  auto head = resolve_head_address(flags.address);
+  actors::WorkerOptions worker;
+  auto& options = worker.agent;
+  options.head_endpoint = runtime::tcp_endpoint(head);
+  options.name = flags.name.empty() ? local_hostname() : flags.name;
+  options.resources = actors::probe_local_resources();
+  if (flags.cpus > 0) options.resources.cpus = flags.cpus;
+  options.resources.labels = parse_labels(flags.labels);
+  worker.trainer_binary = trainer_binary();
+  worker.slowdown = flags.slowdown;
+  bool loopback_head = head.host == "localhost" || head.host.rfind("127.", 0) == 0 || head.host == "::1";
+  worker.gloo_host = !flags.gloo_host.empty() ? flags.gloo_host
+                     : loopback_head          ? "127.0.0.1"
+                                              : "";
+  if (::access(worker.trainer_binary.c_str(), X_OK) != 0) {
+    throw CliError("cannot run the trainer program " + worker.trainer_binary +
+                   " (build the omnilearn-trainer target, or set OMNILEARN_TRAINER)");
+  }
+  std::unique_ptr<actors::CpuQuota> quota;
+  if (flags.cpu_quota > 0) {
+    try {
+      quota = actors::CpuQuota::create(options.name + "-" + std::to_string(getpid()));
+      quota->set(flags.cpu_quota);
+    } catch (const std::exception& e) {
+      throw CliError(e.what());
+    }
+  }
+
+  runtime::block_shutdown_signals();
+  setup_logging();
+  runtime::ActorSystem system;
+  // Trainers on this machine connect here (loopback only: they are this agent's children).
+  worker.local_endpoint = system.listen("tcp://127.0.0.1:0");
+  auto registered = std::make_shared<std::atomic<bool>>(false);
+  system.spawn<WatchedAgent>(actors::kAgentActor, worker, std::move(quota), registered);
+  std::printf("omnilearn worker '%s' joining %s:%u\n", options.name.c_str(), head.host.c_str(),
+              head.port);
+  std::fflush(stdout);
+
+  // Until the first registration succeeds a missing head is a user error with a bounded wait;
+  // afterwards the agent keeps reconnecting on its own (head restarts, network blips).
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(flags.join_timeout_s);
+  while (!registered->load()) {
+    if (int signal = runtime::wait_for_shutdown_signal(std::chrono::milliseconds(50))) {
+      spdlog::info("worker: signal {} received before joining; exiting", signal);
+      return 0;
+    }
+    if (flags.join_timeout_s > 0 && std::chrono::steady_clock::now() > deadline) {
+      throw CliError("could not reach the head at " + head.host + ":" + std::to_string(head.port) +
+                     " within " + std::to_string(flags.join_timeout_s) +
+                     " s (is `omnilearn head` running there, and the port open?)");
+    }
+  }
+  std::printf("omnilearn worker '%s' joined\n", options.name.c_str());
+  std::fflush(stdout);
+  int signal = runtime::wait_for_shutdown_signal(std::chrono::hours(24 * 365 * 100));
+  spdlog::info("worker: signal {} received, leaving the cluster", signal);
+  system.shutdown();  // the agent's on_stop tells the head it is leaving
+  return 0;
+}
+
+}  // namespace
+
+void add_worker_command(CLI::App& app, int& exit_code) {
+  auto flags = std::make_shared<WorkerFlags>();
+  auto* command = app.add_subcommand("worker", "Join a cluster as a worker node");
+  command->add_option("--address", flags->address,
+                      "Head address HOST:PORT (default: $OMNILEARN_ADDRESS)");
+  command->add_option("--name", flags->name, "Node name (default: the host name)");
+  command->add_option("--cpus", flags->cpus, "CPUs to advertise (default: all)")
+      ->check(CLI::PositiveNumber);
+  command->add_option("--labels", flags->labels, "Labels k=v,k2=v2")->delimiter(',');
+  command->add_option("--slowdown", flags->slowdown,
+                      "Emulate a slower machine: trainers sleep (F-1) x their compute time")
+      ->check(CLI::Range(1.0, 1000.0));
+  command->add_option("--cpu-quota", flags->cpu_quota,
+                      "Emulate a smaller machine: CPU quota (in CPUs) for this node's trainers "
+                      "(needs a writable cgroup)")
+      ->check(CLI::PositiveNumber);
+  command->add_option("--gloo-host", flags->gloo_host,
+                      "Address other nodes reach this node's collectives at (default: "
+                      "127.0.0.1 for a loopback head, else the host name's address)");
+  command->add_option("--join-timeout-s", flags->join_timeout_s,
+                      "Give up if the head cannot be reached this long at start (0: never)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  command->callback([flags, &exit_code] { exit_code = run_worker(*flags); });
+}
+
+}  // namespace omnilearn::cli

@@ -1,0 +1,118 @@
+#pragma once
+// One ActorSystem per process: the actors it hosts, the transport that connects it to other
+// processes, the timers, and the bookkeeping for asks and monitors.
+
+#include <chrono>
+#include <future>
+#include <memory>
+#include <string>
+
+#include "runtime/actor.hpp"
+#include "runtime/transport.hpp"
+
+namespace omnilearn::runtime {
+
+struct SystemOptions {
+  std::string system_id;  // empty: a fresh random id
+  CodecLimits limits;
+};
+
+// Counters beyond the transport's.
+struct SystemStats {
+  std::uint64_t dead_letters = 0;   // messages to actors that do not exist
+  std::uint64_t actors = 0;
+  std::uint64_t pending_asks = 0;
+};
+
+class ActorSystem {
+ public:
+  explicit ActorSystem(SystemOptions options = {});
+  ~ActorSystem();  // stops every actor (on_stop runs), then the timers and the transport
+  ActorSystem(const ActorSystem&) = delete;
+  ActorSystem& operator=(const ActorSystem&) = delete;
+
+  const std::string& id() const;
+
+  // Accept connections from other processes (any thread). Returns the bound endpoint.
+  std::string listen(const std::string& endpoint);
+
+  // Starts `actor` on its own thread under `name` (unique in this system). Any thread.
+  // Throws std::invalid_argument if the name is taken.
+  ActorAddress spawn(const std::string& name, std::unique_ptr<Actor> actor);
+  template <class A, class... Args>
+  ActorAddress spawn(const std::string& name, Args&&... args) {
+    return spawn(name, std::make_unique<A>(std::forward<Args>(args)...));
+  }
+  // Stops a local actor (any thread but its own); blocks until its on_stop has run.
+  void stop(const std::string& name, const std::string& reason = "stopped");
+  bool has_actor(const std::string& name) const;
+
+  // Fire-and-forget (any thread). `from` may be empty for messages from outside any actor.
+  template <class M>
+  void tell(const ActorAddress& to, const M& message, const ActorAddress& from = {}) {
+    send(make_envelope(to, M::kKind, pack_payload(message), from));
+  }
+  // Ask from outside an actor (any thread): the future is always satisfied, at the latest when
+  // the timeout fires.
+  template <class M>
+  std::future<AskResult> ask(const ActorAddress& to, const M& message,
+                             std::chrono::milliseconds timeout) {
+    return ask_envelope(make_envelope(to, M::kKind, pack_payload(message), {}), timeout);
+  }
+  std::future<AskResult> ask_envelope(Envelope request, std::chrono::milliseconds timeout);
+  // Ask on behalf of a local actor: `on_reply` runs on that actor's thread.
+  void ask_envelope(Envelope request, std::chrono::milliseconds timeout, AskCallback on_reply);
+
+  // Replies to `request` (any thread).
+  template <class M>
+  void reply(const Envelope& request, const M& message) {
+    Envelope envelope = make_envelope(request.from, M::kKind, pack_payload(message), request.to);
+    envelope.correlation = request.correlation;
+    envelope.flags = Envelope::kReply;
+    send(std::move(envelope));
+  }
+
+  // `watcher` (a local actor) receives Down when `target` stops or its system is declared down.
+  void monitor(const ActorAddress& watcher, const ActorAddress& target);
+  // Tells every local watcher of an actor on `system` that it is gone (failure detection lives
+  // above the runtime: the node registry decides when a system is dead).
+  void declare_system_down(const std::string& system, const std::string& reason);
+
+  // Runs `task` on `actor`'s thread after `delay`. Returns an id for cancel_timer.
+  TimerId after(const std::string& actor, std::chrono::milliseconds delay,
+                std::function<void()> task);
+  void cancel_timer(TimerId id);
+
+  // Any thread.
+  void send(Envelope envelope);
+  Envelope make_envelope(const ActorAddress& to, MessageKind kind, std::string payload,
+                         const ActorAddress& from) const;
+
+  const TransportStats& transport_stats() const;
+  SystemStats stats() const;
+
+  // Stops everything now (idempotent); the destructor calls it.
+  void shutdown();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Actor helpers, defined here because they need the system.
+template <class M>
+void Actor::tell(const ActorAddress& to, const M& message) {
+  system_->tell(to, message, self_);
+}
+template <class M>
+void Actor::reply(const Envelope& request, const M& message) {
+  system_->reply(request, message);
+}
+template <class M>
+void Actor::ask(const ActorAddress& to, const M& message, std::chrono::milliseconds timeout,
+                AskCallback on_reply) {
+  system_->ask_envelope(system_->make_envelope(to, M::kKind, pack_payload(message), self_), timeout,
+                        std::move(on_reply));
+}
+
+}  // namespace omnilearn::runtime

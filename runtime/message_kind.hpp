@@ -1,0 +1,61 @@
+#pragma once
+// Every message kind that may travel on the wire, in one place so that a number is never reused.
+// The envelope carries the kind and a protocol version; payloads are msgpack arrays whose
+// decoders accept extra trailing fields (newer senders) and fill missing ones with defaults.
+
+#include <cstdint>
+#include <string_view>
+
+namespace omnilearn::runtime {
+
+inline constexpr std::uint8_t kProtocolVersion = 1;
+
+enum class MessageKind : std::uint16_t {
+  // runtime (1..99)
+  kError = 1,            // ErrorReply: an ask could not be served
+  kMonitor = 2,          // MonitorRequest: tell me when an actor stops
+  kDown = 3,             // Down: a monitored actor or system is gone
+  kPing = 4,             // Ping/Pong: liveness and benchmarks
+  kPong = 5,
+  kBlob = 6,             // raw bytes (benchmarks, tests)
+  // membership (100..199)
+  kRegisterNode = 100,
+  kRegisterNodeReply = 101,
+  kHeartbeat = 102,
+  kHeartbeatReply = 103,
+  kLeaveNode = 104,
+  kStatusRequest = 105,
+  kStatusReply = 106,
+  kNodeEvent = 107,
+  kSubscribeNodes = 108,
+  // jobs and scheduling (200..299)
+  kSubmitJob = 200,
+  kSubmitJobReply = 201,
+  kStopJob = 202,
+  kDrainNode = 203,
+  kSetNodeResources = 204,
+  kJobProgress = 205,
+  kFollowJob = 206,
+  kSpawnTrainer = 207,
+  kTrainerHello = 208,
+  kRendezvous = 209,
+  kTrainerReport = 210,
+  kPlanUpdate = 211,
+  kTrainerDone = 212,
+  kStopTrainer = 213,
+  kStoreRequest = 214,
+  kStoreReply = 215,
+  kSimpleReply = 216,
+  kJobStatusRequest = 217,
+  kJobStatusReply = 218,
+  kTrainerFailed = 219,
+  kSetTrainerSpeed = 220,
+  kTrainerHelloReply = 221,
+  kLastKind = 299,
+};
+
+// True for numbers this build knows; anything else is dropped at decode time.
+bool is_known_kind(std::uint16_t kind);
+std::string_view kind_name(MessageKind kind);
+
+}  // namespace omnilearn::runtime

@@ -1,0 +1,70 @@
+#pragma once
+// The process's network edge: one ROUTER that peers connect to, one DEALER per peer this process
+// connects to, and a single I/O thread that owns all of them (ZeroMQ sockets are not
+// thread-safe). Other threads hand messages over through a locked queue plus an eventfd wake-up.
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "runtime/codec.hpp"
+#include "runtime/envelope.hpp"
+
+namespace omnilearn::runtime {
+
+// Counters of what the transport saw; read from any thread.
+struct TransportStats {
+  std::atomic<std::uint64_t> messages_in{0};
+  std::atomic<std::uint64_t> messages_out{0};
+  std::atomic<std::uint64_t> dropped_malformed{0};
+  std::atomic<std::uint64_t> dropped_oversized{0};
+  std::atomic<std::uint64_t> dropped_unknown_kind{0};
+  std::atomic<std::uint64_t> dropped_bad_version{0};
+  std::atomic<std::uint64_t> dropped_unroutable{0};   // no route to the destination system
+  std::atomic<std::uint64_t> dropped_send_full{0};    // peer queue full or peer gone
+  std::atomic<std::uint64_t> refused_peers{0};        // connections refused by authentication
+};
+
+struct TransportOptions {
+  std::string system_id;
+  CodecLimits limits;
+  int send_high_water_mark = 10000;  // messages queued per peer before sends are dropped
+  int max_learned_routes = 65536;    // peers remembered by system id
+};
+
+class Transport {
+ public:
+  // Called on the I/O thread for every decoded inbound envelope; must not block.
+  using InboundHandler = std::function<void(Envelope&&)>;
+  // Called on the I/O thread when a message cannot be routed or sent.
+  using UndeliverableHandler = std::function<void(const Envelope&, const std::string& why)>;
+
+  Transport(TransportOptions options, InboundHandler on_inbound,
+            UndeliverableHandler on_undeliverable);
+  ~Transport();
+  Transport(const Transport&) = delete;
+  Transport& operator=(const Transport&) = delete;
+
+  // Binds the ROUTER (any thread, before or after start). "tcp://127.0.0.1:0" picks a free port;
+  // returns the endpoint actually bound. Throws std::runtime_error if the address is unusable.
+  std::string bind(const std::string& endpoint);
+
+  // Queues a message (any thread). Routing: to.system that is an endpoint ("tcp://...") goes
+  // through a DEALER connected on first use; any other system id goes to the peer that
+  // last spoke with that id.
+  void send(Envelope envelope);
+
+  // Stops the I/O thread and closes all sockets (any thread but the I/O thread). Idempotent.
+  void stop();
+
+  const TransportStats& stats() const;
+  const std::string& system_id() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace omnilearn::runtime

@@ -1,0 +1,162 @@
+#include "scheduler/batch_controller.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <stdexcept>
+
+namespace omnilearn::scheduler {
+
+void ControllerConfig::validate() const {
+  auto fail = [](const std::string& what) {
+    throw std::invalid_argument("controller config: " + what);
+  };
+  if (global_batch < 1) fail("global_batch must be at least 1");
+  if (min_batch < 1) fail("min_batch must be at least 1");
+  if (max_batch < min_batch) {
+    fail("max_batch (" + std::to_string(max_batch) + ") is below min_batch (" +
+         std::to_string(min_batch) + ")");
+  }
+  if (global_batch < min_batch) {
+    fail("global_batch (" + std::to_string(global_batch) + ") is below min_batch (" +
+         std::to_string(min_batch) + "): not even one worker could run");
+  }
+  if (!(deadband >= 0.0 && deadband < 1.0)) fail("deadband must be in [0, 1)");
+  if (!(gain > 0.0 && gain <= 1.0)) fail("gain must be in (0, 1]");
+  if (throughput_window < 1) fail("throughput_window must be at least 1 step");
+  affine.validate();
+}
+
+int BatchPlan::batch_of(const std::string& key) const {
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    if (keys[i] == key) return batches[i];
+  }
+  throw std::out_of_range("no worker '" + key + "' in this plan");
+}
+
+BatchController::BatchController(ControllerConfig config) : config_(std::move(config)) {
+  config_.validate();
+}
+
+void BatchController::add_worker(const std::string& key, std::optional<double> speed_hint,
+                                 std::optional<int> memory_cap) {
+  if (index_.contains(key)) {
+    throw std::invalid_argument("worker '" + key + "' is already in the controller");
+  }
+  if (speed_hint && (!(*speed_hint > 0.0) || !std::isfinite(*speed_hint))) {
+    std::ostringstream msg;
+    msg << "worker '" << key << "': speed hint must be positive and finite (got " << *speed_hint
+        << ")";
+    throw std::invalid_argument(msg.str());
+  }
+  if (memory_cap && *memory_cap < config_.min_batch) {
+    throw std::invalid_argument("worker '" + key + "': memory cap " + std::to_string(*memory_cap) +
+                                " is below min_batch " + std::to_string(config_.min_batch));
+  }
+  workers_.push_back(Worker{key, speed_hint, memory_cap, std::nullopt,
+                            ThroughputEstimator(config_.throughput_window),
+                            CostHistory(config_.affine)});
+  index_.emplace(key, workers_.size() - 1);
+  membership_changed_ = true;
+}
+
+bool BatchController::remove_worker(const std::string& key) {
+  const auto it = index_.find(key);
+  if (it == index_.end()) return false;
+  workers_.erase(workers_.begin() + static_cast<std::ptrdiff_t>(it->second));
+  index_.clear();
+  for (std::size_t i = 0; i < workers_.size(); ++i) index_.emplace(workers_[i].key, i);
+  membership_changed_ = true;
+  return true;
+}
+
+bool BatchController::observe(const std::string& key, int batch, double compute_time_s) {
+  const auto it = index_.find(key);
+  if (it == index_.end()) return false;
+  Worker& w = workers_[it->second];
+  w.throughput.observe(batch, compute_time_s);  // validates batch and time
+  // Only the affine policy plans with the fit; the others skip its upkeep.
+  if (config_.policy == Policy::kAffine) w.history.observe(batch, compute_time_s);
+  return true;
+}
+
+Bounds BatchController::bounds_of(const Worker& w) const {
+  return Bounds{config_.min_batch,
+                std::min(config_.max_batch, w.memory_cap.value_or(config_.max_batch))};
+}
+
+std::vector<WorkerView> BatchController::views() const {
+  // A worker without measurements starts from its hint, else the mean measured throughput,
+  // else (nobody measured yet) the mean hint, else 1: equal shares.
+  double measured_sum = 0.0, hint_sum = 0.0;
+  int measured = 0, hinted = 0;
+  std::vector<std::optional<double>> throughput;
+  throughput.reserve(workers_.size());
+  for (const Worker& w : workers_) {
+    throughput.push_back(w.throughput.throughput());
+    if (const auto x = throughput.back()) {
+      measured_sum += *x;
+      ++measured;
+    }
+    if (w.speed_hint) {
+      hint_sum += *w.speed_hint;
+      ++hinted;
+    }
+  }
+  const double fallback = measured > 0 ? measured_sum / measured
+                          : hinted > 0 ? hint_sum / hinted
+                                       : 1.0;
+  std::vector<WorkerView> out;
+  out.reserve(workers_.size());
+  for (std::size_t i = 0; i < workers_.size(); ++i) {
+    const Worker& w = workers_[i];
+    WorkerView v;
+    v.batch = w.batch;
+    v.throughput = throughput[i].value_or(w.speed_hint.value_or(fallback));
+    if (config_.policy == Policy::kAffine) v.model = w.history.model();
+    v.bounds = bounds_of(w);
+    out.push_back(v);
+  }
+  return out;
+}
+
+std::optional<std::string> BatchController::infeasibility() const {
+  std::vector<Bounds> bounds;
+  bounds.reserve(workers_.size());
+  for (const Worker& w : workers_) bounds.push_back(bounds_of(w));
+  std::string why = scheduler::infeasibility(bounds, config_.global_batch);
+  if (why.empty()) return std::nullopt;
+  return why;
+}
+
+BatchPlan BatchController::plan() {
+  if (config_.policy == Policy::kAffine) {
+    for (Worker& w : workers_) w.history.checkpoint();
+  }
+  const std::vector<WorkerView> v = views();
+  const PlanDecision d = decide_plan(
+      v, PolicyParams{config_.policy, config_.global_batch, config_.deadband, config_.gain});
+  BatchPlan p;
+  p.keys.reserve(workers_.size());
+  for (const Worker& w : workers_) p.keys.push_back(w.key);
+  p.batches = d.batches;
+  p.changed = d.changed || membership_changed_ || last_.version == 0;
+  p.version = last_.version + (p.changed ? 1 : 0);
+  p.predicted_step_time = d.predicted_step_time;
+  for (std::size_t i = 0; i < workers_.size(); ++i) workers_[i].batch = p.batches[i];
+  membership_changed_ = false;
+  last_ = p;
+  return p;
+}
+
+std::vector<WorkerEstimate> BatchController::estimates() const {
+  std::vector<WorkerEstimate> out;
+  out.reserve(workers_.size());
+  for (const Worker& w : workers_) {
+    out.push_back(WorkerEstimate{w.key, w.batch, w.throughput.throughput(), w.speed_hint,
+                                 w.history.model(), w.history.regime_changes()});
+  }
+  return out;
+}
+
+}  // namespace omnilearn::scheduler

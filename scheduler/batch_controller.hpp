@@ -1,0 +1,120 @@
+#pragma once
+// The stateful batch-size controller one SchedulerActor owns: workers come and go by a stable
+// key, report step times, and plan() turns what is known into integer batches that sum to the
+// global batch. The math lives in policy.hpp; this class only keeps per-worker state.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "scheduler/cost_model.hpp"
+#include "scheduler/estimator.hpp"
+#include "scheduler/policy.hpp"
+
+namespace omnilearn::scheduler {
+
+// Everything the controller needs to know about the job.
+struct ControllerConfig {
+  int global_batch = 256;   // B: every plan sums to exactly this
+  int min_batch = 1;        // no worker gets fewer samples per step
+  int max_batch = 1 << 20;  // no worker gets more (a worker's memory cap can lower it further)
+  double deadband = 0.05;   // keep the plan unless a new one ends steps this much sooner, [0,1)
+  double gain = 1.0;        // fraction of the computed correction applied per plan, in (0, 1]
+  Policy policy = Policy::kProportional;
+  std::size_t throughput_window = 5;  // steps in the robust (median) throughput estimate
+  CostFitConfig affine;               // history and forgetting of the affine fit
+
+  // Throws std::invalid_argument naming the first impossible setting (B < min_batch,
+  // min_batch > max_batch, deadband or gain out of range, ...).
+  void validate() const;
+};
+
+// One plan: what every worker runs with until the next plan.
+struct BatchPlan {
+  std::vector<std::string> keys;     // workers in the controller's order (see BatchController)
+  std::vector<int> batches;          // batches[i] belongs to keys[i]; sums to B, within bounds
+  bool changed = false;              // differs from the previous plan (batches or membership)
+  std::uint64_t version = 0;         // increases by one with every changed plan; 0 before any
+  double predicted_step_time = 0.0;  // seconds, under the models the plan was made with
+
+  // The batch of `key`; std::out_of_range when the plan does not contain it.
+  int batch_of(const std::string& key) const;
+};
+
+// What the controller currently believes about one worker (for status displays and logs).
+struct WorkerEstimate {
+  std::string key;
+  std::optional<int> batch;          // in the plan in force
+  std::optional<double> throughput;  // measured samples/s (median of the window)
+  std::optional<double> speed_hint;  // samples/s given at add_worker
+  std::optional<CostModel> model;    // the affine fit, when there is one (kAffine only)
+  std::size_t regime_changes = 0;    // times a speed change reset the worker's history
+};
+
+// Plans per-worker batches. Workers are ordered by when they were added; removing one keeps the
+// others' relative order, so survivors keep their positions and newcomers go last (the order a
+// new generation's ranks can follow). Not thread-safe: the owning actor's thread calls every
+// method.
+class BatchController {
+ public:
+  // Throws std::invalid_argument when config is impossible (see ControllerConfig::validate).
+  explicit BatchController(ControllerConfig config);
+
+  // Adds a worker with no measurements. It starts from `speed_hint` (samples/s) or, without
+  // one, the mean measured throughput of the others. `memory_cap` is the largest batch that fits
+  // its memory. Throws std::invalid_argument on a duplicate key, a hint that is not positive
+  // and finite, or a cap below min_batch (that worker could never take a batch).
+  void add_worker(const std::string& key, std::optional<double> speed_hint = std::nullopt,
+                  std::optional<int> memory_cap = std::nullopt);
+
+  // Removes a worker; its share goes to the others by speed at the next plan(). Returns false
+  // (and does nothing) for an unknown key, so a late or repeated Down is harmless.
+  bool remove_worker(const std::string& key);
+
+  // Records one step of `key`: `batch` samples took `compute_time_s` seconds of compute (not
+  // waiting). Returns false for an unknown key (a report that raced with remove_worker). Throws
+  // std::invalid_argument unless batch >= 1 and the time is positive and finite.
+  bool observe(const std::string& key, int batch, double compute_time_s);
+
+  // Plans from what is known now: integers, one per worker in the order above, summing to B and
+  // within [min_batch, min(max_batch, memory cap)]. Calling it again without new information
+  // returns the same batches with changed == false. Throws InfeasibleBatchError (with what to
+  // change) when the current workers cannot hold B; infeasibility() says so without throwing.
+  BatchPlan plan();
+
+  // Why the current workers cannot hold B, or nullopt when they can.
+  std::optional<std::string> infeasibility() const;
+
+  // The last plan returned (version 0 and empty before the first).
+  const BatchPlan& last_plan() const { return last_; }
+
+  // Per-worker state in the controller's order.
+  std::vector<WorkerEstimate> estimates() const;
+
+  bool contains(const std::string& key) const { return index_.contains(key); }
+  std::size_t size() const { return workers_.size(); }
+  const ControllerConfig& config() const { return config_; }
+
+ private:
+  struct Worker {
+    std::string key;
+    std::optional<double> speed_hint;
+    std::optional<int> memory_cap;
+    std::optional<int> batch;  // in the plan in force
+    ThroughputEstimator throughput;
+    CostHistory history;
+  };
+
+  Bounds bounds_of(const Worker& w) const;
+  std::vector<WorkerView> views() const;
+
+  ControllerConfig config_;
+  std::vector<Worker> workers_;
+  std::unordered_map<std::string, std::size_t> index_;  // key -> position in workers_
+  BatchPlan last_;
+  bool membership_changed_ = false;
+};
+
+}  // namespace omnilearn::scheduler

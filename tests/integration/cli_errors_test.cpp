@@ -1,0 +1,165 @@
+// User errors get one line on stderr and exit code 2, within a bounded wait — never a hang or a
+// stack trace.
+
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "tests/support/cluster.hpp"
+
+namespace omnilearn::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+// A loopback port nobody listens on: bound by the OS, then released.
+std::uint16_t unused_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof address;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+    ::close(fd);
+    return 0;
+  }
+  ::close(fd);
+  return ntohs(address.sin_port);
+}
+
+std::size_t count_lines(const std::string& text) {
+  std::size_t lines = 0;
+  for (char c : text) lines += c == '\n';
+  if (!text.empty() && text.back() != '\n') ++lines;
+  return lines;
+}
+
+// Exit 2, nothing on stdout, exactly one "omnilearn: error: ..." line on stderr containing
+// `needle`.
+void expect_usage_error(const CommandResult& result, const std::string& needle) {
+  EXPECT_FALSE(result.timed_out) << "hung";
+  EXPECT_TRUE(result.status.exited()) << result.status.to_string();
+  EXPECT_EQ(result.status.code, 2) << result.err;
+  EXPECT_EQ(count_lines(result.err), 1u) << "stderr:\n" << result.err;
+  EXPECT_EQ(result.err.rfind("omnilearn: error: ", 0), 0u) << result.err;
+  EXPECT_NE(result.err.find(needle), std::string::npos) << result.err;
+  EXPECT_EQ(result.err.find("terminate called"), std::string::npos) << result.err;
+}
+
+ProcessOptions without_address_env() {
+  ProcessOptions options;
+  options.env = {"OMNILEARN_ADDRESS="};
+  return options;
+}
+
+TEST(CliErrors, StatusAgainstAnUnreachableHeadExits2WithinItsTimeout) {
+  auto port = unused_port();
+  ASSERT_NE(port, 0);
+  auto address = "127.0.0.1:" + std::to_string(port);
+  auto quick = run_omnilearn({"status", "--address", address, "--timeout-ms", "300"}, 20s);
+  expect_usage_error(quick, "cannot reach the head at " + address);
+  EXPECT_LT(quick.elapsed, 300ms + 3s);
+  // The default wait is bounded too (3 s).
+  auto by_default = run_omnilearn({"status", "--address", address, "--json"}, 20s);
+  expect_usage_error(by_default, "cannot reach the head");
+  EXPECT_GE(by_default.elapsed, 2900ms);
+  EXPECT_LT(by_default.elapsed, 3s + 3s);
+  EXPECT_TRUE(by_default.out.empty()) << "no half-written JSON: " << by_default.out;
+}
+
+TEST(CliErrors, BadAddressesAreRejectedWithoutWaiting) {
+  for (const std::string bad : {"nonsense", "127.0.0.1", "127.0.0.1:notaport", "127.0.0.1:70000",
+                                "bad host:7070", ":7070"}) {
+    auto result = run_omnilearn({"status", "--address", bad}, 20s);
+    expect_usage_error(result, "bad address");
+    EXPECT_LT(result.elapsed, 2s) << bad;
+  }
+  expect_usage_error(run_omnilearn({"status", "--address", "127.0.0.1:0"}, 20s), "port 0");
+  expect_usage_error(run_omnilearn({"worker", "--address", "nonsense", "--name", "w"}, 20s),
+                     "bad address");
+}
+
+TEST(CliErrors, MissingAddressNamesBothWaysToGiveIt) {
+  auto result = run_omnilearn({"status"}, 20s, without_address_env());
+  expect_usage_error(result, "--address");
+  EXPECT_NE(result.err.find("OMNILEARN_ADDRESS"), std::string::npos) << result.err;
+  expect_usage_error(run_omnilearn({"worker"}, 20s, without_address_env()), "OMNILEARN_ADDRESS");
+}
+
+TEST(CliErrors, AddressFromTheEnvironment) {
+  TestCluster cluster;
+  ProcessOptions options;
+  options.env = {"OMNILEARN_ADDRESS=" + cluster.address()};
+  auto result = run_omnilearn({"status", "--json"}, 20s, options);
+  EXPECT_EQ(result.status.code, 0) << result.err;
+  auto json = nlohmann::json::parse(result.out, nullptr, false);
+  ASSERT_FALSE(json.is_discarded()) << result.out;
+  EXPECT_TRUE(json["nodes"].is_array());
+
+  options.env = {"OMNILEARN_ADDRESS=not-an-address"};
+  expect_usage_error(run_omnilearn({"status"}, 20s, options), "bad address");
+}
+
+TEST(CliErrors, UnknownFlagsAndCommandsExit2WithOneLine) {
+  expect_usage_error(run_omnilearn({"status", "--bogus"}, 20s), "--bogus");
+  expect_usage_error(run_omnilearn({"head", "--no-such-flag"}, 20s), "--no-such-flag");
+  expect_usage_error(run_omnilearn({"worker", "--address", "127.0.0.1:1", "--nope"}, 20s),
+                     "--nope");
+  // CLI11 reports an unknown command as a missing one (it does not name the word).
+  expect_usage_error(run_omnilearn({"frobnicate"}, 20s), "subcommand");
+  expect_usage_error(run_omnilearn({}, 20s), "subcommand");
+  expect_usage_error(run_omnilearn({"head", "--port", "99999"}, 20s), "--port");
+  expect_usage_error(run_omnilearn({"head", "--heartbeat-interval-ms", "abc"}, 20s),
+                     "--heartbeat-interval-ms");
+}
+
+TEST(CliErrors, HeadRejectsInconsistentHeartbeatSettings) {
+  expect_usage_error(run_omnilearn({"head", "--port", "0", "--heartbeat-interval-ms", "500",
+                                    "--heartbeat-timeout-ms", "400"},
+                                   20s),
+                     "--heartbeat-timeout-ms");
+}
+
+TEST(CliErrors, HeadOnAPortInUseExits2) {
+  TestCluster cluster;
+  auto result = run_omnilearn(
+      {"head", "--host", "127.0.0.1", "--port", std::to_string(cluster.head().port())}, 20s);
+  expect_usage_error(result, "another head");
+}
+
+TEST(CliErrors, WorkerGivesUpAfterJoinTimeoutWhenNoHeadAppears) {
+  auto port = unused_port();
+  ASSERT_NE(port, 0);
+  auto address = "127.0.0.1:" + std::to_string(port);
+  auto result = run_omnilearn(
+      {"worker", "--address", address, "--name", "lonely", "--join-timeout-s", "1"}, 20s);
+  EXPECT_FALSE(result.timed_out);
+  EXPECT_EQ(result.status.code, 2) << result.status.to_string() << "\n" << result.err;
+  EXPECT_GE(result.elapsed, 1s);
+  EXPECT_LT(result.elapsed, 1s + 3s);
+  // The worker may log while it retries; the error itself is one line, and the last one.
+  auto last_line = result.err.substr(result.err.rfind('\n', result.err.size() - 2) + 1);
+  EXPECT_EQ(last_line.rfind("omnilearn: error: could not reach the head at " + address, 0), 0u)
+      << result.err;
+  EXPECT_NE(result.out.find("joining"), std::string::npos) << result.out;
+}
+
+TEST(CliErrors, WorkerStoppedBeforeItJoinedExitsCleanly) {
+  auto port = unused_port();
+  ASSERT_NE(port, 0);
+  ChildProcess worker({omnilearn_binary().string(), "worker", "--address",
+                       "127.0.0.1:" + std::to_string(port), "--name", "w"},
+                      omnilearn_process_options({}));
+  ASSERT_TRUE(worker.wait_for_output("joining", 10s));
+  worker.send_signal(SIGTERM);
+  auto exit = worker.wait_exit(5s);
+  ASSERT_TRUE(exit) << "SIGTERM did not stop a worker that was still joining";
+  EXPECT_EQ(exit->code, 0);
+}
+
+}  // namespace
+}  // namespace omnilearn::testing

@@ -1,0 +1,254 @@
+// BatchController: membership by key, measurements, plans (order, versions, bounds, caps).
+#include "scheduler/batch_controller.hpp"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <numeric>
+#include <random>
+
+#include "random_cluster.hpp"
+#include "scheduler/simulator.hpp"
+
+namespace omnilearn::scheduler {
+namespace {
+
+using testing::uniform_int;
+using testing::uniform_real;
+
+ControllerConfig config(int global_batch, Policy policy = Policy::kProportional) {
+  ControllerConfig c;
+  c.global_batch = global_batch;
+  c.policy = policy;
+  return c;
+}
+
+// Reports `steps` steps of a worker with linear cost at `speed` samples/s under the last plan.
+void run_steps(BatchController& c, const std::map<std::string, double>& speed, int steps = 5) {
+  const BatchPlan& p = c.last_plan();
+  for (int s = 0; s < steps; ++s) {
+    for (std::size_t i = 0; i < p.keys.size(); ++i) {
+      c.observe(p.keys[i], p.batches[i], p.batches[i] / speed.at(p.keys[i]));
+    }
+  }
+}
+
+TEST(ControllerConfig, RejectsImpossibleSettings) {
+  auto bad = [](auto mutate) {
+    ControllerConfig c;
+    mutate(c);
+    EXPECT_THROW(BatchController{c}, std::invalid_argument);
+  };
+  bad([](ControllerConfig& c) { c.global_batch = 0; });
+  bad([](ControllerConfig& c) { c.min_batch = 0; });
+  bad([](ControllerConfig& c) { c.min_batch = 64, c.max_batch = 32; });
+  bad([](ControllerConfig& c) { c.global_batch = 4, c.min_batch = 8; });
+  bad([](ControllerConfig& c) { c.deadband = 1.0; });
+  bad([](ControllerConfig& c) { c.gain = 0.0; });
+  bad([](ControllerConfig& c) { c.gain = 1.5; });
+  bad([](ControllerConfig& c) { c.throughput_window = 0; });
+  bad([](ControllerConfig& c) { c.affine.forgetting = 2.0; });
+}
+
+TEST(BatchController, FirstPlanIsEqualWithoutHintsAndProportionalWithThem) {
+  BatchController plain(config(256));
+  for (const char* k : {"a", "b", "c", "d"}) plain.add_worker(k);
+  const BatchPlan p = plain.plan();
+  EXPECT_EQ(p.batches, (std::vector<int>{64, 64, 64, 64}));
+  EXPECT_TRUE(p.changed);
+  EXPECT_EQ(p.version, 1u);
+
+  BatchController hinted(config(256));
+  hinted.add_worker("a", 100.0);
+  hinted.add_worker("b", 100.0);
+  hinted.add_worker("c", 200.0);
+  hinted.add_worker("d", 400.0);
+  EXPECT_EQ(hinted.plan().batches, (std::vector<int>{32, 32, 64, 128}));
+}
+
+TEST(BatchController, ConvergesInOneRoundOnLinearCostsAndThenHolds) {
+  BatchController c(config(256));
+  const std::map<std::string, double> speed{{"a", 100}, {"b", 100}, {"c", 200}, {"d", 400}};
+  for (const auto& [k, v] : speed) c.add_worker(k);
+  c.plan();
+  run_steps(c, speed);
+  const BatchPlan second = c.plan();
+  EXPECT_EQ(second.batches, (std::vector<int>{32, 32, 64, 128}));
+  EXPECT_TRUE(second.changed);
+  EXPECT_EQ(second.version, 2u);
+  EXPECT_NEAR(second.predicted_step_time, 0.32, 1e-12);
+  run_steps(c, speed);
+  const BatchPlan third = c.plan();
+  EXPECT_FALSE(third.changed);
+  EXPECT_EQ(third.version, 2u);
+  EXPECT_EQ(c.plan().batches, third.batches);  // planning again without news changes nothing
+}
+
+TEST(BatchController, OrderIsJoinOrderAndSurvivorsKeepTheirPlaces) {
+  BatchController c(config(300));
+  for (const char* k : {"n1", "n2", "n3"}) c.add_worker(k);
+  c.plan();
+  EXPECT_TRUE(c.remove_worker("n2"));
+  EXPECT_FALSE(c.remove_worker("n2"));  // a repeated Down is harmless
+  c.add_worker("n4");
+  const BatchPlan p = c.plan();
+  EXPECT_EQ(p.keys, (std::vector<std::string>{"n1", "n3", "n4"}));
+  EXPECT_EQ(p.batch_of("n4"), 100);
+  EXPECT_THROW(p.batch_of("n2"), std::out_of_range);
+  EXPECT_TRUE(p.changed);
+}
+
+TEST(BatchController, RemovedShareGoesToSurvivorsBySpeed) {
+  BatchController c(config(240));
+  const std::map<std::string, double> speed{{"a", 100}, {"b", 300}, {"c", 200}};
+  for (const auto& [k, v] : speed) c.add_worker(k);
+  c.plan();
+  run_steps(c, speed);
+  EXPECT_EQ(c.plan().batches, (std::vector<int>{40, 120, 80}));
+  c.remove_worker("c");
+  const BatchPlan p = c.plan();
+  EXPECT_EQ(p.batches, (std::vector<int>{60, 180}));  // 80 more, 1:3 like their speeds
+}
+
+TEST(BatchController, NewcomerStartsFromItsHintOrTheMeanThroughput) {
+  BatchController c(config(400));
+  const std::map<std::string, double> speed{{"a", 100}, {"b", 300}};
+  for (const auto& [k, v] : speed) c.add_worker(k);
+  c.plan();
+  run_steps(c, speed);
+  c.plan();
+  c.add_worker("mean");           // no hint: the mean of 100 and 300
+  c.add_worker("hinted", 400.0);  // samples/s
+  const BatchPlan p = c.plan();
+  EXPECT_EQ(p.batches, (std::vector<int>{40, 120, 80, 160}));
+}
+
+TEST(BatchController, MemoryCapBindsAndTheRestGoesBySpeed) {
+  BatchController c(config(400));
+  c.add_worker("fast", 800.0, /*memory_cap=*/100);
+  c.add_worker("slow", 100.0);
+  c.add_worker("mid", 300.0);
+  const BatchPlan p = c.plan();  // wanted 266.7 / 33.3 / 100; fast capped at 100
+  EXPECT_EQ(p.batch_of("fast"), 100);
+  EXPECT_EQ(p.batch_of("slow"), 75);
+  EXPECT_EQ(p.batch_of("mid"), 225);
+}
+
+TEST(BatchController, InfeasibleMembershipIsAClearErrorNotAViolation) {
+  ControllerConfig cfg = config(100);
+  cfg.max_batch = 40;
+  BatchController c(cfg);
+  c.add_worker("a");
+  c.add_worker("b");
+  ASSERT_TRUE(c.infeasibility().has_value());
+  EXPECT_NE(c.infeasibility()->find("sum to 80"), std::string::npos) << *c.infeasibility();
+  EXPECT_THROW(c.plan(), InfeasibleBatchError);
+  EXPECT_EQ(c.last_plan().version, 0u);
+  c.add_worker("c");
+  EXPECT_FALSE(c.infeasibility().has_value());
+  EXPECT_EQ(c.plan().batches, (std::vector<int>{34, 33, 33}));
+}
+
+TEST(BatchController, RejectsBadWorkersAndIgnoresUnknownReports) {
+  ControllerConfig cfg = config(64);
+  cfg.min_batch = 8;
+  BatchController c(cfg);
+  c.add_worker("a");
+  EXPECT_THROW(c.add_worker("a"), std::invalid_argument);
+  EXPECT_THROW(c.add_worker("b", -1.0), std::invalid_argument);
+  EXPECT_THROW(c.add_worker("b", std::nullopt, 4), std::invalid_argument);
+  EXPECT_FALSE(c.observe("ghost", 8, 0.1));
+  EXPECT_THROW(c.observe("a", 8, 0.0), std::invalid_argument);
+  EXPECT_TRUE(c.observe("a", 8, 0.1));
+}
+
+TEST(BatchController, AffineLearnsOverheadAndEqualizesSteps) {
+  ControllerConfig cfg = config(256, Policy::kAffine);
+  cfg.deadband = 0.01;
+  BatchController c(cfg);
+  // t = 0.02 s + b / speed: speeds 100, 100, 100, 400 samples/s (every batch moves far enough
+  // from the first equal split to give each worker two distinct batch values).
+  const std::map<std::string, double> speed{{"a", 100}, {"b", 100}, {"c", 100}, {"d", 400}};
+  for (const auto& [k, v] : speed) c.add_worker(k);
+  for (int round = 0; round < 4; ++round) {
+    const BatchPlan& p = c.plan();
+    for (int s = 0; s < 5; ++s) {
+      for (std::size_t i = 0; i < p.keys.size(); ++i) {
+        c.observe(p.keys[i], p.batches[i], 0.02 + p.batches[i] / speed.at(p.keys[i]));
+      }
+    }
+  }
+  std::vector<CostModel> truth;
+  for (const WorkerEstimate& e : c.estimates()) {
+    ASSERT_TRUE(e.model.has_value()) << e.key;
+    EXPECT_NEAR(e.model->alpha, 0.02, 1e-9) << e.key;
+    EXPECT_NEAR(e.model->beta, 1.0 / speed.at(e.key), 1e-12) << e.key;
+    truth.push_back({0.02, 1.0 / speed.at(e.key)});
+  }
+  const BatchPlan p = c.last_plan();
+  double slowest = 0;
+  for (std::size_t i = 0; i < p.keys.size(); ++i) {
+    slowest = std::max(slowest, truth[i].time(p.batches[i]));
+  }
+  const std::vector<Bounds> bounds(4, Bounds{cfg.min_batch, cfg.max_batch});
+  EXPECT_LE(slowest, 1.01 * best_integer_split(truth, bounds, 256).step_time);
+}
+
+// Property: random churn (joins with and without hints and caps, leaves, noisy reports, a
+// policy per run): every plan sums to B and respects min, max and each memory cap, or the
+// controller says why it cannot.
+TEST(BatchControllerProperty, ConservationAndBoundsUnderChurn) {
+  std::mt19937_64 rng(5);
+  int plans = 0;
+  for (int run = 0; run < 200; ++run) {
+    ControllerConfig cfg;
+    cfg.policy = static_cast<Policy>(uniform_int(rng, 0, 2));
+    cfg.min_batch = uniform_int(rng, 1, 8);
+    cfg.max_batch = cfg.min_batch + uniform_int(rng, 8, 256);
+    cfg.global_batch = uniform_int(rng, cfg.min_batch * 4, cfg.max_batch * 8);
+    cfg.deadband = uniform_real(rng, 0.0, 0.2);
+    BatchController c(cfg);
+    std::map<std::string, std::pair<double, std::optional<int>>> truth;  // speed, cap
+    int next = 0;
+    for (int step = 0; step < 40; ++step) {
+      const int action = uniform_int(rng, 0, 9);
+      if (action == 0 || c.size() < 2) {
+        const std::string key = "w" + std::to_string(next++);
+        const double speed = 100.0 * std::exp2(uniform_real(rng, 0.0, 4.0));
+        std::optional<int> cap;
+        if (uniform_int(rng, 0, 3) == 0) cap = uniform_int(rng, cfg.min_batch, cfg.max_batch);
+        c.add_worker(key, uniform_int(rng, 0, 1) ? std::optional<double>(speed) : std::nullopt,
+                     cap);
+        truth[key] = {speed, cap};
+      } else if (action == 1 && c.size() > 1) {
+        auto it = truth.begin();
+        std::advance(it, uniform_int(rng, 0, static_cast<int>(truth.size()) - 1));
+        ASSERT_TRUE(c.remove_worker(it->first));
+        truth.erase(it);
+      }
+      if (c.infeasibility()) {
+        EXPECT_THROW(c.plan(), InfeasibleBatchError);
+        continue;
+      }
+      const BatchPlan p = c.plan();
+      ++plans;
+      ASSERT_EQ(std::accumulate(p.batches.begin(), p.batches.end(), 0), cfg.global_batch);
+      for (std::size_t i = 0; i < p.keys.size(); ++i) {
+        const auto& [speed, cap] = truth.at(p.keys[i]);
+        ASSERT_GE(p.batches[i], cfg.min_batch);
+        ASSERT_LE(p.batches[i], cfg.max_batch);
+        if (cap) {
+          ASSERT_LE(p.batches[i], *cap);
+        }
+        for (int s = 0; s < 3; ++s) {
+          const double noise = 1.0 + 0.1 * uniform_real(rng, -1.0, 1.0);
+          c.observe(p.keys[i], p.batches[i], (0.005 + p.batches[i] / speed) * noise);
+        }
+      }
+    }
+  }
+  EXPECT_GT(plans, 2000);  // most steps plan; some memberships cannot hold B
+}
+
+}  // namespace
+}  // namespace omnilearn::scheduler

@@ -1,0 +1,194 @@
+#include "tests/support/cluster.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <regex>
+#include <stdexcept>
+#include <thread>
+
+namespace omnilearn::testing {
+
+std::filesystem::path omnilearn_binary() {
+  const char* dir = std::getenv("OMNILEARN_BIN");
+  if (!dir || !*dir) {
+    throw std::runtime_error(
+        "OMNILEARN_BIN is not set: run the test through ctest, or set it to the directory of "
+        "the omnilearn executable (e.g. build/cli)");
+  }
+  auto path = std::filesystem::path(dir) / "omnilearn";
+  if (!std::filesystem::exists(path)) {
+    throw std::runtime_error("no omnilearn executable at " + path.string() +
+                             " (build the omnilearn target)");
+  }
+  return path;
+}
+
+ProcessOptions omnilearn_process_options(ProcessOptions options) {
+  auto has_key = [&](const std::string& key) {
+    return std::any_of(options.env.begin(), options.env.end(),
+                       [&](const std::string& entry) { return entry.rfind(key + "=", 0) == 0; });
+  };
+  if (!has_key("OMNILEARN_TRAINER") && !std::getenv("OMNILEARN_TRAINER") &&
+      !std::filesystem::exists(omnilearn_binary().parent_path() / "omnilearn-trainer")) {
+    options.env.push_back("OMNILEARN_TRAINER=/bin/false");
+  }
+  return options;
+}
+
+CommandResult run_omnilearn(const std::vector<std::string>& args,
+                            std::chrono::milliseconds timeout, ProcessOptions options) {
+  std::vector<std::string> argv{omnilearn_binary().string()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  if (options.name.empty()) options.name = "omnilearn " + (args.empty() ? "" : args[0]);
+  return run_command(std::move(argv), timeout, omnilearn_process_options(std::move(options)));
+}
+
+namespace {
+
+std::vector<std::string> head_argv(const HeadOptions& options) {
+  std::vector<std::string> argv{omnilearn_binary().string(),
+                                "head",
+                                "--host",
+                                "127.0.0.1",
+                                "--port",
+                                std::to_string(options.port),
+                                "--heartbeat-interval-ms",
+                                std::to_string(options.heartbeat_interval.count()),
+                                "--heartbeat-timeout-ms",
+                                std::to_string(options.heartbeat_timeout.count())};
+  argv.insert(argv.end(), options.extra_args.begin(), options.extra_args.end());
+  return argv;
+}
+
+ProcessOptions named(ProcessOptions options, const std::string& name) {
+  if (options.name.empty()) options.name = name;
+  return omnilearn_process_options(std::move(options));
+}
+
+}  // namespace
+
+HeadProcess::HeadProcess(HeadOptions options)
+    : options_(std::move(options)),
+      process_(head_argv(options_), named(options_.process, "head")) {
+  static const std::regex kListening(R"(listening on (\S+):(\d+))");
+  auto line = process_.wait_for_output(kListening, options_.start_timeout);
+  std::smatch match;
+  if (!line || !std::regex_search(*line, match, kListening)) {
+    throw std::runtime_error("the head did not report its address within " +
+                             std::to_string(options_.start_timeout.count()) + " ms:\n" +
+                             process_.describe());
+  }
+  address_ = match[1].str() + ":" + match[2].str();
+  port_ = static_cast<std::uint16_t>(std::stoi(match[2].str()));
+}
+
+std::vector<nlohmann::json> ClusterStatus::nodes_named(const std::string& name) const {
+  std::vector<nlohmann::json> result;
+  for (const auto& node : nodes()) {
+    if (node.value("name", "") == name) result.push_back(node);
+  }
+  std::sort(result.begin(), result.end(), [](const auto& a, const auto& b) {
+    return a.value("incarnation", 0ull) < b.value("incarnation", 0ull);
+  });
+  return result;
+}
+
+std::optional<nlohmann::json> ClusterStatus::node(const std::string& name) const {
+  auto all = nodes_named(name);
+  if (all.empty()) return std::nullopt;
+  return all.back();
+}
+
+std::string ClusterStatus::state(const std::string& name) const {
+  auto newest = node(name);
+  return newest ? newest->value("state", "") : "";
+}
+
+std::size_t ClusterStatus::count(const std::string& state) const {
+  return static_cast<std::size_t>(std::count_if(nodes().begin(), nodes().end(), [&](const auto& n) {
+    return n.value("state", "") == state;
+  }));
+}
+
+TestCluster::TestCluster(HeadOptions head)
+    : head_options_(std::move(head)), head_(std::make_unique<HeadProcess>(head_options_)) {
+  address_ = head_->address();
+  head_options_.port = head_->port();  // a restarted head comes back on the same port
+}
+
+TestCluster::~TestCluster() {
+  // Workers first, so none of them logs a lost head while the test is being torn down.
+  workers_.clear();
+  head_.reset();
+  old_heads_.clear();
+}
+
+ChildProcess& TestCluster::start_worker(const std::string& name,
+                                        std::vector<std::string> extra_args,
+                                        ProcessOptions options) {
+  std::vector<std::string> argv{omnilearn_binary().string(), "worker", "--address", address_,
+                                "--name", name};
+  argv.insert(argv.end(), extra_args.begin(), extra_args.end());
+  auto process = std::make_unique<ChildProcess>(std::move(argv), named(options, "worker " + name));
+  auto& ref = *process;
+  workers_.emplace_back(name, std::move(process));
+  return ref;
+}
+
+ChildProcess& TestCluster::worker(const std::string& name) {
+  for (auto it = workers_.rbegin(); it != workers_.rend(); ++it) {
+    if (it->first == name) return *it->second;
+  }
+  throw std::out_of_range("no worker named '" + name + "' was started");
+}
+
+bool TestCluster::wait_worker_joined(const std::string& name, std::chrono::milliseconds timeout) {
+  return worker(name).wait_for_output("joined", timeout).has_value();
+}
+
+void TestCluster::kill_head() {
+  if (head_) head_->process().kill_and_reap();
+}
+
+HeadProcess& TestCluster::restart_head() {
+  kill_head();
+  if (head_) old_heads_.push_back(std::move(head_));
+  // The kernel frees a killed listener's port at once, but give a slow machine a few tries.
+  std::string last_error;
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    try {
+      head_ = std::make_unique<HeadProcess>(head_options_);
+      return *head_;
+    } catch (const std::runtime_error& e) {
+      last_error = e.what();
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  throw std::runtime_error("could not restart the head on port " +
+                           std::to_string(head_options_.port) + ": " + last_error);
+}
+
+std::optional<ClusterStatus> TestCluster::status(std::chrono::milliseconds timeout,
+                                                 std::string* error) {
+  auto result = run_omnilearn({"status", "--address", address_, "--json", "--timeout-ms",
+                               std::to_string(std::max<std::int64_t>(timeout.count() / 2, 1))},
+                              timeout);
+  auto fail = [&](std::string why) -> std::optional<ClusterStatus> {
+    last_status_text_ = why;
+    if (error) *error = std::move(why);
+    return std::nullopt;
+  };
+  if (result.timed_out || !result.status.exited() || result.status.code != 0) {
+    return fail("status: " + result.status.to_string() + (result.timed_out ? " (timed out)" : "") +
+                ": " + result.err);
+  }
+  auto json = nlohmann::json::parse(result.out, nullptr, /*allow_exceptions=*/false);
+  if (json.is_discarded() || !json.is_object() || !json.contains("nodes") ||
+      !json["nodes"].is_array()) {
+    return fail("status printed something that is not the expected JSON: " + result.out);
+  }
+  last_status_text_ = result.out;
+  return ClusterStatus(std::move(json));
+}
+
+}  // namespace omnilearn::testing

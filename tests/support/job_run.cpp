@@ -1,0 +1,318 @@
+#include "tests/support/job_run.hpp"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <stdexcept>
+
+namespace omnilearn::testing {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+
+ScratchDir::ScratchDir(const std::string& prefix) {
+  static std::atomic<int> counter{0};
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::string name = prefix + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+  if (info) name += std::string("-") + info->name();
+  path_ = fs::temp_directory_path() / name;
+  fs::remove_all(path_);
+  fs::create_directories(path_);
+}
+
+ScratchDir::~ScratchDir() {
+  const char* keep = std::getenv("OMNILEARN_TEST_KEEP");
+  if (::testing::Test::HasFailure() || (keep && *keep && std::string(keep) != "0")) {
+    std::fprintf(stderr, "--- kept %s for the post-mortem ---\n", path_.c_str());
+    return;
+  }
+  std::error_code ec;
+  fs::remove_all(path_, ec);
+}
+
+fs::path ScratchDir::write(const std::string& name, const std::string& text) const {
+  auto file = path_ / name;
+  std::ofstream out(file);
+  out << text;
+  out.close();
+  if (!out) throw std::runtime_error("cannot write " + file.string());
+  return file;
+}
+
+namespace {
+
+Json parse_event(const std::string& line) {
+  auto json = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (json.is_discarded() || !json.is_object() || !json.contains("event")) {
+    throw std::runtime_error("events.jsonl has a line that is not an event: " + line);
+  }
+  return json;
+}
+
+// Parses the complete lines of `path` from byte `offset` on into `out`; returns the offset just
+// after the last complete line.
+std::uint64_t read_events_from(const fs::path& path, std::uint64_t offset, std::vector<Json>& out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return offset;
+  in.seekg(static_cast<std::streamoff>(offset));
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::size_t start = 0;
+  for (std::size_t nl; (nl = text.find('\n', start)) != std::string::npos; start = nl + 1) {
+    if (nl > start) out.push_back(parse_event(text.substr(start, nl - start)));
+  }
+  return offset + start;
+}
+
+}  // namespace
+
+std::vector<Json> read_events(const fs::path& run_dir) {
+  std::vector<Json> events;
+  read_events_from(run_dir / "events.jsonl", 0, events);
+  return events;
+}
+
+std::optional<Json> read_summary(const fs::path& run_dir) {
+  std::ifstream in(run_dir / "summary.json");
+  if (!in) return std::nullopt;
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  auto json = Json::parse(buffer.str(), nullptr, /*allow_exceptions=*/false);
+  if (json.is_discarded() || !json.is_object()) return std::nullopt;
+  return json;
+}
+
+std::vector<Json> events_named(const std::vector<Json>& events, const std::string& name) {
+  std::vector<Json> out;
+  for (const auto& e : events) {
+    if (e.value("event", "") == name) out.push_back(e);
+  }
+  return out;
+}
+
+std::map<std::string, std::string> trainer_nodes(const std::vector<Json>& events) {
+  std::map<std::string, std::string> nodes;
+  for (const auto& e : events_named(events, "spawn")) {
+    nodes[e.at("trainer").get<std::string>()] = e.at("node").get<std::string>();
+  }
+  return nodes;
+}
+
+std::vector<std::string> member_nodes(const std::vector<Json>& events, std::int64_t generation) {
+  auto nodes = trainer_nodes(events);
+  for (const auto& e : events_named(events, "generation")) {
+    if (e.at("generation").get<std::int64_t>() != generation) continue;
+    std::vector<std::string> out;
+    for (const auto& member : e.at("members")) out.push_back(nodes.at(member.get<std::string>()));
+    return out;
+  }
+  return {};
+}
+
+JobRun::JobRun(TestCluster& cluster, const fs::path& job_file, const fs::path& run_dir)
+    : run_dir_(run_dir) {
+  auto result = run_omnilearn({"submit", job_file.string(), "--address", cluster.address(),
+                               "--run-dir", run_dir.string()},
+                              std::chrono::seconds(20));
+  static const std::regex submitted(R"(submitted job ([0-9a-f]+))");
+  std::smatch match;
+  if (result.timed_out || result.status.code != 0 ||
+      !std::regex_search(result.out, match, submitted)) {
+    throw std::runtime_error("omnilearn submit failed (" + result.status.to_string() +
+                             "):\nstdout: " + result.out + "\nstderr: " + result.err);
+  }
+  id_ = match[1];
+}
+
+const std::vector<Json>& JobRun::events() const {
+  read_offset_ = read_events_from(run_dir_ / "events.jsonl", read_offset_, events_);
+  return events_;
+}
+
+std::optional<Json> JobRun::wait_for_event(const Predicate& predicate,
+                                           std::chrono::milliseconds timeout) const {
+  std::optional<Json> found;
+  wait_until(
+      [&] {
+        for (const auto& e : events()) {
+          if (predicate(e)) {
+            found = e;
+            return true;
+          }
+        }
+        return false;
+      },
+      timeout, std::chrono::milliseconds(100));
+  return found;
+}
+
+std::optional<Json> JobRun::wait_for_event(const std::string& name,
+                                           std::chrono::milliseconds timeout,
+                                           const Predicate& predicate) const {
+  return wait_for_event(
+      [&](const Json& e) { return e.value("event", "") == name && (!predicate || predicate(e)); },
+      timeout);
+}
+
+std::optional<Json> JobRun::wait_finished(std::chrono::milliseconds timeout) const {
+  std::optional<Json> summary;
+  wait_until(
+      [&] {
+        // The summary is written (atomically) right after the "finished" event.
+        if (events_named(events(), "finished").empty()) return false;
+        summary = read_summary(run_dir_);
+        return summary.has_value();
+      },
+      timeout, std::chrono::milliseconds(100));
+  return summary;
+}
+
+std::string JobRun::describe(std::size_t max_lines) const {
+  std::ostringstream text;
+  text << "job " << id_ << " (run directory " << run_dir_.string() << ")\n";
+  std::ifstream in(run_dir_ / "events.jsonl");
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  std::size_t first = lines.size() > max_lines ? lines.size() - max_lines : 0;
+  if (first > 0) text << "  ... (" << first << " earlier events)\n";
+  for (std::size_t i = first; i < lines.size(); ++i) text << "  " << lines[i] << "\n";
+  if (auto summary = read_summary(run_dir_)) text << "summary: " << summary->dump() << "\n";
+  return text.str();
+}
+
+std::vector<ProcessInfo> processes_with_argument(const std::string& needle) {
+  std::vector<ProcessInfo> found;
+  const pid_t self = ::getpid();
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(name));
+    if (pid == self) continue;
+    std::ifstream in(entry.path() / "cmdline", std::ios::binary);
+    std::string raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (raw.empty()) continue;  // a zombie or a kernel thread
+    std::vector<std::string> args;
+    std::size_t start = 0;
+    for (std::size_t nul; (nul = raw.find('\0', start)) != std::string::npos; start = nul + 1) {
+      args.push_back(raw.substr(start, nul - start));
+    }
+    if (start < raw.size()) args.push_back(raw.substr(start));
+    bool match = false;
+    std::string joined;
+    for (const auto& arg : args) {
+      match |= arg.find(needle) != std::string::npos;
+      joined += (joined.empty() ? "" : " ") + arg;
+    }
+    if (match) found.push_back({pid, joined});
+  }
+  return found;
+}
+
+std::string describe(const std::vector<ProcessInfo>& processes) {
+  std::string text;
+  for (const auto& p : processes) text += "  pid " + std::to_string(p.pid) + ": " + p.command_line + "\n";
+  return text.empty() ? "  (none)\n" : text;
+}
+
+std::vector<ProcessInfo> trainer_processes(const std::string& cluster_address,
+                                           const std::string& trainer_prefix) {
+  std::vector<ProcessInfo> trainers;
+  for (auto& p : processes_with_argument(cluster_address)) {
+    if (p.command_line.find("omnilearn-trainer") == std::string::npos) continue;
+    if (p.command_line.find("--trainer " + trainer_prefix) == std::string::npos) continue;
+    trainers.push_back(std::move(p));
+  }
+  return trainers;
+}
+
+std::vector<ProcessInfo> job_trainer_processes(const std::string& job_id) {
+  std::vector<ProcessInfo> trainers;
+  for (auto& p : processes_with_argument(job_id)) {
+    if (p.command_line.find("omnilearn-trainer") == std::string::npos) continue;
+    if (p.command_line.find("--job " + job_id) == std::string::npos) continue;
+    trainers.push_back(std::move(p));
+  }
+  return trainers;
+}
+
+HeadOptions job_head_options() {
+  HeadOptions options;
+  options.heartbeat_interval = std::chrono::milliseconds(200);
+  options.heartbeat_timeout = std::chrono::milliseconds(1500);
+  return options;
+}
+
+TestCluster& JobTest::start_cluster(HeadOptions head) {
+  cluster_ = std::make_unique<TestCluster>(std::move(head));
+  address_ = cluster_->address();
+  return *cluster_;
+}
+
+ChildProcess& JobTest::start_worker(const std::string& name, std::vector<std::string> extra_args) {
+  auto& process = cluster_->start_worker(name, std::move(extra_args));
+  workers_.push_back({name, &process, process.pid()});
+  return process;
+}
+
+namespace {
+
+// Where a worker named `name` with PID `pid` keeps its trainers' CPU quota (actors/cpu_quota).
+std::vector<fs::path> quota_cgroups(const std::string& name, pid_t pid) {
+  const std::string leaf = "omnilearn-" + name + "-" + std::to_string(pid);
+  return {fs::path("/sys/fs/cgroup/cpu") / leaf, fs::path("/sys/fs/cgroup") / leaf};
+}
+
+}  // namespace
+
+void JobTest::TearDown() {
+  if (!cluster_) return;
+  // A graceful leave first: that is how a worker cleans up after itself.
+  std::vector<const StartedWorker*> left_gracefully;
+  for (const auto& w : workers_) {
+    if (w.process->send_signal(SIGTERM)) {
+      auto exit = w.process->wait_exit(std::chrono::seconds(10));
+      EXPECT_TRUE(exit && exit->exited() && exit->code == 0)
+          << "worker " << w.name << " did not leave cleanly on SIGTERM: "
+          << (exit ? exit->to_string() : std::string("still running"));
+      left_gracefully.push_back(&w);
+    }
+  }
+  cluster_.reset();
+  // Killed processes vanish at once, but a trainer orphaned by its worker is reaped by init:
+  // give that a moment.
+  std::vector<ProcessInfo> left;
+  bool clean = wait_until(
+      [&] {
+        left = processes_with_argument(address_);
+        return left.empty();
+      },
+      std::chrono::seconds(5), std::chrono::milliseconds(50));
+  EXPECT_TRUE(clean) << "processes of the cluster at " << address_
+                     << " outlived it:\n" << describe(left);
+  for (const auto& w : workers_) {
+    bool graceful = std::find(left_gracefully.begin(), left_gracefully.end(), &w) !=
+                    left_gracefully.end();
+    for (const auto& cgroup : quota_cgroups(w.name, w.pid)) {
+      std::error_code ec;
+      if (!fs::exists(cgroup, ec)) continue;
+      EXPECT_FALSE(graceful) << "worker " << w.name << " left its cgroup " << cgroup
+                             << " behind after a clean exit";
+      // Empty once its processes are gone; rmdir is how a cgroup is removed.
+      wait_until([&] { return ::rmdir(cgroup.c_str()) == 0 || errno == ENOENT; },
+                 std::chrono::seconds(3), std::chrono::milliseconds(50));
+    }
+  }
+  workers_.clear();
+}
+
+}  // namespace omnilearn::testing

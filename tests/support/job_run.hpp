@@ -1,0 +1,143 @@
+#pragma once
+// End-to-end job tests: a job file written to a scratch directory, submitted to a TestCluster
+// with `omnilearn submit`, and its run directory (events.jsonl, summary.json) read back while
+// it runs. Also: which omnilearn processes of a cluster are still alive, so that a test can
+// prove it leaves none behind.
+//
+// Threads: everything here belongs to the test thread.
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "tests/support/cluster.hpp"
+
+namespace omnilearn::testing {
+
+// A fresh directory under the system temp dir; removed with its contents by the destructor
+// unless the running test has failed or OMNILEARN_TEST_KEEP=1 is set (then it is kept, and its
+// path printed, for a post-mortem).
+class ScratchDir {
+ public:
+  explicit ScratchDir(const std::string& prefix = "omnilearn-test");
+  ~ScratchDir();
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+
+  const std::filesystem::path& path() const { return path_; }
+  // Writes `text` to path()/name and returns the absolute path.
+  std::filesystem::path write(const std::string& name, const std::string& text) const;
+
+ private:
+  std::filesystem::path path_;
+};
+
+// Complete lines of `run_dir`/events.jsonl parsed as JSON, in order. A line still being
+// written (no newline yet) is left out; a complete line that is not JSON throws
+// std::runtime_error (the run directory is a product output: it must be well-formed).
+std::vector<nlohmann::json> read_events(const std::filesystem::path& run_dir);
+// `run_dir`/summary.json, once it exists and parses.
+std::optional<nlohmann::json> read_summary(const std::filesystem::path& run_dir);
+
+// The events named `name` (the "event" field), in order.
+std::vector<nlohmann::json> events_named(const std::vector<nlohmann::json>& events,
+                                         const std::string& name);
+// Trainer name -> node name, from the "spawn" events.
+std::map<std::string, std::string> trainer_nodes(const std::vector<nlohmann::json>& events);
+
+// The node of each rank of generation `generation` (from its "generation" event and the "spawn"
+// events); empty if that generation is not in `events`.
+std::vector<std::string> member_nodes(const std::vector<nlohmann::json>& events,
+                                      std::int64_t generation);
+
+// A job submitted to a cluster. The constructor submits (`omnilearn submit FILE --address A
+// --run-dir DIR`) and throws std::runtime_error with the CLI's output if that fails.
+class JobRun {
+ public:
+  using Predicate = std::function<bool(const nlohmann::json&)>;
+
+  JobRun(TestCluster& cluster, const std::filesystem::path& job_file,
+         const std::filesystem::path& run_dir);
+
+  const std::string& id() const { return id_; }
+  const std::filesystem::path& run_dir() const { return run_dir_; }
+
+  // Every event so far (events.jsonl is read incrementally: only what was appended since the
+  // last call is parsed). The reference stays valid until the next call.
+  const std::vector<nlohmann::json>& events() const;
+  // Polls events.jsonl until an event satisfies `predicate` (scanned in order); returns it.
+  std::optional<nlohmann::json> wait_for_event(const Predicate& predicate,
+                                               std::chrono::milliseconds timeout) const;
+  // The same, for the first event named `name` that also satisfies `predicate` (if given).
+  std::optional<nlohmann::json> wait_for_event(const std::string& name,
+                                               std::chrono::milliseconds timeout,
+                                               const Predicate& predicate = {}) const;
+  // Waits for the "finished" event and the summary written with it; returns the summary.
+  std::optional<nlohmann::json> wait_finished(std::chrono::milliseconds timeout) const;
+
+  // The last `max_lines` events (one a line) and the summary if any: for failure messages.
+  std::string describe(std::size_t max_lines = 60) const;
+
+ private:
+  std::string id_;
+  std::filesystem::path run_dir_;
+  mutable std::vector<nlohmann::json> events_;
+  mutable std::uint64_t read_offset_ = 0;  // bytes of events.jsonl parsed into events_
+};
+
+// Live (not zombie) processes whose command line contains `needle` as part of an argument,
+// excluding this process. Used with a cluster's address ("127.0.0.1:PORT": every worker and
+// trainer of that cluster carries it) or a job id ("--job ID" of its trainers).
+struct ProcessInfo {
+  pid_t pid = 0;
+  std::string command_line;  // arguments joined with spaces
+};
+std::vector<ProcessInfo> processes_with_argument(const std::string& needle);
+std::string describe(const std::vector<ProcessInfo>& processes);
+
+// Processes started by `omnilearn-trainer` for the trainer names starting with `prefix`
+// (trainers are named "<node>-t<N>").
+std::vector<ProcessInfo> trainer_processes(const std::string& cluster_address,
+                                           const std::string& trainer_prefix);
+
+// The trainer processes of job `job_id` (any cluster) that are still alive.
+std::vector<ProcessInfo> job_trainer_processes(const std::string& job_id);
+
+// Heartbeats for job tests: every 200 ms, dead after 1500 ms. The membership tests' 100/600 ms
+// is too tight for LibTorch processes sharing two cores (a trainer start or a busy step would
+// get a healthy node declared dead).
+HeadOptions job_head_options();
+
+// Base of the job tests: owns the cluster. After each test, workers that still run are asked
+// to leave (SIGTERM: they stop their trainers and remove their CPU-quota cgroups), the cluster
+// is torn down, and the test fails if any process of it (worker, trainer) or any cgroup a
+// worker made for it is left; cgroups of workers that were killed are removed.
+class JobTest : public ::testing::Test {
+ protected:
+  TestCluster& start_cluster(HeadOptions head = job_head_options());
+  TestCluster& cluster() { return *cluster_; }
+  // cluster().start_worker, remembered for the teardown checks.
+  ChildProcess& start_worker(const std::string& name, std::vector<std::string> extra_args = {});
+  void TearDown() override;
+
+  std::unique_ptr<TestCluster> cluster_;
+  std::string address_;
+  struct StartedWorker {
+    std::string name;
+    ChildProcess* process;
+    pid_t pid;
+  };
+  std::vector<StartedWorker> workers_;
+};
+
+}  // namespace omnilearn::testing

@@ -1,0 +1,88 @@
+// DESIGN invariant 5: a step whose all-reduce fails (here: one rank never joins it, so the
+// others time out) is not committed and leaves parameters, BatchNorm buffers, optimizer state,
+// step and cursor exactly as they were; the group then needs a new generation.
+#include <ATen/Parallel.h>
+
+#include <latch>
+
+#include "tests/training/test_support.hpp"
+
+namespace omnilearn::training {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+struct Snapshot {
+  std::vector<NamedTensor> params, buffers, optimizer;
+  int64_t step;
+  Cursor cursor;
+  explicit Snapshot(const Trainer& t)
+      : params(t.named_parameters()),
+        buffers(t.named_buffers()),
+        optimizer(t.named_optimizer_state()),
+        step(t.step_count()),
+        cursor(t.cursor()) {}
+};
+
+void expect_same(const Snapshot& a, const Snapshot& b) {
+  testing::expect_equal(a.params, b.params, "parameters");
+  testing::expect_equal(a.buffers, b.buffers, "buffers");
+  testing::expect_equal(a.optimizer, b.optimizer, "optimizer state");
+  EXPECT_EQ(a.step, b.step);
+  EXPECT_EQ(a.cursor, b.cursor);
+}
+
+TEST(FailedCollective, TimedOutAllReduceCommitsNothing) {
+  at::set_num_threads(1);
+  // A resnet, so BatchNorm statistics (changed by the forward pass) must be rolled back too.
+  TrainerConfig config = testing::synthetic_config(600, 12);
+  config.model.kind = "resnet";
+  config.model.channels = {4, 8};
+  const DatasetPair data = load_datasets(config.data);
+  testing::LoopbackStore store;
+  const std::vector<int> plan = {20, 30, 14};
+  constexpr auto kTimeout = 1500ms;
+  std::latch failed(2);
+
+  testing::run_ranks(3, [&](int rank) {
+    Trainer t(config, data);
+    ASSERT_TRUE(t.join_group(store.client(), 0, rank, 3, kTimeout, testing::loopback()).ok);
+    ASSERT_TRUE(t.sync_state_from_rank0().ok);
+    for (int s = 0; s < 2; ++s) ASSERT_TRUE(t.step(plan).committed);
+    if (rank == 2) {
+      // Stays in the group but never enters the third all-reduce.
+      failed.wait();
+      return;
+    }
+    const Snapshot before(t);
+    const auto start = Clock::now();
+    const StepResult r = t.step(plan);
+    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    failed.count_down();
+    EXPECT_FALSE(r.committed);
+    EXPECT_FALSE(r.error.empty());
+    EXPECT_EQ(r.step, 2);
+    EXPECT_GE(elapsed, 1.0) << "failed before the timeout: " << r.error;
+    EXPECT_LT(elapsed, 15.0) << "the collective timeout did not bound the step";
+    expect_same(Snapshot(t), before);
+
+    // The group is broken: collectives fail at once instead of hanging again.
+    const auto again = Clock::now();
+    EXPECT_FALSE(t.step(plan).committed);
+    std::vector<int64_t> words = {1};
+    EXPECT_FALSE(t.broadcast_control(words).ok);
+    EXPECT_LT(std::chrono::duration<double>(Clock::now() - again).count(), 0.5);
+    expect_same(Snapshot(t), before);
+
+    // The survivors re-form without rank 2 and redo the step.
+    ASSERT_TRUE(t.join_group(store.client(), 1, rank, 2, 20s, testing::loopback()).ok);
+    ASSERT_TRUE(t.sync_state_from_rank0().ok);
+    const StepResult redo = t.step({32, 32});
+    EXPECT_TRUE(redo.committed) << redo.error;
+    EXPECT_EQ(t.step_count(), 3);
+  });
+}
+
+}  // namespace
+}  // namespace omnilearn::training

@@ -1,0 +1,739 @@
+#include "training/trainer.hpp"
+
+#include <ATen/ATen.h>
+#include <fcntl.h>
+#include <torch/csrc/jit/serialization/pickle.h>
+#include <unistd.h>
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#ifdef OMNILEARN_WITH_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <random>
+#include <thread>
+
+#include "training/models.hpp"
+
+namespace omnilearn::training {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int64_t kCheckpointFormat = 1;
+constexpr int64_t kStateMagic = 0x4F4C5354;  // "OLST": first word of the sync header
+constexpr int64_t kControlInline = 63;       // control words carried by the first broadcast
+constexpr int64_t kMaxControlWords = int64_t{1} << 20;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+int64_t optimizer_code(const std::string& kind) {
+  return kind == "sgd" ? 1 : kind == "adam" ? 2 : 3;
+}
+
+// One tensor's place in a flat bucket.
+struct Slot {
+  at::Tensor tensor;  // live tensor (a parameter's grad is looked up at fill time)
+  size_t bucket = 0;
+  int64_t offset = 0;
+};
+
+// Throws CheckpointError(`what`) if `cond` fails.
+void expect(bool cond, const std::string& path, const std::string& what) {
+  if (!cond) throw CheckpointError("checkpoint " + path + ": " + what);
+}
+
+void write_file_atomically(const std::string& path, const std::vector<char>& bytes) {
+  namespace fs = std::filesystem;
+  const fs::path target(path);
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  std::random_device rd;
+  const fs::path tmp = dir / (target.filename().string() + ".tmp." + std::to_string(::getpid()) +
+                              "." + std::to_string(rd()));
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    throw CheckpointError("cannot create " + tmp.string() + ": " + std::strerror(errno));
+  }
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const std::string err = std::strerror(errno);
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      throw CheckpointError("cannot write " + tmp.string() + ": " + err);
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    const std::string err = std::strerror(errno);
+    ::unlink(tmp.c_str());
+    throw CheckpointError("cannot flush " + tmp.string() + ": " + err);
+  }
+  if (::rename(tmp.c_str(), target.c_str()) != 0) {
+    const std::string err = std::strerror(errno);
+    ::unlink(tmp.c_str());
+    throw CheckpointError("cannot rename " + tmp.string() + " to " + path + ": " + err);
+  }
+  // The rename itself must reach the disk for the new file to survive a crash.
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+std::vector<NamedTensor> detached_copies(const std::vector<NamedTensor>& in) {
+  std::vector<NamedTensor> out;
+  out.reserve(in.size());
+  for (const auto& [name, t] : in) out.emplace_back(name, t.detach().to(at::kCPU).clone());
+  return out;
+}
+
+}  // namespace
+
+struct Trainer::Impl {
+  TrainerConfig config;
+  DatasetPair data;
+  at::Device device{at::kCPU};
+  torch::nn::Sequential model{nullptr};
+  std::vector<NamedTensor> params;        // live parameters, model order
+  std::vector<NamedTensor> buffers;       // live buffers, model order
+  std::vector<at::Tensor> float_buffers;  // averaged across ranks each step (BatchNorm stats)
+  std::vector<at::Tensor> int_buffers;    // counters (num_batches_tracked)
+  std::unique_ptr<Optimizer> optimizer;
+  EpochSampler sampler;
+  int64_t step = 0;
+  Cursor cursor;
+  std::atomic<double> slowdown{1.0};
+
+  // The current group; null when training alone.
+  c10::intrusive_ptr<c10d::ProcessGroup> group;
+  int rank = 0;
+  int world = 1;
+  int generation = -1;
+  std::chrono::milliseconds timeout{0};
+  std::string broken;  // why the group is unusable; empty while it is healthy
+
+  // Gradient buckets: gradients, then float buffers, then one element for the loss.
+  std::vector<Slot> grad_slots;
+  std::vector<Slot> buffer_slots;
+  Slot loss_slot;
+  std::vector<int64_t> bucket_sizes;
+  std::vector<at::Tensor> buckets;  // reallocated per group: a failed op may still write old ones
+
+  Impl(const TrainerConfig& cfg, DatasetPair d)
+      : config(cfg), data(std::move(d)), sampler(checked_train_size(data, cfg), cfg.data.seed) {}
+
+  static int64_t checked_train_size(DatasetPair& d, const TrainerConfig& cfg) {
+    validate(cfg.model);
+    validate(cfg.optimizer);
+    if (!d.train || !d.test) d = load_datasets(cfg.data);
+    return d.train->size();
+  }
+
+  void build() {
+    device = at::Device(config.device);
+    if (config.bucket_bytes < 1024) {
+      throw std::invalid_argument("bucket_bytes must be >= 1024, got " +
+                                  std::to_string(config.bucket_bytes));
+    }
+    model = make_model(config.model, data.train->sample_shape(), data.train->num_classes);
+    model->to(device);
+    model->train();
+    for (const auto& item : model->named_parameters())
+      params.emplace_back(item.key(), item.value());
+    for (const auto& item : model->named_buffers()) {
+      buffers.emplace_back(item.key(), item.value());
+      (item.value().is_floating_point() ? float_buffers : int_buffers).push_back(item.value());
+    }
+    for (auto& [name, p] : params) p.mutable_grad() = at::zeros_like(p);
+    optimizer = std::make_unique<Optimizer>(config.optimizer, params);
+    layout_buckets();
+  }
+
+  void layout_buckets() {
+    const int64_t capacity = std::max<int64_t>(1, config.bucket_bytes / 4);
+    int64_t used = 0;
+    auto place = [&](const at::Tensor& t, int64_t numel) {
+      if (bucket_sizes.empty() || (used > 0 && used + numel > capacity)) {
+        bucket_sizes.push_back(0);
+        used = 0;
+      }
+      Slot s{t, bucket_sizes.size() - 1, used};
+      used += numel;
+      bucket_sizes.back() = used;
+      return s;
+    };
+    for (auto& [name, p] : params) grad_slots.push_back(place(p, p.numel()));
+    for (auto& b : float_buffers) buffer_slots.push_back(place(b, b.numel()));
+    loss_slot = place(at::Tensor(), 1);
+  }
+
+  bool alone() const { return !group; }
+
+  CollectiveStatus fail(const std::string& what) {
+    broken = what;
+    return CollectiveStatus{false, what};
+  }
+
+  // Waits for `work` within the group timeout; a failure marks the group broken.
+  CollectiveStatus wait(const c10::intrusive_ptr<c10d::Work>& work, const char* what) {
+    try {
+      work->wait(timeout);
+      return {};
+    } catch (const std::exception& e) {
+      return fail(std::string(what) + " failed in generation " + std::to_string(generation) + ": " +
+                  e.what());
+    }
+  }
+
+  CollectiveStatus usable() const {
+    if (!broken.empty()) {
+      return {false, "process group is broken (" + broken + "); join a new generation"};
+    }
+    return {};
+  }
+
+  CollectiveStatus broadcast(at::Tensor& t, const char* what) {
+    std::vector<at::Tensor> tensors{t};
+    c10d::BroadcastOptions opts;
+    opts.rootRank = 0;
+    c10::intrusive_ptr<c10d::Work> work;
+    try {
+      work = group->broadcast(tensors, opts);
+    } catch (const std::exception& e) {
+      return fail(std::string(what) + " failed: " + e.what());
+    }
+    return wait(work, what);
+  }
+
+  CollectiveStatus allreduce(std::vector<at::Tensor> tensors, c10d::ReduceOp op, const char* what) {
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;
+    try {
+      // One call per tensor: Gloo queues them and its worker threads overlap them.
+      for (auto& t : tensors) {
+        std::vector<at::Tensor> one{t};
+        c10d::AllreduceOptions opts;
+        opts.reduceOp = op;
+        works.push_back(group->allreduce(one, opts));
+      }
+    } catch (const std::exception& e) {
+      return fail(std::string(what) + " failed: " + e.what());
+    }
+    for (auto& w : works) {
+      CollectiveStatus s = wait(w, what);
+      if (!s) return s;
+    }
+    return {};
+  }
+
+  std::vector<at::Tensor> float_state() const {
+    std::vector<at::Tensor> out;
+    for (const auto& [name, p] : params) out.push_back(p);
+    for (const auto& b : float_buffers) out.push_back(b);
+    for (const auto& [name, s] : optimizer->state()) out.push_back(s);
+    return out;
+  }
+
+  static int64_t total_numel(const std::vector<at::Tensor>& ts) {
+    int64_t n = 0;
+    for (const auto& t : ts) n += t.numel();
+    return n;
+  }
+
+  // What must be equal across ranks for a state broadcast to make sense.
+  std::vector<int64_t> layout_fingerprint() const {
+    return {kStateMagic,
+            total_numel(float_state()),
+            total_numel(int_buffers),
+            static_cast<int64_t>(params.size()),
+            optimizer_code(config.optimizer.kind),
+            sampler.dataset_size(),
+            static_cast<int64_t>(sampler.seed())};
+  }
+};
+
+Trainer::Trainer(const TrainerConfig& config, DatasetPair data)
+    : impl_(std::make_unique<Impl>(config, std::move(data))) {
+  impl_->build();
+}
+
+Trainer::~Trainer() = default;
+
+CollectiveStatus Trainer::join_group(c10::intrusive_ptr<c10d::Store> store, int generation,
+                                     int rank, int world, std::chrono::milliseconds timeout,
+                                     const GroupOptions& options) {
+  if (!store) throw std::invalid_argument("join_group needs a store");
+  if (world < 1 || rank < 0 || rank >= world) {
+    throw std::invalid_argument(
+        "join_group: rank " + std::to_string(rank) +
+        " must be in [0, world) with world >= 1, world = " + std::to_string(world));
+  }
+  if (generation < 0) throw std::invalid_argument("join_group: generation must be >= 0");
+  if (timeout.count() <= 0) throw std::invalid_argument("join_group: timeout must be > 0");
+  leave_group();
+  Impl& s = *impl_;
+  auto prefixed =
+      c10::make_intrusive<c10d::PrefixStore>("gen/" + std::to_string(generation), store);
+  c10::intrusive_ptr<c10d::ProcessGroup> group;
+  try {
+    if (options.backend == Backend::kNccl) {
+#ifdef OMNILEARN_WITH_NCCL
+      if (!s.device.is_cuda()) {
+        throw std::invalid_argument("the NCCL backend needs a CUDA device (config.device)");
+      }
+      auto opts = c10d::ProcessGroupNCCL::Options::create();
+      opts->timeout = timeout;
+      group = c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, rank, world, opts);
+#else
+      throw std::invalid_argument(
+          "the NCCL backend needs a build with -DOMNILEARN_WITH_NCCL=ON and CUDA LibTorch");
+#endif
+    } else {
+      if (s.device.is_cuda()) {
+        throw std::invalid_argument("use Backend::kNccl for a CUDA device");
+      }
+      auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
+      if (!options.gloo_hostname.empty()) {
+        opts->devices.push_back(
+            c10d::ProcessGroupGloo::createDeviceForHostname(options.gloo_hostname));
+      } else if (!options.gloo_interface.empty()) {
+        opts->devices.push_back(
+            c10d::ProcessGroupGloo::createDeviceForInterface(options.gloo_interface));
+      } else {
+        opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+      }
+      opts->threads = std::max(1, options.gloo_threads);
+      group = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, rank, world, opts);
+    }
+  } catch (const std::invalid_argument&) {
+    throw;
+  } catch (const std::exception& e) {
+    return CollectiveStatus{false, "rendezvous of generation " + std::to_string(generation) +
+                                       " as rank " + std::to_string(rank) + "/" +
+                                       std::to_string(world) + " failed: " + e.what()};
+  }
+  s.group = std::move(group);
+  s.rank = rank;
+  s.world = world;
+  s.generation = generation;
+  s.timeout = timeout;
+  s.broken.clear();
+  s.buckets.clear();
+  for (int64_t n : s.bucket_sizes) {
+    s.buckets.push_back(at::zeros({n}, at::TensorOptions().dtype(at::kFloat).device(s.device)));
+  }
+  return {};
+}
+
+void Trainer::leave_group() {
+  Impl& s = *impl_;
+  // The destructor waits for queued work; a hung op ends within the group timeout.
+  s.group.reset();
+  s.buckets.clear();
+  s.rank = 0;
+  s.world = 1;
+  s.generation = -1;
+  s.broken.clear();
+}
+
+bool Trainer::in_group() const { return !impl_->alone(); }
+int Trainer::rank() const { return impl_->rank; }
+int Trainer::world() const { return impl_->world; }
+int Trainer::generation() const { return impl_->generation; }
+
+CollectiveStatus Trainer::sync_state_from_rank0() {
+  Impl& s = *impl_;
+  if (s.alone()) return {};
+  if (CollectiveStatus u = s.usable(); !u) return u;
+  const auto cpu_long = at::TensorOptions().dtype(at::kLong).device(s.device);
+
+  // 1. Header: rank 0's counters and layout; every rank checks the layout matches its own.
+  const std::vector<int64_t> fingerprint = s.layout_fingerprint();
+  std::vector<int64_t> header_words = fingerprint;
+  header_words.insert(header_words.end(), {s.step, s.cursor.epoch, s.cursor.position});
+  at::Tensor header = at::tensor(header_words, at::TensorOptions().dtype(at::kLong)).to(s.device);
+  if (CollectiveStatus st = s.broadcast(header, "state header broadcast"); !st) return st;
+  header = header.to(at::kCPU);
+  const int64_t* h = header.data_ptr<int64_t>();
+  bool layout_ok = true;
+  for (size_t i = 0; i < fingerprint.size(); ++i) layout_ok = layout_ok && h[i] == fingerprint[i];
+  at::Tensor agree = at::full({1}, layout_ok ? 1 : 0, cpu_long);
+  if (CollectiveStatus st = s.allreduce({agree}, c10d::ReduceOp::MIN, "state layout check"); !st) {
+    return st;
+  }
+  if (agree.item<int64_t>() == 0) {
+    // Every rank saw the same verdict, so the group is still in step and usable.
+    return CollectiveStatus{false, layout_ok ? "another rank's model/optimizer/data layout "
+                                               "differs from rank 0's; state not synced"
+                                             : "this rank's model/optimizer/data layout differs "
+                                               "from rank 0's; state not synced"};
+  }
+  const size_t n = fingerprint.size();
+  const int64_t step = h[n], epoch = h[n + 1], position = h[n + 2];
+
+  // 2. Float state (parameters, BatchNorm statistics, optimizer state) in bucket-sized chunks,
+  // then integer buffers. Copied into the live tensors only once everything has arrived.
+  const std::vector<at::Tensor> live = s.float_state();
+  std::vector<at::Tensor> flat_parts;
+  for (const auto& t : live) flat_parts.push_back(t.detach().reshape({-1}));
+  at::Tensor flat = at::cat(flat_parts);
+  const int64_t chunk = std::max<int64_t>(1, s.config.bucket_bytes / 4);
+  for (int64_t off = 0; off < flat.numel(); off += chunk) {
+    at::Tensor part = flat.narrow(0, off, std::min(chunk, flat.numel() - off)).clone();
+    if (CollectiveStatus st = s.broadcast(part, "state broadcast"); !st) return st;
+    flat.narrow(0, off, part.numel()).copy_(part);
+  }
+  at::Tensor ints;
+  if (!s.int_buffers.empty()) {
+    std::vector<at::Tensor> parts;
+    for (const auto& t : s.int_buffers) parts.push_back(t.reshape({-1}).to(at::kLong));
+    ints = at::cat(parts);
+    if (CollectiveStatus st = s.broadcast(ints, "buffer broadcast"); !st) return st;
+  }
+
+  c10::NoGradGuard no_grad;
+  int64_t off = 0;
+  for (const auto& t : live) {
+    t.detach().view({-1}).copy_(flat.narrow(0, off, t.numel()));
+    off += t.numel();
+  }
+  off = 0;
+  for (auto& t : s.int_buffers) {
+    t.view({-1}).copy_(ints.narrow(0, off, t.numel()));
+    off += t.numel();
+  }
+  s.step = step;
+  s.cursor = Cursor{epoch, position};
+  return {};
+}
+
+CollectiveStatus Trainer::broadcast_control(std::vector<int64_t>& words) {
+  Impl& s = *impl_;
+  if (s.alone()) return {};
+  if (CollectiveStatus u = s.usable(); !u) return u;
+  if (s.rank == 0 && static_cast<int64_t>(words.size()) > kMaxControlWords) {
+    throw std::invalid_argument("broadcast_control: at most " + std::to_string(kMaxControlWords) +
+                                " words, got " + std::to_string(words.size()));
+  }
+  const auto longs = at::TensorOptions().dtype(at::kLong);
+  // One broadcast in the common case: [length, up to kControlInline words]; a second one carries
+  // the rest of a longer message (every rank learns from the first whether it follows).
+  at::Tensor frame = at::zeros({kControlInline + 1}, longs);
+  if (s.rank == 0) {
+    int64_t* f = frame.data_ptr<int64_t>();
+    f[0] = static_cast<int64_t>(words.size());
+    std::copy_n(words.begin(), std::min<int64_t>(kControlInline, f[0]), f + 1);
+  }
+  at::Tensor frame_dev = frame.to(s.device);
+  if (CollectiveStatus st = s.broadcast(frame_dev, "control broadcast"); !st) return st;
+  frame = frame_dev.to(at::kCPU);
+  const int64_t* f = frame.data_ptr<int64_t>();
+  const int64_t length = f[0];
+  if (length < 0 || length > kMaxControlWords) {
+    return s.fail("control broadcast carried an invalid length " + std::to_string(length));
+  }
+  std::vector<int64_t> received(f + 1, f + 1 + std::min(kControlInline, length));
+  if (length > kControlInline) {
+    at::Tensor rest = at::zeros({length - kControlInline}, longs);
+    if (s.rank == 0)
+      std::copy(words.begin() + kControlInline, words.end(), rest.data_ptr<int64_t>());
+    at::Tensor rest_dev = rest.to(s.device);
+    if (CollectiveStatus st = s.broadcast(rest_dev, "control broadcast"); !st) return st;
+    rest = rest_dev.to(at::kCPU);
+    received.insert(received.end(), rest.data_ptr<int64_t>(),
+                    rest.data_ptr<int64_t>() + rest.numel());
+  }
+  if (s.rank != 0) words = std::move(received);
+  return {};
+}
+
+CollectiveStatus Trainer::barrier() {
+  Impl& s = *impl_;
+  if (s.alone()) return {};
+  if (CollectiveStatus u = s.usable(); !u) return u;
+  c10::intrusive_ptr<c10d::Work> work;
+  try {
+    work = s.group->barrier();
+  } catch (const std::exception& e) {
+    return s.fail(std::string("barrier failed: ") + e.what());
+  }
+  return s.wait(work, "barrier");
+}
+
+StepResult Trainer::step(const std::vector<int>& batches) {
+  Impl& s = *impl_;
+  const int64_t global = checked_global_batch(batches);
+  if (static_cast<int>(batches.size()) != s.world) {
+    throw std::invalid_argument("step: batch vector has " + std::to_string(batches.size()) +
+                                " entries for a world of " + std::to_string(s.world));
+  }
+  StepResult result;
+  result.step = s.step;
+  result.cursor = s.cursor;
+  result.global_samples = global;
+  const int64_t mine = batches[static_cast<size_t>(s.rank)];
+  result.samples = mine;
+  if (CollectiveStatus u = s.usable(); !u) {
+    result.error = u.error;
+    return result;
+  }
+
+  // Buffers change in forward; keep a copy so a step that is not committed changes nothing.
+  std::vector<at::Tensor> saved_buffers;
+  for (const auto& [name, b] : s.buffers) saved_buffers.push_back(b.clone());
+
+  const Clock::time_point compute_start = Clock::now();
+  for (auto& [name, p] : s.params) p.mutable_grad().zero_();
+  double local_loss = 0;
+  if (mine > 0) {
+    const std::vector<int64_t> indices = s.sampler.slice(s.cursor, batches, s.rank);
+    auto [x, y] = s.data.train->gather(indices);
+    x = x.to(s.device);
+    y = y.to(s.device);
+    at::Tensor loss = at::cross_entropy_loss(s.model->forward(x), y);
+    loss.backward();
+    local_loss = loss.item<double>();
+  }
+  double compute = seconds_since(compute_start);
+  const double factor = s.slowdown.load();
+  if (factor > 1.0) {
+    const double extra = (factor - 1.0) * compute;
+    std::this_thread::sleep_for(std::chrono::duration<double>(extra));
+    result.slowdown_time_s = extra;
+    compute += extra;
+  }
+  result.compute_time_s = compute;
+
+  double global_loss = local_loss;
+  if (!s.alone()) {
+    c10::NoGradGuard no_grad;
+    const double scale = static_cast<double>(mine) / static_cast<double>(global);
+    for (const Slot& slot : s.grad_slots) {
+      s.buckets[slot.bucket]
+          .narrow(0, slot.offset, slot.tensor.numel())
+          .copy_(slot.tensor.grad().reshape({-1}));
+    }
+    for (const Slot& slot : s.buffer_slots) {
+      s.buckets[slot.bucket]
+          .narrow(0, slot.offset, slot.tensor.numel())
+          .copy_(slot.tensor.reshape({-1}));
+    }
+    s.buckets[s.loss_slot.bucket].narrow(0, s.loss_slot.offset, 1).fill_(local_loss);
+    for (auto& bucket : s.buckets) bucket.mul_(scale);
+
+    const Clock::time_point reduce_start = Clock::now();
+    CollectiveStatus st = s.allreduce(s.buckets, c10d::ReduceOp::SUM, "gradient all-reduce");
+    result.allreduce_time_s = seconds_since(reduce_start);
+    if (!st) {
+      for (size_t i = 0; i < s.buffers.size(); ++i) s.buffers[i].second.copy_(saved_buffers[i]);
+      result.error = st.error;
+      return result;
+    }
+    for (const Slot& slot : s.grad_slots) {
+      slot.tensor.mutable_grad().view({-1}).copy_(
+          s.buckets[slot.bucket].narrow(0, slot.offset, slot.tensor.numel()));
+    }
+    for (const Slot& slot : s.buffer_slots) {
+      slot.tensor.view({-1}).copy_(
+          s.buckets[slot.bucket].narrow(0, slot.offset, slot.tensor.numel()));
+    }
+    global_loss = s.buckets[s.loss_slot.bucket][s.loss_slot.offset].item<double>();
+    // A rank with an empty slice ran no forward; keep its counters in step with the others.
+    if (mine == 0) {
+      for (auto& t : s.int_buffers) t.add_(1);
+    }
+  }
+
+  s.optimizer->step(scheduled_lr(s.config.optimizer, s.step), s.step + 1);
+  s.step += 1;
+  s.cursor = s.sampler.advance(s.cursor, global);
+  result.committed = true;
+  result.loss = global_loss;
+  result.step = s.step;
+  result.cursor = s.cursor;
+  return result;
+}
+
+EvalResult Trainer::evaluate(int64_t max_samples) {
+  Impl& s = *impl_;
+  const Dataset& test = *s.data.test;
+  const int64_t n = max_samples > 0 ? std::min(max_samples, test.size()) : test.size();
+  constexpr int64_t kChunk = 1000;
+  c10::NoGradGuard no_grad;
+  s.model->eval();
+  double loss_sum = 0;
+  int64_t correct = 0;
+  for (int64_t begin = 0; begin < n; begin += kChunk) {
+    auto [x, y] = test.range(begin, std::min(n, begin + kChunk));
+    x = x.to(s.device);
+    y = y.to(s.device);
+    const at::Tensor logits = s.model->forward(x);
+    loss_sum += at::cross_entropy_loss(logits, y, {}, at::Reduction::Sum).item<double>();
+    correct += logits.argmax(1).eq(y).sum().item<int64_t>();
+  }
+  s.model->train();
+  EvalResult r;
+  r.samples = n;
+  r.loss = n > 0 ? loss_sum / static_cast<double>(n) : 0.0;
+  r.accuracy = n > 0 ? static_cast<double>(correct) / static_cast<double>(n) : 0.0;
+  return r;
+}
+
+void Trainer::save_checkpoint(const std::string& path) const {
+  const Impl& s = *impl_;
+  c10::Dict<std::string, at::Tensor> model;
+  for (const auto& [name, t] : s.params) model.insert(name, t.detach().to(at::kCPU).clone());
+  for (const auto& [name, t] : s.buffers) model.insert(name, t.detach().to(at::kCPU).clone());
+  c10::Dict<std::string, at::Tensor> optimizer;
+  for (const auto& [name, t] : s.optimizer->state()) optimizer.insert(name, t.to(at::kCPU).clone());
+  c10::Dict<std::string, int64_t> trainer;
+  trainer.insert("format", kCheckpointFormat);
+  trainer.insert("step", s.step);
+  trainer.insert("epoch", s.cursor.epoch);
+  trainer.insert("position", s.cursor.position);
+  trainer.insert("dataset_size", s.sampler.dataset_size());
+  trainer.insert("data_seed", static_cast<int64_t>(s.sampler.seed()));
+  // Top level is {"model": state_dict, "optimizer": ..., "trainer": ..., "optimizer_kind": ...}:
+  // in Python, torch.load(path)["model"] feeds load_state_dict of the equivalent Sequential.
+  c10::impl::GenericDict top(c10::StringType::get(), c10::AnyType::get());
+  top.insert("model", model);
+  top.insert("optimizer", optimizer);
+  top.insert("optimizer_kind", s.config.optimizer.kind);
+  top.insert("trainer", trainer);
+  std::vector<char> bytes;
+  try {
+    bytes = torch::jit::pickle_save(top);
+  } catch (const std::exception& e) {
+    throw CheckpointError("cannot serialize checkpoint " + path + ": " + e.what());
+  }
+  write_file_atomically(path, bytes);
+}
+
+void Trainer::load_checkpoint(const std::string& path) {
+  Impl& s = *impl_;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw CheckpointError("cannot open checkpoint " + path + ": " + std::strerror(errno));
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  c10::IValue value;
+  try {
+    value = torch::jit::pickle_load(bytes);
+  } catch (const std::exception& e) {
+    throw CheckpointError("checkpoint " + path + " is not a readable archive: " + e.what());
+  }
+  expect(value.isGenericDict(), path, "top level is not a dict");
+  const c10::impl::GenericDict top = value.toGenericDict();
+  for (const char* key : {"model", "optimizer", "optimizer_kind", "trainer"}) {
+    expect(top.contains(key), path, std::string("missing entry \"") + key + "\"");
+  }
+  auto tensors = [&](const char* key) {
+    const c10::IValue v = top.at(key);
+    expect(v.isGenericDict(), path, std::string("\"") + key + "\" is not a dict");
+    std::map<std::string, at::Tensor> out;
+    for (const auto& entry : v.toGenericDict()) {
+      expect(entry.key().isString() && entry.value().isTensor(), path,
+             std::string("\"") + key + "\" must map names to tensors");
+      out.emplace(entry.key().toStringRef(), entry.value().toTensor());
+    }
+    return out;
+  };
+  const std::map<std::string, at::Tensor> model = tensors("model");
+  const std::map<std::string, at::Tensor> optimizer = tensors("optimizer");
+  const c10::IValue kind = top.at("optimizer_kind");
+  expect(kind.isString() && kind.toStringRef() == s.config.optimizer.kind, path,
+         "optimizer kind differs from this trainer's \"" + s.config.optimizer.kind + "\"");
+  std::map<std::string, int64_t> counters;
+  const c10::IValue trainer = top.at("trainer");
+  expect(trainer.isGenericDict(), path, "\"trainer\" is not a dict");
+  for (const auto& entry : trainer.toGenericDict()) {
+    expect(entry.key().isString() && entry.value().isInt(), path,
+           "\"trainer\" must map names to integers");
+    counters[entry.key().toStringRef()] = entry.value().toInt();
+  }
+  for (const char* key : {"format", "step", "epoch", "position", "dataset_size", "data_seed"}) {
+    expect(counters.count(key) == 1, path, std::string("missing trainer field \"") + key + "\"");
+  }
+  expect(counters["format"] == kCheckpointFormat, path,
+         "format " + std::to_string(counters["format"]) + " is not " +
+             std::to_string(kCheckpointFormat));
+  expect(counters["dataset_size"] == s.sampler.dataset_size() &&
+             counters["data_seed"] == static_cast<int64_t>(s.sampler.seed()),
+         path, "it was written for another dataset size or data seed");
+  const Cursor cursor{counters["epoch"], counters["position"]};
+  expect(counters["step"] >= 0 && cursor.epoch >= 0 && cursor.position >= 0 &&
+             cursor.position < s.sampler.dataset_size(),
+         path, "step or cursor out of range");
+
+  auto match = [&](const std::vector<NamedTensor>& live,
+                   const std::map<std::string, at::Tensor>& saved, const char* what) {
+    expect(live.size() == saved.size(), path,
+           std::string(what) + " has " + std::to_string(saved.size()) + " entries, expected " +
+               std::to_string(live.size()));
+    for (const auto& [name, t] : live) {
+      auto it = saved.find(name);
+      expect(it != saved.end(), path, std::string(what) + " lacks \"" + name + "\"");
+      expect(it->second.sizes() == t.sizes() && it->second.scalar_type() == t.scalar_type(), path,
+             std::string(what) + " entry \"" + name + "\" has another shape or type");
+    }
+  };
+  std::vector<NamedTensor> all = s.params;
+  all.insert(all.end(), s.buffers.begin(), s.buffers.end());
+  match(all, model, "model");
+  match(s.optimizer->state(), optimizer, "optimizer");
+
+  c10::NoGradGuard no_grad;
+  for (auto& [name, t] : all) t.copy_(model.at(name));
+  for (const auto& [name, t] : s.optimizer->state()) {
+    at::Tensor live = t;
+    live.copy_(optimizer.at(name));
+  }
+  s.step = counters["step"];
+  s.cursor = cursor;
+}
+
+void Trainer::set_slowdown(double factor) {
+  if (!(factor >= 1.0) || !std::isfinite(factor)) {
+    throw std::invalid_argument("slowdown factor must be a finite number >= 1, got " +
+                                std::to_string(factor));
+  }
+  impl_->slowdown.store(factor);
+}
+
+double Trainer::slowdown() const { return impl_->slowdown.load(); }
+int64_t Trainer::step_count() const { return impl_->step; }
+Cursor Trainer::cursor() const { return impl_->cursor; }
+double Trainer::current_lr() const { return scheduled_lr(impl_->config.optimizer, impl_->step); }
+const DatasetPair& Trainer::data() const { return impl_->data; }
+const TrainerConfig& Trainer::config() const { return impl_->config; }
+
+std::vector<NamedTensor> Trainer::named_parameters() const {
+  return detached_copies(impl_->params);
+}
+std::vector<NamedTensor> Trainer::named_buffers() const { return detached_copies(impl_->buffers); }
+std::vector<NamedTensor> Trainer::named_optimizer_state() const {
+  return detached_copies(impl_->optimizer->state());
+}
+
+int64_t Trainer::parameter_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& [name, p] : impl_->params) bytes += p.numel() * p.element_size();
+  return bytes;
+}
+
+}  // namespace omnilearn::training
