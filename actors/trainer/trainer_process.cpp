@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <csignal>
 #include <condition_variable>
 #include <cstdio>
 #include <filesystem>
@@ -416,6 +417,9 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   runtime::block_shutdown_signals();
+  // Gloo writes to its peers' sockets: a peer that died must fail the collective (and lead to a
+  // new generation), not kill this survivor with SIGPIPE.
+  std::signal(SIGPIPE, SIG_IGN);
   auto logger = spdlog::stderr_color_mt("trainer");
   logger->set_pattern("%Y-%m-%d %H:%M:%S.%e %^%l%$ [%P] %v");
   spdlog::set_default_logger(logger);

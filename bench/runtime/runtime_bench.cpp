@@ -18,6 +18,7 @@
 //                      [--nodes N,N,...] [--heartbeat-seconds S] [--heartbeat-tell 1]
 //                      [--omnilearn PATH]
 
+#include <spdlog/spdlog.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -25,7 +26,6 @@
 #include <atomic>
 #include <cinttypes>
 #include <condition_variable>
-#include <mutex>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -33,14 +33,13 @@
 #include <fstream>
 #include <future>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <spdlog/spdlog.h>
 #include <zmq.hpp>
 
 #include "actors/membership_protocol.hpp"
@@ -97,10 +96,11 @@ void print_endpoint(const std::string& endpoint) {
 }
 
 // Both one-way sinks acknowledge every kAckEvery messages, and senders keep at most kWindow
-// unacknowledged: sustained throughput under flow control, below the runtime's per-peer send
-// queue (TransportOptions::send_high_water_mark, 10,000), beyond which sends are dropped.
-constexpr std::uint64_t kAckEvery = 1000;
-constexpr std::uint64_t kWindow = 8000;
+// unacknowledged: sustained throughput under flow control, well below the runtime's per-peer
+// send queue (TransportOptions::send_high_water_mark, 10,000 messages; ZeroMQ may enforce its
+// high-water mark 60-70% earlier), beyond which tells are dropped (and counted).
+constexpr std::uint64_t kAckEvery = 500;
+constexpr std::uint64_t kWindow = 2000;
 
 // Raw ZeroMQ: a ROUTER that echoes every message back to its sender. In "sink" mode it counts
 // messages instead, acknowledging every kAckEvery (an 8-byte count) and the last one.
@@ -442,26 +442,10 @@ class ActorOneway {
   ActorAddress sink_, remote_system_, reporter_;
 };
 
-// CPU seconds (user + system, all threads) a process has used so far.
-double process_cpu_seconds(pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-  auto close = text.rfind(')');
-  if (close == std::string::npos) return 0;
-  std::istringstream fields(text.substr(close + 2));
-  std::string field;
-  unsigned long long utime = 0, stime = 0;
-  for (int i = 3; i <= 15 && fields >> field; ++i) {
-    if (i == 14) utime = std::stoull(field);
-    if (i == 15) stime = std::stoull(field);
-  }
-  return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
-}
-
 struct HeartbeatResult {
-  double rate = 0;            // heartbeats per second actually sent
-  double head_cpu = 0;        // head CPU seconds per wall second while they were sent
-  double idle_cpu = 0;        // the same with the nodes registered but silent
+  double rate = 0;      // heartbeats per second actually sent
+  double head_cpu = 0;  // head CPU seconds per wall second while they were sent
+  double idle_cpu = 0;  // the same nodes registered but silent (sweeps only)
 };
 
 // `nodes` simulated nodes register with a real head, then each heartbeats every `interval`
@@ -474,8 +458,8 @@ HeartbeatResult heartbeat_cost(const std::string& omnilearn, int nodes,
   options.env = {"OMNILEARN_LOG=warn"};
   omnilearn::testing::ChildProcess head(
       {omnilearn, "head", "--host", "127.0.0.1", "--port", "0", "--heartbeat-interval-ms",
-       std::to_string(interval.count()), "--heartbeat-timeout-ms",
-       std::to_string(interval.count() * 6), "--max-nodes", std::to_string(nodes + 10)},
+       std::to_string(interval.count()), "--heartbeat-timeout-ms", std::to_string(60000),
+       "--max-nodes", std::to_string(nodes + 10)},
       options);
   std::smatch match;
   auto line = head.wait_for_output(std::regex("listening on (\\S+)"), 20s);
@@ -518,55 +502,69 @@ HeartbeatResult heartbeat_cost(const std::string& omnilearn, int nodes,
     beat.node_id = node.node_id;
     beat.incarnation = node.incarnation;
     beat.usage = actors::NodeUsage{0.7, 200ll << 20, 1.0, 0};
-    beat.actors.push_back(actors::ActorCounters{"trainer-0", "job-1", 0, 100, 64, 512.0, 0.125,
-                                                0.1});
+    beat.actors.push_back(
+        actors::ActorCounters{"trainer-0", "job-1", 0, 100, 64, 512.0, 0.125, 0.1});
     payloads.push_back(runtime::pack_payload(beat));
   }
   std::uint64_t correlation = 1ull << 62;  // replies are for nobody: dropped on arrival
   auto send_beat = [&](int node) {
-    auto envelope = system.make_envelope(registry, runtime::MessageKind::kHeartbeat,
-                                         payloads[node], sink);
+    auto envelope =
+        system.make_envelope(registry, runtime::MessageKind::kHeartbeat, payloads[node], sink);
     if (with_reply) envelope.correlation = correlation++;  // an ask, as NodeAgent sends it
     system.send(std::move(envelope));
   };
 
   HeartbeatResult result;
-  // Idle: registered nodes, no heartbeats yet (the sweep alone). Shorter than the timeout.
-  auto idle_window = std::min(seconds, interval.count() * 6 / 1000.0 * 0.8);
-  double cpu0 = process_cpu_seconds(head.pid());
-  auto t0 = Clock::now();
-  std::this_thread::sleep_for(std::chrono::duration<double>(idle_window));
-  result.idle_cpu = (process_cpu_seconds(head.pid()) - cpu0) / seconds_since(t0);
-
-  // Heartbeats: node i beats at phase i/nodes of every interval, paced on a 1 ms grid.
+  // Heartbeats: node i beats at phase i/nodes of every interval, paced on a 1 ms grid. The
+  // first second warms up (every node heard from, queues in steady state) and is not measured.
   const double per_second = nodes * 1000.0 / interval.count();
   std::uint64_t sent = 0;
-  cpu0 = process_cpu_seconds(head.pid());
-  auto start = Clock::now();
+  const double warmup = 1.0;
+  double cpu0 = 0;
+  Clock::time_point start = Clock::now(), measured_from;
+  bool measuring = false;
   while (true) {
     double elapsed = seconds_since(start);
-    if (elapsed >= seconds) break;
+    if (!measuring && elapsed >= warmup) {
+      measuring = true;
+      cpu0 = proc_stats(head.pid()).cpu_s;
+      measured_from = Clock::now();
+      result.rate = -static_cast<double>(sent);
+    }
+    if (elapsed >= warmup + seconds) break;
     auto due = static_cast<std::uint64_t>(elapsed * per_second);
     for (; sent < due; ++sent) send_beat(static_cast<int>(sent % nodes));
     std::this_thread::sleep_for(1ms);
   }
-  double window = seconds_since(start);
-  result.head_cpu = (process_cpu_seconds(head.pid()) - cpu0) / window;
-  result.rate = sent / window;
+  double window = seconds_since(measured_from);
+  result.head_cpu = (proc_stats(head.pid()).cpu_s - cpu0) / window;
+  result.rate = (result.rate + static_cast<double>(sent)) / window;
+
   auto status = system.ask(registry, actors::StatusRequest{false}, 10s).get();
   if (auto reply = status.as<actors::StatusReply>()) {
     std::size_t alive = 0;
     for (const auto& node : reply->nodes) alive += node.state == "alive";
     if (alive != static_cast<std::size_t>(nodes)) {
-      std::fprintf(stderr, "warning: only %zu of %d simulated nodes alive at the end\n", alive,
-                   nodes);
+      std::fprintf(stderr,
+                   "warning: only %zu of %d simulated nodes alive at the end (%" PRIu64
+                   " heartbeats dropped by the sender)\n",
+                   alive, nodes, system.transport_stats().dropped_send_full.load());
     }
   }
+
+  // Idle: the same nodes registered and alive, no heartbeats (the failure detector's sweep
+  // alone), ending before a silent node turns suspect (after two intervals, 1 s).
+  cpu0 = proc_stats(head.pid()).cpu_s;
+  auto t0 = Clock::now();
+  std::this_thread::sleep_for(300ms);
+  result.idle_cpu = (proc_stats(head.pid()).cpu_s - cpu0) / seconds_since(t0);
+
   return result;
 }
 
 std::filesystem::path default_omnilearn() {
-  if (const char* dir = std::getenv("OMNILEARN_BIN")) return std::filesystem::path(dir) / "omnilearn";
+  if (const char* dir = std::getenv("OMNILEARN_BIN"))
+    return std::filesystem::path(dir) / "omnilearn";
   // bench/runtime/runtime_bench -> bin/omnilearn in the same build tree.
   auto self = std::filesystem::read_symlink("/proc/self/exe");
   return self.parent_path().parent_path().parent_path() / "bin" / "omnilearn";
@@ -625,11 +623,12 @@ int main(int argc, char** argv) {
     RawPingPong raw_path(raw_server.endpoint);
     ActorPingPong actor_path(actor_server.endpoint);
     AskPingPong ask_path(actor_server.endpoint);
-    std::printf("\n== ping-pong round trip: %d runs of %d blocks x %d round trips, raw / actor / "
-                "ask blocks interleaved (us per round trip)\n",
-                rounds, blocks, block_iters);
-    std::printf("%5s %10s %10s %10s %10s %10s\n", "run", "raw-zmq", "actor", "ask",
-                "actor/raw", "ask/raw");
+    std::printf(
+        "\n== ping-pong round trip: %d runs of %d blocks x %d round trips, raw / actor / "
+        "ask blocks interleaved (us per round trip)\n",
+        rounds, blocks, block_iters);
+    std::printf("%5s %10s %10s %10s %10s %10s\n", "run", "raw-zmq", "actor", "ask", "actor/raw",
+                "ask/raw");
     std::vector<double> run_raw, run_actor, run_ask, run_ratio, run_ask_ratio;
     ProcStats raw_cost, actor_cost, ask_cost;
     const pid_t raw_pid = raw_server.process.pid(), actor_pid = actor_server.process.pid();
@@ -647,9 +646,21 @@ int main(int argc, char** argv) {
           k = measured(actor_pid, ask_cost, [&] { return ask_path.run(block_iters); });
         };
         switch ((r * blocks + b) % 3) {  // rotate which path goes first
-          case 0: do_raw(); do_actor(); do_ask(); break;
-          case 1: do_actor(); do_ask(); do_raw(); break;
-          default: do_ask(); do_raw(); do_actor(); break;
+          case 0:
+            do_raw();
+            do_actor();
+            do_ask();
+            break;
+          case 1:
+            do_actor();
+            do_ask();
+            do_raw();
+            break;
+          default:
+            do_ask();
+            do_raw();
+            do_actor();
+            break;
         }
         raw.push_back(z);
         actor.push_back(a);
@@ -669,15 +680,14 @@ int main(int argc, char** argv) {
     }
     std::printf("median %9.1f %10.1f %10.1f %10.2f %10.2f   (run ratios min..max %s, ask %s)\n",
                 median(run_raw), median(run_actor), median(run_ask), median(run_ratio),
-                median(run_ask_ratio), min_max(run_ratio).c_str(),
-                min_max(run_ask_ratio).c_str());
+                median(run_ask_ratio), min_max(run_ratio).c_str(), min_max(run_ask_ratio).c_str());
     std::printf("target: actor/raw <= 1.5 -> %s\n", median(run_ratio) <= 1.5 ? "met" : "MISSED");
     const double trips = static_cast<double>(rounds) * blocks * block_iters;
-    std::printf("cost per round trip, both processes (all runs): raw %.1f us CPU, %.1f thread "
-                "wake-ups; actor %.1f us CPU, %.1f wake-ups; ask %.1f us CPU, %.1f wake-ups\n",
-                raw_cost.cpu_s * 1e6 / trips, raw_cost.switches / trips,
-                actor_cost.cpu_s * 1e6 / trips, actor_cost.switches / trips,
-                ask_cost.cpu_s * 1e6 / trips, ask_cost.switches / trips);
+    std::printf(
+        "cost per round trip, both processes (all runs): raw %.1f us CPU, %.1f thread "
+        "wake-ups; actor %.1f us CPU, %.1f wake-ups; ask %.1f us CPU, %.1f wake-ups\n",
+        raw_cost.cpu_s * 1e6 / trips, raw_cost.switches / trips, actor_cost.cpu_s * 1e6 / trips,
+        actor_cost.switches / trips, ask_cost.cpu_s * 1e6 / trips, ask_cost.switches / trips);
   }
 
   if (only.empty() || only == "oneway") {
@@ -726,32 +736,35 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
     std::printf("median %11.0f %12.0f %10.2f   (run ratios min..max %s; actor runs %s msg/s)\n",
-                median(run_raw), median(run_actor), median(run_ratio),
-                min_max(run_ratio).c_str(), min_max(run_actor, "%.0f").c_str());
+                median(run_raw), median(run_actor), median(run_ratio), min_max(run_ratio).c_str(),
+                min_max(run_actor, "%.0f").c_str());
     std::printf("target: actor >= 200000 msg/s -> %s\n",
                 median(run_actor) >= 200000 ? "met" : "MISSED");
     const double total = static_cast<double>(rounds) * blocks * block;
-    std::printf("cost per message, both processes (all runs): raw %.2f us CPU, %.3f wake-ups; "
-                "actor %.2f us CPU, %.3f wake-ups\n",
-                raw_cost.cpu_s * 1e6 / total, raw_cost.switches / total,
-                actor_cost.cpu_s * 1e6 / total, actor_cost.switches / total);
+    std::printf(
+        "cost per message, both processes (all runs): raw %.2f us CPU, %.3f wake-ups; "
+        "actor %.2f us CPU, %.3f wake-ups\n",
+        raw_cost.cpu_s * 1e6 / total, raw_cost.switches / total, actor_cost.cpu_s * 1e6 / total,
+        actor_cost.switches / total);
   }
 
   if (only.empty() || only == "heartbeat") {
-    std::printf("\n== head CPU per 1,000 heartbeats/s (real `omnilearn head`, nodes beat every "
-                "500 ms as %s, one trainer's counters each, %.0f s windows)\n",
-                heartbeat_tell ? "tells (no reply)" : "asks (the head replies, as to NodeAgent)",
-                hb_seconds);
-    std::printf("%6s %5s %10s %12s %12s %18s\n", "nodes", "run", "hb/s", "head CPU %",
-                "idle CPU %", "CPU % per 1k hb/s");
+    std::printf(
+        "\n== head CPU per 1,000 heartbeats/s (real `omnilearn head`, nodes beat every "
+        "500 ms as %s, one trainer's counters each, %.0f s windows)\n",
+        heartbeat_tell ? "tells (no reply)" : "asks (the head replies, as to NodeAgent)",
+        hb_seconds);
+    std::printf("%6s %5s %10s %12s %12s %18s %14s\n", "nodes", "run", "hb/s", "head CPU %",
+                "idle CPU %", "CPU % per 1k hb/s", "us CPU per hb");
     for (int nodes : node_counts) {
       std::vector<double> per_k;
       for (int r = 0; r < std::max(3, rounds / 2); ++r) {
         auto result = heartbeat_cost(omnilearn, nodes, 500ms, hb_seconds, !heartbeat_tell);
         double cost = (result.head_cpu - result.idle_cpu) * 100 / (result.rate / 1000);
         per_k.push_back(cost);
-        std::printf("%6d %5d %10.0f %12.2f %12.2f %18.3f\n", nodes, r + 1, result.rate,
-                    result.head_cpu * 100, result.idle_cpu * 100, cost);
+        std::printf("%6d %5d %10.0f %12.2f %12.2f %18.3f %14.1f\n", nodes, r + 1, result.rate,
+                    result.head_cpu * 100, result.idle_cpu * 100, cost,
+                    result.head_cpu / result.rate * 1e6);
         std::fflush(stdout);
       }
       std::printf("%6d median CPU %% of one core per 1,000 heartbeats/s: %.3f (min..max %s)\n",

@@ -1,9 +1,9 @@
 // MembershipTable with injected time: registration, incarnations, failure detection, leaving,
 // limits and forgetting. No clock, no sockets: every step is explicit.
 
-#include <gtest/gtest.h>
-
 #include "actors/membership_table.hpp"
+
+#include <gtest/gtest.h>
 
 namespace omnilearn::actors {
 namespace {

@@ -2,10 +2,11 @@
 // over real TCP on 127.0.0.1. Subscribers see joined / suspect / dead / left, a dead node's
 // system is declared down (monitors get Down), and bad requests get an ErrorReply.
 
+#include "actors/node_registry.hpp"
+
 #include <gtest/gtest.h>
 
 #include "actors/node_agent.hpp"
-#include "actors/node_registry.hpp"
 #include "runtime/system_messages.hpp"
 #include "tests/support/actor_probe.hpp"
 #include "tests/support/wait.hpp"
@@ -140,8 +141,9 @@ TEST_F(Registry, ANodeThatHeartbeatsAgainAfterSuspectIsAliveAgain) {
   runtime::ActorSystem node;
   RegisterNode request;
   request.name = "flaky";
-  auto registered =
-      node.ask(ActorAddress{head_endpoint, kRegistryActor}, request, 5s).get().as<RegisterNodeReply>();
+  auto registered = node.ask(ActorAddress{head_endpoint, kRegistryActor}, request, 5s)
+                        .get()
+                        .as<RegisterNodeReply>();
   ASSERT_TRUE(registered);
   ASSERT_TRUE(next_event("flaky", 5s));  // joined
   auto suspect = next_event("flaky", 5s);
@@ -183,9 +185,9 @@ TEST_F(Registry, BadRequestsGetAnErrorReply) {
 
 TEST_F(Registry, StatusCountsTheHeadsTraffic) {
   auto counters = status().counters;
-  for (const char* key : {"messages_in", "messages_out", "dropped_malformed", "dropped_oversized",
-                          "dropped_unknown_kind", "dropped_bad_version", "refused_registrations",
-                          "dead_letters"}) {
+  for (const char* key :
+       {"messages_in", "messages_out", "dropped_malformed", "dropped_oversized",
+        "dropped_unknown_kind", "dropped_bad_version", "refused_registrations", "dead_letters"}) {
     EXPECT_TRUE(counters.count(key)) << key;
   }
 }

@@ -1,14 +1,14 @@
 // The test-support ChildProcess itself: output capture, exit statuses, signals, and that nothing
 // it started outlives it.
 
-#include <gtest/gtest.h>
+#include "tests/support/child_process.hpp"
 
+#include <gtest/gtest.h>
 #include <signal.h>
 
 #include <fstream>
 #include <thread>
 
-#include "tests/support/child_process.hpp"
 #include "tests/support/wait.hpp"
 
 namespace omnilearn::testing {
@@ -38,8 +38,7 @@ TEST(ChildProcess, CapturesStdoutAndStderrLineByLine) {
   EXPECT_EQ(child.wait_for_output("two", 5s, Stream::kStderr), "two");
   EXPECT_EQ(child.wait_for_output("no newline", 5s), "no newline")
       << "the last unterminated line counts once the stream ends";
-  EXPECT_EQ(child.lines(Stream::kStdout),
-            (std::vector<std::string>{"one", "three", "no newline"}));
+  EXPECT_EQ(child.lines(Stream::kStdout), (std::vector<std::string>{"one", "three", "no newline"}));
   EXPECT_EQ(child.output(Stream::kStderr), "two\n");
 }
 

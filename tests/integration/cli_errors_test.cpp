@@ -1,9 +1,8 @@
 // User errors get one line on stderr and exit code 2, within a bounded wait — never a hang or a
 // stack trace.
 
-#include <gtest/gtest.h>
-
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>

@@ -2,7 +2,6 @@
 // Heartbeats every 100 ms, dead after 600 ms, so each test takes a few seconds.
 
 #include <gtest/gtest.h>
-
 #include <signal.h>
 
 #include <set>
@@ -83,22 +82,24 @@ TEST(ClusterMembership, AWorkerKilledWithSigkillIsDeadWithinTheTimeout) {
   ASSERT_TRUE(cluster.wait_worker_joined("victim"));
   ASSERT_TRUE(cluster.wait_worker_joined("survivor"));
   ASSERT_TRUE(cluster.wait_for_status(
-      [](const auto& s) { return all_alive(s, {"victim", "survivor"}); }, 10s))
+      [](const auto& s) {
+        return all_alive(s, {"victim", "survivor"});
+      },
+      10s))
       << cluster.last_status_text();
 
   auto killed_at = Clock::now();
   cluster.worker("victim").kill_and_reap();
   const auto timeout = cluster.head().options().heartbeat_timeout;
-  auto status = cluster.wait_for_status(
-      [](const auto& s) { return s.state("victim") == "dead"; }, timeout + 10s, 20ms);
+  auto status = cluster.wait_for_status([](const auto& s) { return s.state("victim") == "dead"; },
+                                        timeout + 10s, 20ms);
   auto seen_after = Clock::now() - killed_at;
   ASSERT_TRUE(status) << "never declared dead: " << cluster.last_status_text();
   EXPECT_LE(seen_after, timeout + kSlack)
       << "seen dead after "
       << std::chrono::duration_cast<std::chrono::milliseconds>(seen_after).count() << " ms";
   // Not declared before the timeout: its last heartbeat is at least that old.
-  EXPECT_GE(status->node("victim")->at("last_heartbeat_ms").get<std::int64_t>(),
-            timeout.count());
+  EXPECT_GE(status->node("victim")->at("last_heartbeat_ms").get<std::int64_t>(), timeout.count());
   EXPECT_EQ(status->state("survivor"), "alive") << "the other worker is unaffected";
   EXPECT_EQ(status->node("victim")->at("incarnation"), 1);
 }
@@ -107,7 +108,8 @@ TEST(ClusterMembership, ARestartedWorkerIsANewIncarnationAndTheOldOneStaysDead) 
   TestCluster cluster;
   cluster.start_worker("w1");
   ASSERT_TRUE(cluster.wait_worker_joined("w1"));
-  auto before = cluster.wait_for_status([](const auto& s) { return s.state("w1") == "alive"; }, 10s);
+  auto before =
+      cluster.wait_for_status([](const auto& s) { return s.state("w1") == "alive"; }, 10s);
   ASSERT_TRUE(before);
   auto old_id = before->node("w1")->at("id").get<std::string>();
 
@@ -150,8 +152,8 @@ TEST(ClusterMembership, SigtermMakesAWorkerLeaveGracefully) {
   TestCluster cluster;
   auto& worker = cluster.start_worker("polite");
   ASSERT_TRUE(cluster.wait_worker_joined("polite"));
-  ASSERT_TRUE(cluster.wait_for_status([](const auto& s) { return s.state("polite") == "alive"; },
-                                      10s));
+  ASSERT_TRUE(
+      cluster.wait_for_status([](const auto& s) { return s.state("polite") == "alive"; }, 10s));
   ASSERT_TRUE(worker.send_signal(SIGTERM));
   auto exit = worker.wait_exit(10s);
   ASSERT_TRUE(exit) << "the worker did not exit on SIGTERM";

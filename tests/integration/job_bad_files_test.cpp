@@ -148,13 +148,21 @@ TEST_F(JobBadFiles, SubmitExits2WithTheLocationAndTheClusterIsUnaffected) {
   EXPECT_TRUE(trainer_processes(cluster.address(), "").empty())
       << describe(trainer_processes(cluster.address(), ""));
 
-  // And it still takes a good job: the same file without its broken line runs to the end.
+  // And it still takes a good job: the same file without its broken line runs to the end,
+  // followed by the client (`--follow` asks the job's scheduler for events through the head).
   std::string good;
   for (const auto& line : kValidJob) good += line + "\n";
   auto run_dir = dir.path() / "good-run";
-  JobRun run(cluster, dir.write("good.toml", good), run_dir);
-  auto summary = run.wait_finished(45s);
-  ASSERT_TRUE(summary) << run.describe();
+  auto follow = run_omnilearn({"submit", dir.write("good.toml", good).string(), "--address",
+                               cluster.address(), "--run-dir", run_dir.string(), "--follow"},
+                              60s);
+  ASSERT_FALSE(follow.timed_out) << follow.out << follow.err;
+  EXPECT_EQ(follow.status.code, 0) << follow.out << follow.err;
+  EXPECT_NE(follow.out.find("submitted job"), std::string::npos) << follow.out;
+  EXPECT_NE(follow.out.find("job succeeded at step 10"), std::string::npos) << follow.out;
+  EXPECT_NE(follow.out.find("== summary: job"), std::string::npos) << follow.out;
+  auto summary = read_summary(run_dir);
+  ASSERT_TRUE(summary) << follow.out;
   EXPECT_EQ(summary->at("status"), "succeeded") << summary->dump(2);
   EXPECT_EQ(summary->at("steps"), 10) << summary->dump(2);
 }

@@ -83,11 +83,11 @@ TEST(Ask, FutureTimesOutWhenNoReplyComes) {
 TEST(Ask, ALateReplyAfterTheTimeoutIsIgnored) {
   ActorSystem system;
   // Replies only after 300 ms, long after the asker gave up.
-  auto slow = system.spawn("slow", std::make_unique<FunctionActor>(
-                                       [](FunctionActor& self, const Envelope& message) {
-                                         std::this_thread::sleep_for(300ms);
-                                         self.reply(message, Pong{7});
-                                       }));
+  auto slow = system.spawn(
+      "slow", std::make_unique<FunctionActor>([](FunctionActor& self, const Envelope& message) {
+        std::this_thread::sleep_for(300ms);
+        self.reply(message, Pong{7});
+      }));
   auto result = system.ask(slow, Ping{7}, 50ms).get();
   EXPECT_EQ(result.status, AskResult::Status::kTimeout);
   std::this_thread::sleep_for(400ms);  // the late reply arrives and must be dropped quietly
@@ -106,21 +106,22 @@ struct CallbackOutcome {
 
 // An actor that asks `target` once from on_start and reports how the callback ran.
 std::future<CallbackOutcome> ask_from_actor(ActorSystem& system, const std::string& name,
-                                            ActorAddress target, std::chrono::milliseconds timeout) {
+                                            ActorAddress target,
+                                            std::chrono::milliseconds timeout) {
   auto promise = std::make_shared<std::promise<CallbackOutcome>>();
   auto future = promise->get_future();
-  system.spawn(name, std::make_unique<FunctionActor>(
-                         [](FunctionActor&, const Envelope&) {},
-                         [promise, target, timeout](FunctionActor& self) {
-                           auto actor_thread = std::this_thread::get_id();
-                           auto start = Clock::now();
-                           self.ask(target, Ping{42}, timeout,
-                                    [promise, actor_thread, start](AskResult result) {
-                                      promise->set_value(CallbackOutcome{
-                                          std::move(result), std::this_thread::get_id(),
-                                          actor_thread, Clock::now() - start});
-                                    });
-                         }));
+  system.spawn(
+      name,
+      std::make_unique<FunctionActor>(
+          [](FunctionActor&, const Envelope&) {},
+          [promise, target, timeout](FunctionActor& self) {
+            auto actor_thread = std::this_thread::get_id();
+            auto start = Clock::now();
+            self.ask(target, Ping{42}, timeout, [promise, actor_thread, start](AskResult result) {
+              promise->set_value(CallbackOutcome{std::move(result), std::this_thread::get_id(),
+                                                 actor_thread, Clock::now() - start});
+            });
+          }));
   return future;
 }
 
@@ -182,10 +183,10 @@ TEST(Ask, AskingAStoppedActorFailsFast) {
 
 TEST(Ask, HandlerThatThrowsAnswersWithAnErrorAndStopsTheActor) {
   ActorSystem system;
-  auto faulty = system.spawn("faulty", std::make_unique<FunctionActor>(
-                                           [](FunctionActor&, const Envelope&) {
-                                             throw std::runtime_error("boom");
-                                           }));
+  auto faulty =
+      system.spawn("faulty", std::make_unique<FunctionActor>([](FunctionActor&, const Envelope&) {
+                     throw std::runtime_error("boom");
+                   }));
   auto result = system.ask(faulty, Ping{1}, 5s).get();
   auto error = result.as<ErrorReply>();
   ASSERT_TRUE(error) << result.error;

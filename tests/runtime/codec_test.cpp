@@ -1,6 +1,8 @@
 // Envelope codec: everything that goes in comes out, and every malformed frame is rejected with
 // the right reason — never a crash, a throw, or an allocation the input does not pay for.
 
+#include "runtime/codec.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -11,7 +13,6 @@
 #include <string>
 #include <vector>
 
-#include "runtime/codec.hpp"
 #include "runtime/system_messages.hpp"
 
 namespace omnilearn::runtime {
@@ -71,8 +72,7 @@ TEST(Codec, RoundTripKeepsEveryFieldAndAttachment) {
   auto frames = encode_envelope(in);
   ASSERT_EQ(frames.size(), 1 + in.attachments.size());
   auto result = decode(frames);
-  ASSERT_TRUE(std::holds_alternative<Envelope>(result))
-      << to_string(std::get<DecodeError>(result));
+  ASSERT_TRUE(std::holds_alternative<Envelope>(result)) << to_string(std::get<DecodeError>(result));
   const auto& out = std::get<Envelope>(result);
   EXPECT_EQ(out.kind, in.kind);
   EXPECT_EQ(out.to.actor, in.to.actor);
@@ -204,12 +204,26 @@ TEST(Codec, WrongFieldTypesAreMalformed) {
         continue;
       }
       switch (i) {
-        case 0: h.packer.pack(kProtocolVersion); break;
-        case 1: h.packer.pack(static_cast<std::uint16_t>(MessageKind::kPing)); break;
-        case 2: case 3: case 4: h.packer.pack(std::string("x")); break;
-        case 5: h.packer.pack(std::uint64_t{0}); break;
-        case 6: h.packer.pack(std::uint8_t{0}); break;
-        case 7: h.packer.pack_bin(0); break;
+        case 0:
+          h.packer.pack(kProtocolVersion);
+          break;
+        case 1:
+          h.packer.pack(static_cast<std::uint16_t>(MessageKind::kPing));
+          break;
+        case 2:
+        case 3:
+        case 4:
+          h.packer.pack(std::string("x"));
+          break;
+        case 5:
+          h.packer.pack(std::uint64_t{0});
+          break;
+        case 6:
+          h.packer.pack(std::uint8_t{0});
+          break;
+        case 7:
+          h.packer.pack_bin(0);
+          break;
       }
     }
     return h.str();
@@ -218,7 +232,10 @@ TEST(Codec, WrongFieldTypesAreMalformed) {
   auto text = [](auto& p) { p.pack(std::string("1")); };
   auto nil = [](auto& p) { p.pack_nil(); };
   auto dbl = [](auto& p) { p.pack(1.5); };  // 1.0 would be packed as an integer
-  auto bin = [](auto& p) { p.pack_bin(1); p.pack_bin_body("a", 1); };
+  auto bin = [](auto& p) {
+    p.pack_bin(1);
+    p.pack_bin_body("a", 1);
+  };
   auto array = [](auto& p) { p.pack_array(0); };
   for (int index = 0; index < 8; ++index) {
     for (auto* name : {"negative", "text", "nil", "double", "bin", "array"}) {
@@ -230,8 +247,8 @@ TEST(Codec, WrongFieldTypesAreMalformed) {
       if (which == "double") frame = build(dbl, index);
       if (which == "bin") frame = build(bin, index);
       if (which == "array") frame = build(array, index);
-      bool valid_anyway = (which == "text" && index >= 2 && index <= 4) ||
-                          (which == "bin" && index == 7);
+      bool valid_anyway =
+          (which == "text" && index >= 2 && index <= 4) || (which == "bin" && index == 7);
       auto result = decode({frame});
       if (valid_anyway) {
         EXPECT_TRUE(std::holds_alternative<Envelope>(result)) << which << " at " << index;

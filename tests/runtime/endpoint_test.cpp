@@ -1,8 +1,8 @@
 // Addresses users type: what parses, what does not, and that the error says what is expected.
 
-#include <gtest/gtest.h>
-
 #include "runtime/endpoint.hpp"
+
+#include <gtest/gtest.h>
 
 namespace omnilearn::runtime {
 namespace {
@@ -22,10 +22,16 @@ TEST(Endpoint, ParsesHostAndPort) {
 }
 
 TEST(Endpoint, RejectsWhatIsNotHostColonPort) {
-  for (const char* text : {"", "7070", ":7070", "host:", "host:abc", "host:65536", "host:-1",
-                           "host:+1", "host:70 ", " host:70", "a b:1", "[]:1", "host:7070x",
-                           "host:99999999999", "tcp://", "tcp://:1", "h/st:1", "host:0x10",
-                           "ho\"st:1", "[::1]"}) {
+  for (const char* text : {"",           "7070",
+                           ":7070",      "host:",
+                           "host:abc",   "host:65536",
+                           "host:-1",    "host:+1",
+                           "host:70 ",   " host:70",
+                           "a b:1",      "[]:1",
+                           "host:7070x", "host:99999999999",
+                           "tcp://",     "tcp://:1",
+                           "h/st:1",     "host:0x10",
+                           "ho\"st:1",   "[::1]"}) {
     try {
       parse_host_port(text);
       ADD_FAILURE() << "accepted '" << text << "'";

@@ -1,9 +1,8 @@
 // A listening ActorSystem fed garbage — by a raw ZeroMQ DEALER and by a raw TCP socket — drops
 // and counts it, and keeps serving real peers.
 
-#include <gtest/gtest.h>
-
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -83,13 +82,12 @@ TEST_F(GarbageFrames, EachKindOfBadFrameIsDroppedAndCountedByKind) {
   const auto& stats = server.transport_stats();
   send_raw({"definitely not msgpack"});
   send_raw({std::string()});
-  send_raw({header(kProtocolVersion, 4).substr(0, 10)});                    // truncated
-  send_raw({header(kProtocolVersion, 4) + "trailing"});                     // trailing bytes
-  send_raw({header(kProtocolVersion, 4242)});                               // unknown kind
+  send_raw({header(kProtocolVersion, 4).substr(0, 10)});  // truncated
+  send_raw({header(kProtocolVersion, 4) + "trailing"});   // trailing bytes
+  send_raw({header(kProtocolVersion, 4242)});             // unknown kind
   send_raw({header(kProtocolVersion + 1, static_cast<std::uint64_t>(MessageKind::kPing))});
   send_raw({header(kProtocolVersion, 4), std::string(kMaxMessage, 'x')});  // frames sum too big
-  ASSERT_TRUE(testing::wait_until([&] { return drops() == 7; }, 5s))
-      << "drops seen: " << drops();
+  ASSERT_TRUE(testing::wait_until([&] { return drops() == 7; }, 5s)) << "drops seen: " << drops();
   EXPECT_EQ(stats.dropped_malformed.load(), 4u);
   EXPECT_EQ(stats.dropped_unknown_kind.load(), 1u);
   EXPECT_EQ(stats.dropped_bad_version.load(), 1u);

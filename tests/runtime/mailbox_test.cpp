@@ -1,6 +1,8 @@
 // Mailbox order: many producers, one consumer, FIFO per sender — on the Mailbox itself and
 // through ActorSystem::tell from many threads.
 
+#include "runtime/mailbox.hpp"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -9,7 +11,6 @@
 #include <vector>
 
 #include "runtime/actor_system.hpp"
-#include "runtime/mailbox.hpp"
 #include "runtime/system_messages.hpp"
 #include "tests/support/actor_probe.hpp"
 
@@ -36,7 +37,8 @@ TEST(Mailbox, FifoPerSenderUnderManyProducers) {
     producers.emplace_back([&, p] {
       ready.fetch_add(1);
       while (ready.load() < kProducers) std::this_thread::yield();  // start together
-      for (std::uint64_t i = 1; i <= kPerProducer; ++i) ASSERT_TRUE(mailbox.push(letter_from(p, i)));
+      for (std::uint64_t i = 1; i <= kPerProducer; ++i)
+        ASSERT_TRUE(mailbox.push(letter_from(p, i)));
     });
   }
   std::map<std::string, std::uint64_t> last;

@@ -51,10 +51,10 @@ TEST(Monitor, ActorHelperAndStopSelf) {
   ActorSystem system;
   auto watcher = testing::spawn_probe(system, "watcher");
   // Stops itself when told anything.
-  auto target = system.spawn("target", std::make_unique<FunctionActor>(
-                                           [](FunctionActor& self, const Envelope&) {
-                                             self.stop_self("asked to leave");
-                                           }));
+  auto target = system.spawn(
+      "target", std::make_unique<FunctionActor>([](FunctionActor& self, const Envelope&) {
+        self.stop_self("asked to leave");
+      }));
   std::promise<void> monitoring;
   watcher.run([&](testing::ProbeActor& self) {
     self.monitor(target);
@@ -71,10 +71,10 @@ TEST(Monitor, ActorHelperAndStopSelf) {
 TEST(Monitor, ACrashIsReportedAsTheReason) {
   ActorSystem system;
   auto watcher = testing::spawn_probe(system, "watcher");
-  auto target = system.spawn("target", std::make_unique<FunctionActor>(
-                                           [](FunctionActor&, const Envelope&) {
-                                             throw std::runtime_error("out of memory");
-                                           }));
+  auto target =
+      system.spawn("target", std::make_unique<FunctionActor>([](FunctionActor&, const Envelope&) {
+                     throw std::runtime_error("out of memory");
+                   }));
   system.monitor(watcher.address, target);
   system.tell(target, Ping{1});
   auto down = watcher.queue->pop_as<Down>(5s);
@@ -87,12 +87,12 @@ TEST(Monitor, AFailedStartIsReportedAsTheReason) {
   auto watcher = testing::spawn_probe(system, "watcher");
   std::promise<void> may_fail;
   auto gate = may_fail.get_future().share();
-  auto target = system.spawn("target", std::make_unique<FunctionActor>(
-                                           [](FunctionActor&, const Envelope&) {},
-                                           [gate](FunctionActor&) {
-                                             gate.wait();  // let the monitor land first
-                                             throw std::runtime_error("no GPU");
-                                           }));
+  auto target = system.spawn(
+      "target", std::make_unique<FunctionActor>([](FunctionActor&, const Envelope&) {},
+                                                [gate](FunctionActor&) {
+                                                  gate.wait();  // let the monitor land first
+                                                  throw std::runtime_error("no GPU");
+                                                }));
   system.monitor(watcher.address, target);
   may_fail.set_value();
   auto down = watcher.queue->pop_as<Down>(5s);
@@ -135,8 +135,8 @@ TEST_F(RemoteMonitor, RemoteActorStoppingSendsDownAcrossTheWire) {
   a.monitor(watcher.address, ActorAddress{endpoint_b, "target"});
   sync_with_b();
   b.stop("target", "job finished");
-  auto envelope = watcher.queue->pop_if([](const Envelope& e) { return e.kind == Down::kKind; },
-                                        5s);
+  auto envelope =
+      watcher.queue->pop_if([](const Envelope& e) { return e.kind == Down::kKind; }, 5s);
   ASSERT_TRUE(envelope) << "no Down from the remote system";
   auto down = unpack_payload<Down>(envelope->payload);
   ASSERT_TRUE(down);
@@ -149,8 +149,8 @@ TEST_F(RemoteMonitor, RemoteActorStoppingSendsDownAcrossTheWire) {
 TEST_F(RemoteMonitor, RemoteActorCrashingSendsDown) {
   auto watcher = testing::spawn_probe(a, "watcher");
   b.spawn("target", std::make_unique<FunctionActor>([](FunctionActor&, const Envelope&) {
-    throw std::runtime_error("segfault averted");
-  }));
+            throw std::runtime_error("segfault averted");
+          }));
   a.monitor(watcher.address, ActorAddress{endpoint_b, "target"});
   sync_with_b();
   a.tell(ActorAddress{endpoint_b, "target"}, Ping{1});

@@ -20,7 +20,8 @@ using Clock = std::chrono::steady_clock;
 std::unique_ptr<Actor> echo_actor() {
   return std::make_unique<FunctionActor>([](FunctionActor& self, const Envelope& message) {
     if (message.kind != Ping::kKind) return;
-    if (auto ping = unpack_payload<Ping>(message.payload)) self.reply(message, Pong{ping->sequence});
+    if (auto ping = unpack_payload<Ping>(message.payload))
+      self.reply(message, Pong{ping->sequence});
   });
 }
 
@@ -130,8 +131,10 @@ TEST_F(Remote, AttachmentsTravelAsSeparateFrames) {
 }
 
 TEST_F(Remote, ManyTellsFromOneSenderArriveInOrder) {
-  // Within the per-peer send queue (TransportOptions::send_high_water_mark, 10,000): all arrive.
-  constexpr std::uint64_t kCount = 9000;
+  // Well within the per-peer send queue: all arrive. (TransportOptions::send_high_water_mark
+  // is 10,000, but ZeroMQ documents that its high-water mark may bite 60-70% earlier; drops
+  // were seen with 8,000 in flight.)
+  constexpr std::uint64_t kCount = 3000;
   auto inbox = testing::spawn_probe(b, "inbox");
   std::jthread sender([&] {
     for (std::uint64_t i = 1; i <= kCount; ++i) {

@@ -1,6 +1,7 @@
 #include "tests/support/child_process.hpp"
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/eventfd.h>
@@ -21,8 +22,6 @@
 #include <sstream>
 #include <stdexcept>
 #include <thread>
-
-#include <gtest/gtest.h>
 
 extern char** environ;
 
@@ -95,9 +94,9 @@ struct ChildProcess::Impl {
 
   mutable std::mutex mutex;
   std::condition_variable changed;
-  std::array<Captured, 2> captured;     // guarded by mutex; [Stream]
-  std::optional<ExitStatus> exit;       // guarded by mutex; set once the child is seen to exit
-  bool reaped = false;                  // guarded by mutex
+  std::array<Captured, 2> captured;  // guarded by mutex; [Stream]
+  std::optional<ExitStatus> exit;    // guarded by mutex; set once the child is seen to exit
+  bool reaped = false;               // guarded by mutex
   std::thread reader;
 
   Captured& stream(Stream s) { return captured[static_cast<int>(s)]; }
@@ -210,9 +209,7 @@ struct ChildProcess::Impl {
     }
   }
 
-  bool all_streams_closed() const {
-    return captured[0].closed && captured[1].closed;
-  }
+  bool all_streams_closed() const { return captured[0].closed && captured[1].closed; }
 
   ExitStatus kill_and_reap() {
     {
@@ -247,8 +244,8 @@ struct ChildProcess::Impl {
   }
 
   template <class Match>
-  std::optional<std::string> wait_for(Match&& matches, std::chrono::milliseconds timeout,
-                                      Stream s, std::size_t from_line) {
+  std::optional<std::string> wait_for(Match&& matches, std::chrono::milliseconds timeout, Stream s,
+                                      std::size_t from_line) {
     std::unique_lock lock(mutex);
     auto deadline = Clock::now() + timeout;
     std::size_t next = from_line;
@@ -401,8 +398,8 @@ std::optional<std::string> ChildProcess::wait_for_output(const std::string& subs
                                                          std::chrono::milliseconds timeout,
                                                          Stream stream, std::size_t from_line) {
   return impl_->wait_for(
-      [&](const std::string& line) { return line.find(substring) != std::string::npos; },
-      timeout, stream, from_line);
+      [&](const std::string& line) { return line.find(substring) != std::string::npos; }, timeout,
+      stream, from_line);
 }
 
 std::optional<std::string> ChildProcess::wait_for_output(const std::regex& pattern,

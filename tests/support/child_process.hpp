@@ -34,9 +34,9 @@ struct ExitStatus {
 enum class Stream { kStdout, kStderr };
 
 struct ProcessOptions {
-  std::string name;                   // shown in diagnostics (default: argv[0]'s file name)
-  std::vector<std::string> env;       // extra "KEY=VALUE" entries on top of this process's env
-  std::string working_directory;      // empty: inherit
+  std::string name;               // shown in diagnostics (default: argv[0]'s file name)
+  std::vector<std::string> env;   // extra "KEY=VALUE" entries on top of this process's env
+  std::string working_directory;  // empty: inherit
   // The child gets SIGKILL if the thread that started it dies (PR_SET_PDEATHSIG), so a crashed
   // or killed test binary leaves nothing behind. Caveat: it is the *thread*, not the process:
   // start long-lived children from the test's main thread, or turn this off.

@@ -35,8 +35,8 @@ ProcessOptions omnilearn_process_options(ProcessOptions options) {
   return options;
 }
 
-CommandResult run_omnilearn(const std::vector<std::string>& args,
-                            std::chrono::milliseconds timeout, ProcessOptions options) {
+CommandResult run_omnilearn(const std::vector<std::string>& args, std::chrono::milliseconds timeout,
+                            ProcessOptions options) {
   std::vector<std::string> argv{omnilearn_binary().string()};
   argv.insert(argv.end(), args.begin(), args.end());
   if (options.name.empty()) options.name = "omnilearn " + (args.empty() ? "" : args[0]);
@@ -68,8 +68,7 @@ ProcessOptions named(ProcessOptions options, const std::string& name) {
 }  // namespace
 
 HeadProcess::HeadProcess(HeadOptions options)
-    : options_(std::move(options)),
-      process_(head_argv(options_), named(options_.process, "head")) {
+    : options_(std::move(options)), process_(head_argv(options_), named(options_.process, "head")) {
   static const std::regex kListening(R"(listening on (\S+):(\d+))");
   auto line = process_.wait_for_output(kListening, options_.start_timeout);
   std::smatch match;
@@ -126,8 +125,8 @@ TestCluster::~TestCluster() {
 ChildProcess& TestCluster::start_worker(const std::string& name,
                                         std::vector<std::string> extra_args,
                                         ProcessOptions options) {
-  std::vector<std::string> argv{omnilearn_binary().string(), "worker", "--address", address_,
-                                "--name", name};
+  std::vector<std::string> argv{
+      omnilearn_binary().string(), "worker", "--address", address_, "--name", name};
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
   auto process = std::make_unique<ChildProcess>(std::move(argv), named(options, "worker " + name));
   auto& ref = *process;

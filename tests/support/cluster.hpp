@@ -10,11 +10,10 @@
 #include <deque>
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "tests/support/child_process.hpp"
 #include "tests/support/wait.hpp"
@@ -40,8 +39,8 @@ CommandResult run_omnilearn(const std::vector<std::string>& args,
 struct HeadOptions {
   std::chrono::milliseconds heartbeat_interval{100};
   std::chrono::milliseconds heartbeat_timeout{600};
-  std::uint16_t port = 0;                // 0: a free port the OS picks
-  std::vector<std::string> extra_args;   // appended to the command line
+  std::uint16_t port = 0;               // 0: a free port the OS picks
+  std::vector<std::string> extra_args;  // appended to the command line
   ProcessOptions process;
   std::chrono::milliseconds start_timeout{15000};
 };
@@ -120,10 +119,9 @@ class TestCluster {
                                       std::string* error = nullptr);
   // Polls status() until `predicate(status)` holds; returns the status that satisfied it.
   template <class Predicate>
-  std::optional<ClusterStatus> wait_for_status(Predicate&& predicate,
-                                               std::chrono::milliseconds timeout,
-                                               std::chrono::milliseconds poll =
-                                                   std::chrono::milliseconds(50)) {
+  std::optional<ClusterStatus> wait_for_status(
+      Predicate&& predicate, std::chrono::milliseconds timeout,
+      std::chrono::milliseconds poll = std::chrono::milliseconds(50)) {
     std::optional<ClusterStatus> hit;
     wait_until(
         [&] {

@@ -128,6 +128,12 @@ class JobTest : public ::testing::Test {
   TestCluster& cluster() { return *cluster_; }
   // cluster().start_worker, remembered for the teardown checks.
   ChildProcess& start_worker(const std::string& name, std::vector<std::string> extra_args = {});
+  // Gives the CPU-quota cgroups of the workers started so far (those run with --cpu-quota) a
+  // large CPU weight (cgroup v1 cpu.shares 8192, v2 cpu.weight 1000), so that on a machine
+  // shared with other work each emulated node gets its quota, as a real machine of that size
+  // would, instead of one scheduler entity's share against every other process. Returns how
+  // many it changed; 0 where cgroups are not writable (the test then runs without it).
+  int favour_quota_cgroups();
   void TearDown() override;
 
   std::unique_ptr<TestCluster> cluster_;
