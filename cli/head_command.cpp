@@ -28,7 +28,6 @@ int run_head(const HeadFlags& flags) {
     throw CliError("--heartbeat-timeout-ms must be larger than --heartbeat-interval-ms (> 0)");
   }
   runtime::block_shutdown_signals();
-  setup_logging();
   runtime::HostPort bind_address{flags.host, static_cast<std::uint16_t>(flags.port)};
   runtime::ActorSystem system;
   std::string bound;

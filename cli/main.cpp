@@ -5,11 +5,14 @@
 #include <exception>
 
 #include "cli/command.hpp"
+#include "cli/common.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{"OmniLearn: elastic, heterogeneity-aware training on an actor runtime"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "omnilearn 0.1.0");
+  // Logs always go to stderr, so stdout stays machine-readable (status --json, submit).
+  omnilearn::cli::setup_logging();
   int exit_code = 0;
   omnilearn::cli::add_head_command(app, exit_code);
   omnilearn::cli::add_worker_command(app, exit_code);

@@ -131,9 +131,12 @@ int run_local(const RunFlags& flags) {
   }
   auto slowdown = expand(flags.slowdown, flags.local, "--slowdown");
   auto quota = expand(flags.cpu_quota, flags.local, "--cpu-quota");
-  if (!std::getenv("OMNILEARN_LOG")) setenv("OMNILEARN_LOG", "warn", 1);
+  if (!std::getenv("OMNILEARN_LOG")) {
+    // Progress lines are the output here; the cluster's own logs only when something is wrong.
+    setenv("OMNILEARN_LOG", "warn", 1);
+    spdlog::set_level(spdlog::level::warn);
+  }
   runtime::block_shutdown_signals();
-  setup_logging();
 
   runtime::ActorSystem system;
   std::string bound = system.listen("tcp://127.0.0.1:0");

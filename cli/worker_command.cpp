@@ -93,7 +93,6 @@ int run_worker(const WorkerFlags& flags) {
   }
 
   runtime::block_shutdown_signals();
-  setup_logging();
   runtime::ActorSystem system;
   // Trainers on this machine connect here (loopback only: they are this agent's children).
   worker.local_endpoint = system.listen("tcp://127.0.0.1:0");
