@@ -90,6 +90,12 @@ void JobKill::kill_rank_and_check(int rank) {
   const auto victim_pids = trainer_processes(cluster.address(), victim + "-t");
   ASSERT_EQ(victim_pids.size(), 1u) << describe(victim_pids);
 
+  // A dead peer's socket must fail a survivor's collective, not kill it: Gloo writes to peers'
+  // sockets, and a write to a closed one raises SIGPIPE.
+  for (const auto& trainer : job_trainer_processes(run.id())) {
+    EXPECT_EQ(ignores_signal(trainer.pid, SIGPIPE), true) << trainer.command_line;
+  }
+
   // SIGKILL to the worker process alone (not its process group): its trainer must die by itself.
   const double killed_at = unix_now();
   ASSERT_TRUE(cluster.worker(victim).send_signal(SIGKILL, /*whole_group=*/false));

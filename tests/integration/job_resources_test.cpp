@@ -3,8 +3,8 @@
 // smaller batch than before and than the others.
 //
 // Set up as the heterogeneous test (see there for the measurements behind it): one CPU quota per
-// worker, so that a node's speed is its own and not what its neighbours leave it
-// (shared/BENCHMARKING.md), and one-second heartbeats, so that the counters the controller
+// worker, with a large CPU weight, so that a node's speed is its own and not what its neighbours
+// leave it (shared/BENCHMARKING.md), and one-second heartbeats, so that the counters the controller
 // balances are means over several steps rather than single noisy ones.
 
 #include <gtest/gtest.h>
@@ -75,6 +75,7 @@ TEST_F(JobResources, ASlowedNodeGetsAClearlySmallerBatch) {
   for (const auto* name : {"w1", "w2", "w3"}) {
     ASSERT_TRUE(cluster.wait_worker_joined(name, 15s)) << cluster.worker(name).describe();
   }
+  favour_quota_cgroups();
   ScratchDir dir("resources");
   JobRun run(cluster, dir.write("job.toml", kJob), dir.path() / "run");
 

@@ -235,6 +235,16 @@ std::vector<ProcessInfo> trainer_processes(const std::string& cluster_address,
   return trainers;
 }
 
+std::optional<bool> ignores_signal(pid_t pid, int sig) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("SigIgn:", 0) != 0) continue;
+    const auto mask = std::stoull(line.substr(7), nullptr, 16);
+    return ((mask >> (sig - 1)) & 1u) != 0;
+  }
+  return std::nullopt;
+}
+
 std::vector<ProcessInfo> job_trainer_processes(const std::string& job_id) {
   std::vector<ProcessInfo> trainers;
   for (auto& p : processes_with_argument(job_id)) {

@@ -110,6 +110,9 @@ std::string describe(const std::vector<ProcessInfo>& processes);
 std::vector<ProcessInfo> trainer_processes(const std::string& cluster_address,
                                            const std::string& trainer_prefix);
 
+// Whether process `pid` ignores signal `sig` (SigIgn in /proc/PID/status); nullopt if it is gone.
+std::optional<bool> ignores_signal(pid_t pid, int sig);
+
 // The trainer processes of job `job_id` (any cluster) that are still alive.
 std::vector<ProcessInfo> job_trainer_processes(const std::string& job_id);
 
