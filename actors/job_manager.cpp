@@ -1,5 +1,6 @@
 #include "actors/job_manager.hpp"
 
+#include <algorithm>
 #include <random>
 
 #include <fmt/format.h>
@@ -38,13 +39,22 @@ const NodeInfo* JobManager::find_node(const std::string& name_or_id) const {
 
 void JobManager::submit(const runtime::Envelope& message, const SubmitJob& request) {
   SubmitJobReply reply;
-  std::size_t active = 0;
-  for (const auto& [id, job] : jobs_) active += job.state == "pending" || job.state == "running";
   if (jobs_.size() >= options_.max_jobs) {
-    reply.error = fmt::format("the head keeps at most {} jobs; restart it to clear old ones",
-                              options_.max_jobs);
-    this->reply(message, reply);
-    return;
+    // Make room by forgetting the oldest finished job (its run directory stays on disk); a head
+    // full of live jobs refuses: memory on the head is bounded by max_jobs either way.
+    auto finished = std::find_if(submitted_.begin(), submitted_.end(), [&](const std::string& id) {
+      const auto& state = jobs_.at(id).state;
+      return state != "pending" && state != "running";
+    });
+    if (finished == submitted_.end()) {
+      reply.error = fmt::format("the head already has {} jobs pending or running (its "
+                                "--max-jobs); wait for one to finish or stop one",
+                                options_.max_jobs);
+      this->reply(message, reply);
+      return;
+    }
+    jobs_.erase(*finished);
+    submitted_.erase(finished);
   }
   JobSpec spec;
   try {
@@ -74,8 +84,9 @@ void JobManager::submit(const runtime::Envelope& message, const SubmitJob& reque
   info.name = spec.name;
   info.state = "pending";
   jobs_[id] = info;
+  submitted_.push_back(id);
   system().spawn<SchedulerActor>(scheduler_actor_name(id), scheduler);
-  spdlog::info("jobs: accepted job {} ('{}'), {} active", id, spec.name, active + 1);
+  spdlog::info("jobs: accepted job {} ('{}'), {} kept", id, spec.name, jobs_.size());
   reply.accepted = true;
   reply.job_id = id;
   reply.run_dir = scheduler.run_dir;
@@ -118,7 +129,8 @@ void JobManager::on_message(const runtime::Envelope& message) {
     case MessageKind::kJobStatusReply:
       // A scheduler publishing its summary.
       if (auto update = runtime::unpack_payload<JobStatusReply>(message.payload)) {
-        jobs_[update->job.id] = update->job;
+        auto it = jobs_.find(update->job.id);  // a forgotten job stays forgotten
+        if (it != jobs_.end()) it->second = update->job;
       }
       return;
     case MessageKind::kStatusRequest: {

@@ -2,6 +2,7 @@
 // JobManager ("jobs" on the head): accepts job submissions, starts one SchedulerActor per job,
 // routes client requests about jobs and nodes, and keeps a summary of every job for status.
 
+#include <deque>
 #include <map>
 #include <string>
 
@@ -12,7 +13,8 @@ namespace omnilearn::actors {
 
 struct JobManagerOptions {
   std::string runs_root = "runs";  // run directories default to <runs_root>/<job-id>
-  std::size_t max_jobs = 256;      // jobs kept (running or finished); submissions beyond fail
+  std::size_t max_jobs = 256;  // jobs kept; beyond it the oldest finished one is forgotten, and
+                               // a submission fails if all of them are still pending or running
   std::chrono::milliseconds heartbeat_timeout{3000};
 };
 
@@ -30,6 +32,7 @@ class JobManager : public runtime::Actor {
 
   JobManagerOptions options_;
   std::map<std::string, JobInfo> jobs_;    // by id, as last published by its scheduler
+  std::deque<std::string> submitted_;      // the ids in jobs_, oldest submission first
   std::map<std::string, NodeInfo> nodes_;  // by id, from the registry's events
 };
 

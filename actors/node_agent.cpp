@@ -77,6 +77,7 @@ void NodeAgent::send_heartbeat() {
       if (!reply->known) {
         spdlog::warn("agent: the head no longer knows node {}; registering again",
                      state_.node_id);
+        on_forgotten();
         register_with_head();
       }
       return;

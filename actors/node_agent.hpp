@@ -42,6 +42,10 @@ class NodeAgent : public runtime::Actor {
   virtual void fill_usage(NodeUsage& usage) {}
   // Called after every (re-)registration with the new identity.
   virtual void on_registered(const AgentState& state) {}
+  // The head no longer knows this incarnation: it declared the node dead (a freeze, a partition)
+  // or it restarted. Whatever the node ran for the head's jobs has been written off there; the
+  // node registers again as a new incarnation right after.
+  virtual void on_forgotten() {}
   virtual void on_other_message(const runtime::Envelope& message) {}
 
   const AgentState& state() const { return state_; }

@@ -114,8 +114,12 @@ void NodeRegistry::on_message(const runtime::Envelope& message) {
           {"dropped_oversized", stats.dropped_oversized.load()},
           {"dropped_unknown_kind", stats.dropped_unknown_kind.load()},
           {"dropped_bad_version", stats.dropped_bad_version.load()},
+          {"dropped_unroutable", stats.dropped_unroutable.load()},
+          {"dropped_send_full", stats.dropped_send_full.load()},
           {"refused_peers", stats.refused_peers.load()},
+          {"failed_handshakes", stats.failed_handshakes.load()},
           {"refused_registrations", refused_registrations_},
+          {"refused_in_flight", system().stats().refused_in_flight},
           {"dead_letters", system().stats().dead_letters},
       };
       reply(message, status);

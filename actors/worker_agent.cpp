@@ -66,6 +66,12 @@ void WorkerAgent::spawn(const SpawnTrainer& request) {
       "--slowdown", fmt::format("{}", options_.slowdown),
       "--gloo-host", options_.gloo_host,
   };
+  if (options_.cluster_file.empty()) {
+    args.emplace_back("--insecure");
+  } else {
+    args.emplace_back("--cluster-file");
+    args.push_back(options_.cluster_file);
+  }
   std::vector<char*> argv;
   for (auto& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);
@@ -96,6 +102,19 @@ void WorkerAgent::spawn(const SpawnTrainer& request) {
   hosted_[request.trainer] = hosted;
   spdlog::info("agent: started trainer {} for job {} (pid {})", request.trainer, request.job_id,
                pid);
+}
+
+void WorkerAgent::on_forgotten() {
+  // The jobs have moved on without these trainers (their generation formed without them); left
+  // running, a thawed or reconnected trainer would wait on collectives and rendezvous that no
+  // longer exist. The reaper collects them.
+  std::size_t stopped = 0;
+  for (auto& [name, hosted] : hosted_) {
+    if (hosted.pid > 0 && ::kill(hosted.pid, SIGTERM) == 0) ++stopped;
+  }
+  if (stopped > 0) {
+    spdlog::warn("agent: stopping {} trainer(s) of the previous incarnation of this node", stopped);
+  }
 }
 
 void WorkerAgent::reap() {

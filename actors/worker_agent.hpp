@@ -22,6 +22,9 @@ struct WorkerOptions {
   std::string local_endpoint;   // where this agent listens for its trainers (loopback)
   std::string gloo_host;        // address peers reach this node's collectives at
   double slowdown = 1.0;
+  // The cluster file the trainers read their credentials from; empty: they run --insecure like
+  // this agent.
+  std::string cluster_file;
 };
 
 class WorkerAgent : public NodeAgent {
@@ -38,6 +41,7 @@ class WorkerAgent : public NodeAgent {
   std::vector<ActorCounters> hosted_counters() override;
   void fill_usage(NodeUsage& usage) override;
   void on_other_message(const runtime::Envelope& message) override;
+  void on_forgotten() override;
 
  private:
   struct Hosted {

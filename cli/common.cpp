@@ -2,12 +2,18 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <stdexcept>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "actors/cluster_file.hpp"
 #include "cli/command.hpp"
 
 namespace omnilearn::cli {
@@ -19,7 +25,9 @@ runtime::HostPort resolve_head_address(const std::string& flag_value) {
     if (env) text = env;
   }
   if (text.empty()) {
-    throw CliError("no head address: pass --address HOST:PORT or set OMNILEARN_ADDRESS");
+    throw CliError(
+        "no head address: pass --address HOST:PORT, set OMNILEARN_ADDRESS, or use a cluster file "
+        "(--cluster-file) that names it");
   }
   try {
     auto address = runtime::parse_host_port(text);
@@ -28,6 +36,80 @@ runtime::HostPort resolve_head_address(const std::string& flag_value) {
   } catch (const std::invalid_argument& e) {
     throw CliError(e.what());
   }
+}
+
+void add_cluster_flags(CLI::App* command, ClusterFlags& flags) {
+  command->add_option("--address", flags.address,
+                      "Head address HOST:PORT (default: $OMNILEARN_ADDRESS, else the cluster "
+                      "file's)");
+  command->add_option("--cluster-file", flags.cluster_file,
+                      "The cluster's credentials, written by `omnilearn head` (default: "
+                      "$OMNILEARN_CLUSTER_FILE, else ~/.omnilearn/cluster.toml)");
+  command->add_flag("--insecure", flags.insecure,
+                    "No authentication or encryption, for a head started with --insecure "
+                    "(local experiments only)");
+}
+
+void warn_insecure(const std::string& who) {
+  std::fprintf(stderr,
+               "WARNING: %s runs with --insecure: connections are neither authenticated nor "
+               "encrypted, so anyone who can reach its ports can join, read status and submit "
+               "jobs (that is, run code). Use it only on a machine or network you trust "
+               "completely.\n",
+               who.c_str());
+}
+
+ClusterAccess resolve_cluster_access(const ClusterFlags& flags) {
+  ClusterAccess access;
+  std::optional<actors::ClusterFile> file;
+  if (flags.insecure) {
+    if (!flags.cluster_file.empty()) {
+      throw CliError("--insecure and --cluster-file contradict each other: choose one");
+    }
+    warn_insecure("this command");
+  } else {
+    std::string path = flags.cluster_file;
+    if (path.empty()) {
+      if (const char* env = std::getenv("OMNILEARN_CLUSTER_FILE")) path = env;
+    }
+    if (path.empty()) {
+      auto fallback = actors::default_cluster_file_path();
+      if (!std::filesystem::exists(fallback)) {
+        throw CliError(fmt::format(
+            "no cluster file: `omnilearn head` writes one ({} on the head's machine); copy it "
+            "here and pass --cluster-file F (or set OMNILEARN_CLUSTER_FILE), or use --insecure "
+            "for a head started with --insecure",
+            fallback.string()));
+      }
+      path = fallback.string();
+    }
+    try {
+      file = actors::read_cluster_file(path);
+    } catch (const actors::ClusterFileError& e) {
+      throw CliError(e.what());
+    }
+    access.credentials = file->credentials;
+    access.cluster_file = std::filesystem::absolute(path).string();
+  }
+  std::string address = flags.address;
+  if (address.empty()) {
+    if (const char* env = std::getenv("OMNILEARN_ADDRESS")) address = env;
+  }
+  if (address.empty() && file) address = file->address;
+  access.head = resolve_head_address(address);
+  return access;
+}
+
+runtime::SystemOptions ClusterAccess::system_options() const {
+  runtime::SystemOptions options;
+  options.credentials = credentials;
+  return options;
+}
+
+std::string handshake_hint(const runtime::ActorSystem& system) {
+  if (system.transport_stats().failed_handshakes_out.load() == 0) return "";
+  return "; the secure handshake with it failed: this cluster file is not that cluster's, or one "
+         "side runs --insecure";
 }
 
 void setup_logging() {

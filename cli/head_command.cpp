@@ -2,9 +2,14 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "actors/cluster_file.hpp"
 #include "actors/head.hpp"
 #include "actors/membership_protocol.hpp"
 #include "cli/command.hpp"
@@ -20,16 +25,48 @@ struct HeadFlags {
   int heartbeat_interval_ms = 500;
   int heartbeat_timeout_ms = 3000;
   int max_nodes = 4096;
+  int max_jobs = 256;
+  int max_in_flight = 8192;
   std::string runs_dir = "runs";
+  std::string cluster_file;
+  bool insecure = false;
 };
+
+// The cluster file's path: --cluster-file, else $OMNILEARN_CLUSTER_FILE, else the default.
+std::filesystem::path cluster_file_path(const HeadFlags& flags) {
+  if (!flags.cluster_file.empty()) return flags.cluster_file;
+  if (const char* env = std::getenv("OMNILEARN_CLUSTER_FILE"); env && *env) return env;
+  return actors::default_cluster_file_path();
+}
 
 int run_head(const HeadFlags& flags) {
   if (flags.heartbeat_interval_ms <= 0 || flags.heartbeat_timeout_ms <= flags.heartbeat_interval_ms) {
     throw CliError("--heartbeat-timeout-ms must be larger than --heartbeat-interval-ms (> 0)");
   }
+  if (flags.insecure && !flags.cluster_file.empty()) {
+    throw CliError("--insecure and --cluster-file contradict each other: choose one");
+  }
+  // Credentials before the first socket: a restarted head keeps its cluster's keys, so its
+  // workers and clients need nothing new.
+  std::optional<actors::ClusterFile> cluster;
+  auto path = cluster_file_path(flags);
+  runtime::SystemOptions system_options;
+  system_options.max_in_flight_per_peer = static_cast<std::size_t>(flags.max_in_flight);
+  if (flags.insecure) {
+    warn_insecure("this head");
+  } else {
+    try {
+      cluster = std::filesystem::exists(path)
+                    ? actors::read_cluster_file(path)
+                    : actors::ClusterFile{"", runtime::generate_cluster_credentials()};
+    } catch (const std::exception& e) {
+      throw CliError(e.what());
+    }
+    system_options.credentials = cluster->credentials;
+  }
   runtime::block_shutdown_signals();
   runtime::HostPort bind_address{flags.host, static_cast<std::uint16_t>(flags.port)};
-  runtime::ActorSystem system;
+  runtime::ActorSystem system(system_options);
   std::string bound;
   try {
     bound = system.listen(runtime::tcp_endpoint(bind_address));
@@ -42,12 +79,32 @@ int run_head(const HeadFlags& flags) {
   head.membership.heartbeat_timeout = std::chrono::milliseconds(flags.heartbeat_timeout_ms);
   head.membership.max_nodes = static_cast<std::size_t>(flags.max_nodes);
   head.runs_root = flags.runs_dir;
+  head.max_jobs = static_cast<std::size_t>(flags.max_jobs);
   actors::spawn_head_actors(system, head);
 
   std::string advertised = flags.host == "0.0.0.0" || flags.host == "*" ? local_hostname()
                                                                           : flags.host;
-  std::printf("omnilearn head listening on %s:%u\n", advertised.c_str(), port);
-  std::printf("workers join with: omnilearn worker --address %s:%u\n", advertised.c_str(), port);
+  if (cluster) {
+    cluster->address = fmt::format("{}:{}", advertised, port);
+    try {
+      actors::write_cluster_file(path, *cluster);
+    } catch (const actors::ClusterFileError& e) {
+      throw CliError(e.what());
+    }
+    auto shown = std::filesystem::absolute(path).string();
+    // "listening" comes after the file is written: whoever waits for it may read the file.
+    std::printf("omnilearn head listening on %s:%u\n", advertised.c_str(), port);
+    std::printf("cluster file: %s (mode 0600; whoever holds it can join and submit jobs)\n",
+                shown.c_str());
+    std::printf("workers join with: omnilearn worker --cluster-file %s\n", shown.c_str());
+    std::printf("other machines: copy the file there first, e.g. scp -p %s HOST:.omnilearn/"
+                "cluster.toml (then `omnilearn worker` and `omnilearn status` find it)\n",
+                shown.c_str());
+  } else {
+    std::printf("omnilearn head listening on %s:%u\n", advertised.c_str(), port);
+    std::printf("workers join with: omnilearn worker --insecure --address %s:%u\n",
+                advertised.c_str(), port);
+  }
   std::fflush(stdout);
 
   int signal = runtime::wait_for_shutdown_signal(std::chrono::hours(24 * 365 * 100));
@@ -77,8 +134,23 @@ void add_head_command(CLI::App& app, int& exit_code) {
   command->add_option("--max-nodes", flags->max_nodes, "Most live nodes the head accepts")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  command->add_option("--max-jobs", flags->max_jobs,
+                      "Most jobs the head keeps; the oldest finished ones are forgotten first")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  command->add_option("--max-in-flight", flags->max_in_flight,
+                      "Most messages from one peer waiting at the head; beyond it requests get "
+                      "an 'overloaded' error")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   command->add_option("--runs-dir", flags->runs_dir, "Where job run directories go")
       ->capture_default_str();
+  command->add_option("--cluster-file", flags->cluster_file,
+                      "Where the cluster's credentials are kept: created on first start, reused "
+                      "after (default: $OMNILEARN_CLUSTER_FILE, else ~/.omnilearn/cluster.toml)");
+  command->add_flag("--insecure", flags->insecure,
+                    "No authentication or encryption: anyone who reaches the port can run jobs. "
+                    "Local experiments only");
   command->callback([flags, &exit_code] { exit_code = run_head(*flags); });
 }
 

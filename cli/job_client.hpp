@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cli/command.hpp"
+#include "cli/common.hpp"
 #include "runtime/actor_system.hpp"
 
 namespace omnilearn::cli {
@@ -19,7 +20,7 @@ Reply ask_or_fail(runtime::ActorSystem& system, const runtime::ActorAddress& to,
   if (auto reply = answer.template as<Reply>()) return *reply;
   std::string why = answer.error.empty() ? "unexpected reply" : answer.error;
   throw CliError("cannot " + what + ": no answer from the head at " + to.system + " (" + why +
-                 "); is `omnilearn head` running there?");
+                 handshake_hint(system) + "); is `omnilearn head` running there?");
 }
 
 // Prints the job's events as they come until it finishes; returns 0 if it succeeded.

@@ -15,20 +15,19 @@ namespace omnilearn::cli {
 namespace {
 
 struct ClientFlags {
-  std::string address;
+  ClusterFlags cluster;
   int timeout_ms = 5000;
 };
 
 void add_client_flags(CLI::App* command, ClientFlags& flags) {
-  command->add_option("--address", flags.address,
-                      "Head address HOST:PORT (default: $OMNILEARN_ADDRESS)");
+  add_cluster_flags(command, flags.cluster);
   command->add_option("--timeout-ms", flags.timeout_ms, "How long to wait for the head")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
 }
 
-runtime::ActorAddress jobs_at(const ClientFlags& flags) {
-  return {runtime::tcp_endpoint(resolve_head_address(flags.address)), actors::kJobsActor};
+runtime::ActorAddress jobs_at(const ClusterAccess& access) {
+  return {runtime::tcp_endpoint(access.head), actors::kJobsActor};
 }
 
 // Reads and validates a job file; a bad file is a located one-line error and nothing starts.
@@ -70,8 +69,9 @@ void add_job_commands(CLI::App& app, int& exit_code) {
     command->add_flag("--follow", flags->follow, "Stream progress until the job ends");
     command->callback([flags, &exit_code] {
       std::string toml = read_valid_job(flags->job);
-      auto jobs = jobs_at(*flags);
-      runtime::ActorSystem system;
+      auto access = resolve_cluster_access(flags->cluster);
+      auto jobs = jobs_at(access);
+      runtime::ActorSystem system(access.system_options());
       auto timeout = std::chrono::milliseconds(flags->timeout_ms);
       auto reply = ask_or_fail<actors::SubmitJobReply>(
           system, jobs, actors::SubmitJob{toml, flags->job, flags->run_dir}, timeout,
@@ -92,8 +92,9 @@ void add_job_commands(CLI::App& app, int& exit_code) {
     command->add_option("job", flags->job, "Job id")->required();
     add_client_flags(command, *flags);
     command->callback([flags, &exit_code] {
-      runtime::ActorSystem system;
-      auto answer = system.ask(jobs_at(*flags), actors::StopJob{flags->job, "stopped by user"},
+      auto access = resolve_cluster_access(flags->cluster);
+      runtime::ActorSystem system(access.system_options());
+      auto answer = system.ask(jobs_at(access), actors::StopJob{flags->job, "stopped by user"},
                                std::chrono::milliseconds(flags->timeout_ms))
                         .get();
       if (auto reply = answer.as<actors::SimpleReply>()) {
@@ -101,7 +102,7 @@ void add_job_commands(CLI::App& app, int& exit_code) {
       } else if (answer.ok()) {
         throw CliError(answer.error);  // e.g. no-such-job
       } else {
-        throw CliError("cannot reach the head (" + answer.error + ")");
+        throw CliError("cannot reach the head (" + answer.error + ")" + handshake_hint(system));
       }
       exit_code = 0;
     });
@@ -116,9 +117,10 @@ void add_job_commands(CLI::App& app, int& exit_code) {
     command->add_option("node", flags->node, "Node name or id")->required();
     add_client_flags(command, *flags);
     command->callback([flags, &exit_code] {
-      runtime::ActorSystem system;
+      auto access = resolve_cluster_access(flags->cluster);
+      runtime::ActorSystem system(access.system_options());
       print_simple(ask_or_fail<actors::SimpleReply>(
-          system, jobs_at(*flags), actors::DrainNode{flags->node},
+          system, jobs_at(access), actors::DrainNode{flags->node},
           std::chrono::milliseconds(flags->timeout_ms), "drain the node"));
       exit_code = 0;
     });
@@ -143,9 +145,10 @@ void add_job_commands(CLI::App& app, int& exit_code) {
       if (flags->slowdown <= 0 && flags->cpu_quota < 0) {
         throw CliError("node set needs --slowdown F or --cpu-quota Q");
       }
-      runtime::ActorSystem system;
+      auto access = resolve_cluster_access(flags->cluster);
+      runtime::ActorSystem system(access.system_options());
       print_simple(ask_or_fail<actors::SimpleReply>(
-          system, jobs_at(*flags),
+          system, jobs_at(access),
           actors::SetNodeResources{flags->node, flags->slowdown, flags->cpu_quota},
           std::chrono::milliseconds(flags->timeout_ms), "change the node"));
       exit_code = 0;

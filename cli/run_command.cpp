@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "actors/cluster_file.hpp"
 #include "actors/head.hpp"
 #include "actors/job_protocol.hpp"
 #include "actors/job_spec.hpp"
@@ -111,6 +112,41 @@ class LocalWorkers {
   std::vector<pid_t> pids_;
 };
 
+// The embedded cluster is closed too: fresh keys in a private directory (0700, file 0600) that
+// only this run's workers and trainers read, removed when the run ends.
+class PrivateClusterFile {
+ public:
+  PrivateClusterFile() {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/omnilearn-run-XXXXXX";
+    if (!::mkdtemp(pattern.data())) {
+      throw CliError("cannot create a private directory for the run's credentials under " +
+                     pattern.substr(0, pattern.rfind('/')));
+    }
+    dir_ = pattern;
+    path_ = dir_ + "/cluster.toml";
+    file_.credentials = runtime::generate_cluster_credentials();
+  }
+  ~PrivateClusterFile() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  PrivateClusterFile(const PrivateClusterFile&) = delete;
+  PrivateClusterFile& operator=(const PrivateClusterFile&) = delete;
+
+  void write(const std::string& address) {
+    file_.address = address;
+    actors::write_cluster_file(path_, file_);
+  }
+  const std::string& path() const { return path_; }
+  const runtime::ClusterCredentials& credentials() const { return file_.credentials; }
+
+ private:
+  std::string dir_;
+  std::string path_;
+  actors::ClusterFile file_;
+};
+
 std::vector<double> expand(const std::vector<double>& values, int n, const char* flag) {
   if (values.empty()) return std::vector<double>(n, 0);
   if (values.size() == 1) return std::vector<double>(n, values[0]);
@@ -138,13 +174,17 @@ int run_local(const RunFlags& flags) {
   }
   runtime::block_shutdown_signals();
 
-  runtime::ActorSystem system;
+  PrivateClusterFile cluster;
+  runtime::SystemOptions system_options;
+  system_options.credentials = cluster.credentials();
+  runtime::ActorSystem system(system_options);
   std::string bound = system.listen("tcp://127.0.0.1:0");
   actors::HeadOptions head;
   head.membership.heartbeat_interval = std::chrono::milliseconds(flags.heartbeat_interval_ms);
   head.membership.heartbeat_timeout = std::chrono::milliseconds(flags.heartbeat_timeout_ms);
   actors::spawn_head_actors(system, head);
   std::string address = fmt::format("127.0.0.1:{}", runtime::endpoint_port(bound));
+  cluster.write(address);
   std::printf("embedded cluster: head at %s, %d workers (slowdown %s)\n", address.c_str(),
               flags.local,
               flags.slowdown.empty() ? "none" : fmt::format("{}", fmt::join(slowdown, ",")).c_str());
@@ -155,8 +195,9 @@ int run_local(const RunFlags& flags) {
   int cpus = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   LocalWorkers workers;
   for (int i = 0; i < flags.local; ++i) {
-    std::vector<std::string> args = {self, "worker", "--address", address, "--name",
-                                     fmt::format("local-{}", i), "--join-timeout-s", "30"};
+    std::vector<std::string> args = {self,    "worker", "--cluster-file",   cluster.path(),
+                                     "--name", fmt::format("local-{}", i), "--join-timeout-s",
+                                     "30"};
     if (slowdown[i] > 0) {
       args.push_back("--slowdown");
       args.push_back(fmt::format("{}", slowdown[i]));

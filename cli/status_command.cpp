@@ -17,7 +17,7 @@ namespace omnilearn::cli {
 namespace {
 
 struct StatusFlags {
-  std::string address;
+  ClusterFlags cluster;
   bool json = false;
   int timeout_ms = 3000;
 };
@@ -108,8 +108,9 @@ void print_table(const actors::StatusReply& status) {
 }
 
 int run_status(const StatusFlags& flags) {
-  auto head = resolve_head_address(flags.address);
-  runtime::ActorSystem system;
+  auto access = resolve_cluster_access(flags.cluster);
+  const auto& head = access.head;
+  runtime::ActorSystem system(access.system_options());
   auto timeout = std::chrono::milliseconds(flags.timeout_ms);
   auto answer = system.ask(runtime::ActorAddress{runtime::tcp_endpoint(head),
                                                  actors::kRegistryActor},
@@ -117,10 +118,11 @@ int run_status(const StatusFlags& flags) {
                     .get();
   auto status = answer.as<actors::StatusReply>();
   if (!status) {
-    throw CliError(fmt::format("cannot reach the head at {}:{} within {} ms ({}); is `omnilearn "
+    throw CliError(fmt::format("cannot reach the head at {}:{} within {} ms ({}{}); is `omnilearn "
                                "head` running there?",
                                head.host, head.port, flags.timeout_ms,
-                               answer.error.empty() ? "bad reply" : answer.error));
+                               answer.error.empty() ? "bad reply" : answer.error,
+                               handshake_hint(system)));
   }
   // Jobs live with the job manager; an older head without one simply has no jobs.
   auto jobs = system.ask(runtime::ActorAddress{runtime::tcp_endpoint(head), actors::kJobsActor},
@@ -144,8 +146,7 @@ int run_status(const StatusFlags& flags) {
 void add_status_command(CLI::App& app, int& exit_code) {
   auto flags = std::make_shared<StatusFlags>();
   auto* command = app.add_subcommand("status", "Show the nodes and jobs of a cluster");
-  command->add_option("--address", flags->address,
-                      "Head address HOST:PORT (default: $OMNILEARN_ADDRESS)");
+  add_cluster_flags(command, flags->cluster);
   command->add_flag("--json", flags->json, "Machine-readable output");
   command->add_option("--timeout-ms", flags->timeout_ms, "How long to wait for the head")
       ->check(CLI::PositiveNumber)

@@ -18,7 +18,7 @@ namespace omnilearn::cli {
 namespace {
 
 struct WorkerFlags {
-  std::string address;
+  ClusterFlags cluster;
   std::string name;
   double cpus = 0;
   std::vector<std::string> labels;
@@ -64,8 +64,10 @@ class WatchedAgent : public actors::WorkerAgent {
 };
 
 int run_worker(const WorkerFlags& flags) {
-  auto head = resolve_head_address(flags.address);
+  auto access = resolve_cluster_access(flags.cluster);
+  const auto& head = access.head;
   actors::WorkerOptions worker;
+  worker.cluster_file = access.cluster_file;
   auto& options = worker.agent;
   options.head_endpoint = runtime::tcp_endpoint(head);
   options.name = flags.name.empty() ? local_hostname() : flags.name;
@@ -93,7 +95,7 @@ int run_worker(const WorkerFlags& flags) {
   }
 
   runtime::block_shutdown_signals();
-  runtime::ActorSystem system;
+  runtime::ActorSystem system(access.system_options());
   // Trainers on this machine connect here (loopback only: they are this agent's children).
   worker.local_endpoint = system.listen("tcp://127.0.0.1:0");
   auto registered = std::make_shared<std::atomic<bool>>(false);
@@ -113,7 +115,8 @@ int run_worker(const WorkerFlags& flags) {
     if (flags.join_timeout_s > 0 && std::chrono::steady_clock::now() > deadline) {
       throw CliError("could not reach the head at " + head.host + ":" + std::to_string(head.port) +
                      " within " + std::to_string(flags.join_timeout_s) +
-                     " s (is `omnilearn head` running there, and the port open?)");
+                     " s (is `omnilearn head` running there, and the port open?)" +
+                     handshake_hint(system));
     }
   }
   std::printf("omnilearn worker '%s' joined\n", options.name.c_str());
@@ -129,8 +132,7 @@ int run_worker(const WorkerFlags& flags) {
 void add_worker_command(CLI::App& app, int& exit_code) {
   auto flags = std::make_shared<WorkerFlags>();
   auto* command = app.add_subcommand("worker", "Join a cluster as a worker node");
-  command->add_option("--address", flags->address,
-                      "Head address HOST:PORT (default: $OMNILEARN_ADDRESS)");
+  add_cluster_flags(command, flags->cluster);
   command->add_option("--name", flags->name, "Node name (default: the host name)");
   command->add_option("--cpus", flags->cpus, "CPUs to advertise (default: all)")
       ->check(CLI::PositiveNumber);

@@ -134,6 +134,13 @@ struct ActorSystem::Impl {
   TimerService timers;
   std::atomic<std::uint64_t> next_correlation{1};
   std::atomic<std::uint64_t> dead_letters{0};
+  std::atomic<std::uint64_t> refused_in_flight{0};
+  struct InFlight {
+    std::atomic<std::size_t> messages{0};
+    std::atomic<std::size_t> bytes{0};
+  };
+  // remote system -> what it has waiting in mailboxes here (see max_in_flight_per_peer)
+  std::unordered_map<std::string, std::shared_ptr<InFlight>> in_flight;  // guarded by mutex
 
   mutable std::mutex mutex;
   std::unordered_map<std::string, std::shared_ptr<Cell>> cells;      // guarded by mutex
@@ -165,7 +172,8 @@ struct ActorSystem::Impl {
         cell->mailbox.push(Letter{std::nullopt, [callback = std::move(callback),
                                                  result = std::move(result)]() mutable {
                                     callback(std::move(result));
-                                  }});
+                                  },
+                                  {}});
       }
     }
   }
@@ -190,13 +198,23 @@ struct ActorSystem::Impl {
       return;
     }
     std::shared_ptr<Cell> cell;
+    std::shared_ptr<void> slot;
+    bool over_limit = false;
     {
       std::lock_guard lock(mutex);
       auto it = cells.find(envelope.to.actor);
       if (it != cells.end()) cell = it->second;
+      if (cell && envelope.from.system != id) {
+        slot = take_in_flight_slot(envelope.from.system, size_of(envelope));
+        over_limit = slot == nullptr;
+      }
+    }
+    if (over_limit) {
+      refuse_over_limit(envelope);
+      return;
     }
     if (cell) {
-      Letter letter{std::move(envelope), {}};
+      Letter letter{std::move(envelope), {}, std::move(slot)};
       if (cell->mailbox.push(std::move(letter))) return;
       envelope = std::move(*letter.envelope);
     }
@@ -205,6 +223,53 @@ struct ActorSystem::Impl {
       owner->reply(envelope, ErrorReply{"no-such-actor", "no actor named '" + envelope.to.actor +
                                                              "' on system " + id});
     }
+  }
+
+  void refuse_over_limit(const Envelope& envelope) {
+    auto n = refused_in_flight.fetch_add(1) + 1;
+    if ((n & (n - 1)) == 0) {
+      spdlog::warn("system {}: {} is at its limit of messages waiting here ({} messages, {} "
+                   "bytes); refusing more ({} so far)",
+                   id, envelope.from.system, options.max_in_flight_per_peer,
+                   options.max_in_flight_bytes_per_peer, n);
+    }
+    if (envelope.correlation != 0) {
+      owner->reply(envelope,
+                   ErrorReply{"overloaded",
+                              fmt::format("too many messages from you are waiting at system {} "
+                                          "(limits: {} messages, {} bytes); wait for replies "
+                                          "before sending more",
+                                          id, options.max_in_flight_per_peer,
+                                          options.max_in_flight_bytes_per_peer)});
+    }
+  }
+
+  static std::size_t size_of(const Envelope& envelope) {
+    std::size_t bytes = envelope.payload.size();
+    for (const auto& attachment : envelope.attachments) bytes += attachment.size();
+    return bytes;
+  }
+
+  // Caller holds mutex. An empty pointer when `peer` is at its limit; otherwise a slot that
+  // frees itself when the letter holding it is destroyed (handled or dropped).
+  std::shared_ptr<void> take_in_flight_slot(const std::string& peer, std::size_t bytes) {
+    if (in_flight.size() > 65536 && !in_flight.count(peer)) {
+      // Bounded like the transport's routes: forget peers with nothing waiting.
+      std::erase_if(in_flight, [](const auto& entry) { return entry.second->messages == 0; });
+    }
+    auto& counter = in_flight[peer];
+    if (!counter) counter = std::make_shared<InFlight>();
+    if (counter->messages.load() >= options.max_in_flight_per_peer ||
+        (counter->messages.load() > 0 &&
+         counter->bytes.load() + bytes > options.max_in_flight_bytes_per_peer)) {
+      return {};
+    }
+    counter->messages.fetch_add(1);
+    counter->bytes.fetch_add(bytes);
+    return std::shared_ptr<void>(counter.get(), [keep = counter, bytes](void*) {
+      keep->bytes.fetch_sub(bytes);
+      keep->messages.fetch_sub(1);
+    });
   }
 
   void handle_system_message(const Envelope& envelope) {
@@ -311,6 +376,7 @@ ActorSystem::ActorSystem(SystemOptions options) : impl_(std::make_unique<Impl>()
   TransportOptions transport_options;
   transport_options.system_id = impl_->id;
   transport_options.limits = impl_->options.limits;
+  transport_options.credentials = impl_->options.credentials;
   impl_->transport = std::make_unique<Transport>(
       transport_options, [impl = impl_.get()](Envelope&& e) { impl->dispatch(std::move(e)); },
       [impl = impl_.get()](const Envelope& e, const std::string& why) {
@@ -484,7 +550,7 @@ TimerId ActorSystem::after(const std::string& actor, std::chrono::milliseconds d
     if (it != impl_->cells.end()) weak_cell = it->second;
   }
   return impl_->timers.schedule(delay, [weak_cell, task = std::move(task)]() mutable {
-    if (auto cell = weak_cell.lock()) cell->mailbox.push(Letter{std::nullopt, std::move(task)});
+    if (auto cell = weak_cell.lock()) cell->mailbox.push(Letter{std::nullopt, std::move(task), {}});
   });
 }
 
@@ -494,7 +560,8 @@ const TransportStats& ActorSystem::transport_stats() const { return impl_->trans
 
 SystemStats ActorSystem::stats() const {
   std::lock_guard lock(impl_->mutex);
-  return SystemStats{impl_->dead_letters.load(), impl_->cells.size(), impl_->pending.size()};
+  return SystemStats{impl_->dead_letters.load(), impl_->cells.size(), impl_->pending.size(),
+                     impl_->refused_in_flight.load()};
 }
 
 void ActorSystem::shutdown() {

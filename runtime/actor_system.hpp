@@ -15,6 +15,15 @@ namespace omnilearn::runtime {
 struct SystemOptions {
   std::string system_id;  // empty: a fresh random id
   CodecLimits limits;
+  // Messages, and their bytes, from one remote system that may wait in this system's mailboxes
+  // at once. Beyond either, an ask is answered with an "overloaded" error and a tell is dropped
+  // (and counted): a peer that sends faster than the actors here handle cannot grow this
+  // process's memory. (The message count is above the sender's own send queue, 10,000 minus
+  // ZeroMQ's slack, so a well-behaved burst fits.)
+  std::size_t max_in_flight_per_peer = 8192;
+  std::size_t max_in_flight_bytes_per_peer = 256u << 20;
+  // CURVE credentials for every connection (runtime/security.hpp); unset: plain TCP.
+  std::optional<ClusterCredentials> credentials;
 };
 
 // Counters beyond the transport's.
@@ -22,6 +31,7 @@ struct SystemStats {
   std::uint64_t dead_letters = 0;   // messages to actors that do not exist
   std::uint64_t actors = 0;
   std::uint64_t pending_asks = 0;
+  std::uint64_t refused_in_flight = 0;  // messages refused by max_in_flight_per_peer
 };
 
 class ActorSystem {

@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 
@@ -18,6 +19,9 @@ namespace omnilearn::runtime {
 struct Letter {
   std::optional<Envelope> envelope;
   std::function<void()> task;
+  // Held from delivery until the actor has handled the letter (or it is dropped): releasing it
+  // frees one of the sending peer's in-flight slots (SystemOptions::max_in_flight_per_peer).
+  std::shared_ptr<void> in_flight_slot;
 };
 
 class Mailbox {

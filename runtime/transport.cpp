@@ -4,6 +4,8 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <array>
+#include <cstring>
 #include <deque>
 #include <future>
 #include <mutex>
@@ -11,6 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <zmq.hpp>
 
@@ -29,6 +32,35 @@ void log_drop_once(std::atomic<std::uint64_t>& counter, std::string_view what) {
     spdlog::warn("transport: dropped a {} message (further drops are counted, not logged)", what);
   }
 }
+
+// Logs at the 1st, 2nd, 4th, 8th... occurrence: a peer retrying a refused connection every
+// second stays visible in the log without flooding it.
+bool log_this_occurrence(std::uint64_t count) { return (count & (count - 1)) == 0; }
+
+// The handshake failures a socket monitor reports; everything else it could report is noise here.
+constexpr int kHandshakeEvents = ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+                                 ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                                 ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
+
+std::string describe_handshake_failure(std::uint16_t event, std::uint32_t value) {
+  switch (event) {
+    case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH:
+      return fmt::format("authentication refused (status {}): the peer does not accept this "
+                         "cluster file's credentials",
+                         value);
+    case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
+      return fmt::format("protocol error 0x{:x} during the handshake: not an OmniLearn peer, "
+                         "garbage bytes, or one side runs --insecure and the other with a "
+                         "cluster file, or the keys belong to another cluster",
+                         value);
+    default:
+      return fmt::format("handshake failed ({})", zmq_strerror(static_cast<int>(value)));
+  }
+}
+
+// The well-known endpoint libzmq sends ZAP requests to, one handler per context (RFC 27).
+constexpr const char* kZapEndpoint = "inproc://zeromq.zap.01";
+constexpr const char* kZapDomain = "omnilearn";
 
 }  // namespace
 
@@ -50,6 +82,13 @@ struct Transport::Impl {
   // Owned by the I/O thread only.
   std::unique_ptr<zmq::socket_t> router;
   std::unordered_map<std::string, std::unique_ptr<zmq::socket_t>> dealers;  // by endpoint
+  // Socket monitors (PAIR sockets receiving handshake-failure events), by what they watch.
+  std::unique_ptr<zmq::socket_t> router_monitor;
+  std::unordered_map<std::string, std::unique_ptr<zmq::socket_t>> dealer_monitors;
+  int monitors_made = 0;
+  // CURVE only: the ZAP handler and the one client key it admits (decoded from Z85).
+  std::unique_ptr<zmq::socket_t> zap;
+  std::array<std::uint8_t, 32> cluster_client_key{};
   struct Route {
     std::string dealer_endpoint;  // non-empty: reply through our DEALER to that endpoint
     std::string router_identity;  // otherwise: through the ROUTER to this identity
@@ -73,8 +112,115 @@ struct Transport::Impl {
     socket->set(zmq::sockopt::reconnect_ivl, 100);
     socket->set(zmq::sockopt::reconnect_ivl_max, 1000);
     socket->set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(options.limits.max_message_bytes));
+    if (options.credentials) {
+      socket->set(zmq::sockopt::curve_serverkey, options.credentials->server.public_key);
+      socket->set(zmq::sockopt::curve_publickey, options.credentials->client.public_key);
+      socket->set(zmq::sockopt::curve_secretkey, options.credentials->client.secret_key);
+    }
+    dealer_monitors[endpoint] = monitor(*socket);
     socket->connect(endpoint);
     return *dealers.emplace(endpoint, std::move(socket)).first->second;
+  }
+
+  // A PAIR socket that receives `socket`'s handshake failures.
+  std::unique_ptr<zmq::socket_t> monitor(zmq::socket_t& socket) {
+    auto endpoint = fmt::format("inproc://omnilearn.monitor.{}", monitors_made++);
+    if (zmq_socket_monitor(socket.handle(), endpoint.c_str(), kHandshakeEvents) != 0) {
+      throw zmq::error_t();
+    }
+    auto events = std::make_unique<zmq::socket_t>(context, zmq::socket_type::pair);
+    events->set(zmq::sockopt::linger, 0);
+    events->connect(endpoint);
+    return events;
+  }
+
+  void drain_monitor(zmq::socket_t& events, const std::string* dealer_endpoint) {
+    for (int i = 0; i < 64; ++i) {
+      zmq::message_t event;
+      zmq::message_t address;
+      try {
+        if (!events.recv(event, zmq::recv_flags::dontwait)) return;
+        if (event.more() && !events.recv(address, zmq::recv_flags::none)) return;
+      } catch (const zmq::error_t&) {
+        return;
+      }
+      if (event.size() < 6) continue;
+      std::uint16_t id = 0;
+      std::uint32_t value = 0;
+      std::memcpy(&id, event.data(), sizeof id);
+      std::memcpy(&value, static_cast<const char*>(event.data()) + 2, sizeof value);
+      if (dealer_endpoint) {
+        auto n = stats.failed_handshakes_out.fetch_add(1) + 1;
+        if (log_this_occurrence(n)) {
+          spdlog::error("transport: cannot talk to {}: {} ({} failed handshake(s) so far)",
+                        *dealer_endpoint, describe_handshake_failure(id, value), n);
+        }
+      } else if (id != ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {  // ZAP refusals are counted by answer_zap
+        auto n = stats.failed_handshakes.fetch_add(1) + 1;
+        if (log_this_occurrence(n)) {
+          spdlog::warn("transport: refused a connection on {}: {} ({} so far)",
+                       address.to_string(), describe_handshake_failure(id, value), n);
+        }
+      }
+    }
+  }
+
+  // Answers libzmq's ZAP requests (RFC 27): admit a CURVE peer only if it holds the cluster's
+  // client key. Runs before the peer can send a single message, so nothing it sends is decoded.
+  void answer_zap() {
+    for (int i = 0; i < 64; ++i) {
+      std::vector<zmq::message_t> request;
+      try {
+        zmq::message_t part;
+        if (!zap->recv(part, zmq::recv_flags::dontwait)) return;
+        request.push_back(std::move(part));
+        while (request.back().more()) {
+          zmq::message_t next;
+          if (!zap->recv(next, zmq::recv_flags::none)) break;
+          request.push_back(std::move(next));
+        }
+      } catch (const zmq::error_t&) {
+        return;
+      }
+      // [version, request id, domain, address, identity, mechanism, client key]
+      bool admitted = request.size() >= 7 && request[0].to_string_view() == "1.0" &&
+                      request[5].to_string_view() == "CURVE" &&
+                      request[6].size() == cluster_client_key.size() &&
+                      std::memcmp(request[6].data(), cluster_client_key.data(),
+                                  cluster_client_key.size()) == 0;
+      if (!admitted) {
+        auto n = stats.refused_peers.fetch_add(1) + 1;
+        if (log_this_occurrence(n)) {
+          spdlog::warn("transport: refused peer {}: it does not hold this cluster's credentials "
+                       "({} refused so far)",
+                       request.size() > 3 ? request[3].to_string() : std::string("?"), n);
+        }
+      }
+      std::string request_id = request.size() > 1 ? request[1].to_string() : std::string();
+      std::array<std::string, 6> reply = {"1.0", request_id, admitted ? "200" : "400",
+                                          admitted ? "OK" : "not a member of this cluster",
+                                          "", ""};
+      try {
+        for (size_t k = 0; k < reply.size(); ++k) {
+          zap->send(zmq::buffer(reply[k]),
+                    k + 1 < reply.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+        }
+      } catch (const zmq::error_t& e) {
+        spdlog::error("transport: cannot answer an authentication request: {}", e.what());
+      }
+    }
+  }
+
+  // Binds the ZAP handler; must exist before the ROUTER accepts its first CURVE connection.
+  void start_zap() {
+    std::array<std::uint8_t, 32> key{};
+    if (zmq_z85_decode(key.data(), options.credentials->client.public_key.c_str()) == nullptr) {
+      throw std::runtime_error("transport: the cluster's client key is not valid Z85");
+    }
+    cluster_client_key = key;
+    zap = std::make_unique<zmq::socket_t>(context, zmq::socket_type::rep);
+    zap->set(zmq::sockopt::linger, 0);
+    zap->bind(kZapEndpoint);
   }
 
   void learn_route(const std::string& system, Route route) {
@@ -199,9 +345,11 @@ struct Transport::Impl {
     }
   }
 
+  enum class Polled { kWake, kRouter, kDealer, kRouterMonitor, kDealerMonitor, kZap };
+
   void run() {
     std::vector<zmq::pollitem_t> items;
-    std::vector<std::string> item_endpoints;  // parallel to items: dealer endpoint or ""
+    std::vector<std::pair<Polled, std::string>> polled;  // parallel to items: what, dealer endpoint
     while (true) {
       std::deque<Envelope> out;
       std::deque<std::function<void()>> todo;
@@ -220,16 +368,18 @@ struct Transport::Impl {
       }
 
       items.clear();
-      item_endpoints.clear();
-      items.push_back({nullptr, wake_fd, ZMQ_POLLIN, 0});
-      item_endpoints.emplace_back();
-      if (router) {
-        items.push_back({router->handle(), 0, ZMQ_POLLIN, 0});
-        item_endpoints.emplace_back();
-      }
-      for (auto& [endpoint, socket] : dealers) {
-        items.push_back({socket->handle(), 0, ZMQ_POLLIN, 0});
-        item_endpoints.push_back(endpoint);
+      polled.clear();
+      auto add = [&](zmq::socket_t* socket, Polled what, const std::string& endpoint) {
+        items.push_back({socket ? socket->handle() : nullptr, socket ? 0 : wake_fd, ZMQ_POLLIN, 0});
+        polled.emplace_back(what, endpoint);
+      };
+      add(nullptr, Polled::kWake, {});
+      if (router) add(router.get(), Polled::kRouter, {});
+      if (router_monitor) add(router_monitor.get(), Polled::kRouterMonitor, {});
+      if (zap) add(zap.get(), Polled::kZap, {});
+      for (auto& [endpoint, socket] : dealers) add(socket.get(), Polled::kDealer, endpoint);
+      for (auto& [endpoint, socket] : dealer_monitors) {
+        add(socket.get(), Polled::kDealerMonitor, endpoint);
       }
       try {
         zmq::poll(items.data(), items.size(), std::chrono::milliseconds(-1));
@@ -244,16 +394,31 @@ struct Transport::Impl {
       }
       for (size_t i = 1; i < items.size(); ++i) {
         if (!(items[i].revents & ZMQ_POLLIN)) continue;
-        if (item_endpoints[i].empty()) {
-          drain(*router, nullptr);
-        } else {
-          auto it = dealers.find(item_endpoints[i]);
-          if (it != dealers.end()) drain(*it->second, &it->first);
+        const auto& [what, endpoint] = polled[i];
+        switch (what) {
+          case Polled::kRouter: drain(*router, nullptr); break;
+          case Polled::kRouterMonitor: drain_monitor(*router_monitor, nullptr); break;
+          case Polled::kZap: answer_zap(); break;
+          case Polled::kDealer: {
+            auto it = dealers.find(endpoint);
+            if (it != dealers.end()) drain(*it->second, &it->first);
+            break;
+          }
+          case Polled::kDealerMonitor: {
+            auto it = dealer_monitors.find(endpoint);
+            if (it != dealer_monitors.end()) drain_monitor(*it->second, &it->first);
+            break;
+          }
+          case Polled::kWake: break;
         }
       }
     }
+    // Sockets first, then what watches them: a monitor outliving its socket only sees "stopped".
     router.reset();
     dealers.clear();
+    router_monitor.reset();
+    dealer_monitors.clear();
+    zap.reset();
   }
 
   // False once stop() has begun: the I/O thread may already be gone, and a command queued now
@@ -298,6 +463,14 @@ std::string Transport::bind(const std::string& endpoint) {
         impl->router->set(zmq::sockopt::sndhwm, impl->options.send_high_water_mark);
         impl->router->set(zmq::sockopt::maxmsgsize,
                           static_cast<int64_t>(impl->options.limits.max_message_bytes));
+        if (impl->options.credentials) {
+          impl->start_zap();
+          impl->router->set(zmq::sockopt::curve_server, true);
+          impl->router->set(zmq::sockopt::curve_secretkey,
+                            impl->options.credentials->server.secret_key);
+          impl->router->set(zmq::sockopt::zap_domain, kZapDomain);
+        }
+        impl->router_monitor = impl->monitor(*impl->router);
       }
       std::string wanted = endpoint;
       // ZeroMQ spells "any port" as '*'; accept the more familiar :0 too.

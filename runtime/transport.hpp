@@ -7,10 +7,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "runtime/codec.hpp"
 #include "runtime/envelope.hpp"
+#include "runtime/security.hpp"
 
 namespace omnilearn::runtime {
 
@@ -24,7 +26,14 @@ struct TransportStats {
   std::atomic<std::uint64_t> dropped_bad_version{0};
   std::atomic<std::uint64_t> dropped_unroutable{0};   // no route to the destination system
   std::atomic<std::uint64_t> dropped_send_full{0};    // peer queue full or peer gone
-  std::atomic<std::uint64_t> refused_peers{0};        // connections refused by authentication
+  // Connections the ZAP handler refused: the peer spoke CURVE but without the cluster's key.
+  std::atomic<std::uint64_t> refused_peers{0};
+  // Inbound connections whose handshake failed before any message: garbage bytes, a plain-text
+  // peer at a CURVE socket (or the reverse), a peer with the wrong server key.
+  std::atomic<std::uint64_t> failed_handshakes{0};
+  // Our own outbound handshakes that failed: the peer refused our credentials or speaks another
+  // security mechanism. Clients use it to say "wrong cluster file" rather than "no reply".
+  std::atomic<std::uint64_t> failed_handshakes_out{0};
 };
 
 struct TransportOptions {
@@ -32,6 +41,9 @@ struct TransportOptions {
   CodecLimits limits;
   int send_high_water_mark = 10000;  // messages queued per peer before sends are dropped
   int max_learned_routes = 65536;    // peers remembered by system id
+  // Set: every socket speaks CURVE with these keys and the ROUTER admits only the cluster's
+  // client key. Unset: plain TCP (`--insecure`), for local experiments only.
+  std::optional<ClusterCredentials> credentials;
 };
 
 class Transport {

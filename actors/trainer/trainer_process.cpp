@@ -29,6 +29,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "actors/cluster_file.hpp"
 #include "actors/job_protocol.hpp"
 #include "actors/job_spec.hpp"
 #include "actors/trainer/runtime_store.hpp"
@@ -50,6 +51,8 @@ struct TrainerArgs {
   std::string node;
   std::string gloo_host;
   double slowdown = 1.0;
+  std::string cluster_file;  // the agent's credentials; empty only with --insecure
+  bool insecure = false;
 };
 
 // What the actor thread hands the training thread; guarded by `mutex`.
@@ -414,7 +417,22 @@ int main(int argc, char** argv) {
   app.add_option("--node", args.node);
   app.add_option("--gloo-host", args.gloo_host);
   app.add_option("--slowdown", args.slowdown)->check(CLI::Range(1.0, 1000.0));
+  auto* file_option = app.add_option("--cluster-file", args.cluster_file);
+  app.add_flag("--insecure", args.insecure)->excludes(file_option);
   CLI11_PARSE(app, argc, argv);
+  runtime::SystemOptions system_options;
+  if (!args.insecure) {
+    if (args.cluster_file.empty()) {
+      std::fprintf(stderr, "omnilearn-trainer: --cluster-file F or --insecure is required\n");
+      return 2;
+    }
+    try {
+      system_options.credentials = actors::read_cluster_file(args.cluster_file).credentials;
+    } catch (const actors::ClusterFileError& e) {
+      std::fprintf(stderr, "omnilearn-trainer: %s\n", e.what());
+      return 2;
+    }
+  }
 
   runtime::block_shutdown_signals();
   // Gloo writes to its peers' sockets: a peer that died must fail the collective (and lead to a
@@ -426,7 +444,7 @@ int main(int argc, char** argv) {
   const char* level = std::getenv("OMNILEARN_LOG");
   spdlog::set_level(level ? spdlog::level::from_str(level) : spdlog::level::info);
 
-  runtime::ActorSystem system;
+  runtime::ActorSystem system(system_options);
   actors::Control control;
   control.slowdown = args.slowdown;
   system.spawn<actors::TrainerActor>("trainer", control);

@@ -63,7 +63,7 @@ void BM_MailboxPushPop(benchmark::State& state) {
   runtime::Mailbox mailbox;
   auto e = small_envelope();
   for (auto _ : state) {
-    mailbox.push(runtime::Letter{e, {}});
+    mailbox.push(runtime::Letter{e, {}, {}});
     benchmark::DoNotOptimize(mailbox.pop());
   }
   state.SetItemsProcessed(state.iterations());

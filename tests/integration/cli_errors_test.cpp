@@ -49,9 +49,11 @@ void expect_usage_error(const CommandResult& result, const std::string& needle) 
   EXPECT_EQ(result.err.find("terminate called"), std::string::npos) << result.err;
 }
 
+// No address anywhere: not in the environment, not in the (otherwise valid) cluster file.
 ProcessOptions without_address_env() {
   ProcessOptions options;
-  options.env = {"OMNILEARN_ADDRESS="};
+  options.env = {"OMNILEARN_ADDRESS=", "OMNILEARN_CLUSTER_FILE=" +
+                                           extra_cluster_file("no-address.toml", "", true).string()};
   return options;
 }
 

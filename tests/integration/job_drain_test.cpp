@@ -18,37 +18,7 @@ constexpr std::int64_t kSteps = 300;
 
 // Synthetic data and a small MLP: the protocol is tested, not the learning. kSteps is enough
 // that the drain lands well before the end even on an idle machine (steps take >= ~10 ms).
-const std::string kJob = R"(
-[job]
-name = "e2e-drain"
-
-[model]
-kind = "mlp"
-hidden = [128, 64]
-
-[data]
-dataset = "synthetic"
-train_size = 8192
-test_size = 512
-
-[train]
-global_batch = 384
-steps = )" + std::to_string(kSteps) + R"(
-optimizer = "sgd"
-lr = 0.05
-momentum = 0.9
-seed = 21
-
-[controller]
-policy = "proportional"
-min_batch = 8
-interval = 10
-cooldown = 2
-
-[elastic]
-min_workers = 2
-max_workers = 3
-)";
+const std::string kJob = synthetic_elastic_job("e2e-drain", kSteps, 21);
 
 bool has_trainer_of(const Json& members, const std::string& node) {
   for (const auto& m : members) {

@@ -19,37 +19,7 @@ using Json = nlohmann::json;
 
 constexpr std::int64_t kSteps = 250;
 
-const std::string kJob = R"(
-[job]
-name = "e2e-kill"
-
-[model]
-kind = "mlp"
-hidden = [128, 64]
-
-[data]
-dataset = "synthetic"
-train_size = 8192
-test_size = 512
-
-[train]
-global_batch = 384
-steps = )" + std::to_string(kSteps) + R"(
-optimizer = "sgd"
-lr = 0.05
-momentum = 0.9
-seed = 31
-
-[controller]
-policy = "proportional"
-min_batch = 8
-interval = 10
-cooldown = 2
-
-[elastic]
-min_workers = 2
-max_workers = 3
-)";
+const std::string kJob = synthetic_elastic_job("e2e-kill", kSteps, 31);
 
 double unix_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())

@@ -24,7 +24,7 @@ Letter letter_from(int producer, std::uint64_t sequence) {
   e.kind = MessageKind::kPing;
   e.from.actor = "p" + std::to_string(producer);
   e.correlation = sequence;
-  return Letter{std::move(e), {}};
+  return Letter{std::move(e), {}, {}};
 }
 
 TEST(Mailbox, FifoPerSenderUnderManyProducers) {
@@ -95,7 +95,7 @@ TEST(Mailbox, TasksAndMessagesShareOneOrder) {
   Mailbox mailbox;
   std::vector<int> order;
   mailbox.push(letter_from(0, 1));
-  mailbox.push(Letter{std::nullopt, [&] { order.push_back(2); }});
+  mailbox.push(Letter{std::nullopt, [&] { order.push_back(2); }, {}});
   mailbox.push(letter_from(0, 3));
   for (int i = 0; i < 3; ++i) {
     auto letter = mailbox.pop();

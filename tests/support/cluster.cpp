@@ -1,10 +1,14 @@
 #include "tests/support/cluster.hpp"
 
+#include <stdlib.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <regex>
 #include <stdexcept>
 #include <thread>
+
+#include "actors/cluster_file.hpp"
 
 namespace omnilearn::testing {
 
@@ -23,11 +27,63 @@ std::filesystem::path omnilearn_binary() {
   return path;
 }
 
+namespace {
+
+// One private directory per test program, removed at exit: the heads it starts write their
+// cluster file there, and every other process it starts reads it (OMNILEARN_CLUSTER_FILE), so
+// tests run closed clusters like users do without touching ~/.omnilearn.
+class TestClusterFileDir {
+ public:
+  TestClusterFileDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "omnilearn-test-XXXXXX").string();
+    if (!::mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed for " + pattern);
+    dir_ = pattern;
+  }
+  ~TestClusterFileDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  const std::filesystem::path& path() const { return dir_; }
+
+ private:
+  std::filesystem::path dir_;
+};
+
+TestClusterFileDir& test_cluster_dir() {
+  static TestClusterFileDir dir;
+  return dir;
+}
+
+}  // namespace
+
+std::filesystem::path test_cluster_file() {
+  // Written once, before any head starts, so that heads started concurrently by one test share
+  // keys instead of racing to create them; each head then records its own address in it.
+  static const std::filesystem::path path = [] {
+    auto file = test_cluster_dir().path() / "cluster.toml";
+    actors::write_cluster_file(file, {"", runtime::generate_cluster_credentials()});
+    return file;
+  }();
+  return path;
+}
+
+std::filesystem::path extra_cluster_file(const std::string& name, const std::string& address,
+                                         bool same_cluster) {
+  auto file = test_cluster_dir().path() / name;
+  auto credentials = same_cluster ? actors::read_cluster_file(test_cluster_file()).credentials
+                                  : runtime::generate_cluster_credentials();
+  actors::write_cluster_file(file, {address, credentials});
+  return file;
+}
+
 ProcessOptions omnilearn_process_options(ProcessOptions options) {
   auto has_key = [&](const std::string& key) {
     return std::any_of(options.env.begin(), options.env.end(),
                        [&](const std::string& entry) { return entry.rfind(key + "=", 0) == 0; });
   };
+  if (!has_key("OMNILEARN_CLUSTER_FILE")) {
+    options.env.push_back("OMNILEARN_CLUSTER_FILE=" + test_cluster_file().string());
+  }
   if (!has_key("OMNILEARN_TRAINER") && !std::getenv("OMNILEARN_TRAINER") &&
       !std::filesystem::exists(omnilearn_binary().parent_path() / "omnilearn-trainer")) {
     options.env.push_back("OMNILEARN_TRAINER=/bin/false");

@@ -24,10 +24,21 @@ namespace omnilearn::testing {
 // Throws std::runtime_error if the variable is unset or the file is missing.
 std::filesystem::path omnilearn_binary();
 
-// `options` plus what every omnilearn process started by a test needs: when no trainer program
-// is built (OMNILEARN_WITH_TORCH=OFF) and $OMNILEARN_TRAINER is unset, OMNILEARN_TRAINER points
-// at /bin/false, so `omnilearn worker` starts for membership tests that host no trainers.
-// Entries already in options.env win.
+// The cluster file of this test program's clusters, in a private temporary directory removed at
+// exit: created (with fresh keys and no address) on first use; every head reuses its keys and
+// records its address in it.
+std::filesystem::path test_cluster_file();
+
+// Another cluster file `name` in the same private directory, holding `address` and either the
+// test cluster's keys (same_cluster) or a stranger's.
+std::filesystem::path extra_cluster_file(const std::string& name, const std::string& address,
+                                         bool same_cluster);
+
+// `options` plus what every omnilearn process started by a test needs: OMNILEARN_CLUSTER_FILE
+// set to test_cluster_file() (heads, workers and clients share credentials), and, when no
+// trainer program is built (OMNILEARN_WITH_TORCH=OFF) and $OMNILEARN_TRAINER is unset,
+// OMNILEARN_TRAINER=/bin/false, so `omnilearn worker` starts for membership tests that host no
+// trainers. Entries already in options.env win.
 ProcessOptions omnilearn_process_options(ProcessOptions options);
 
 // Runs `omnilearn <args...>` to completion (bounded by `timeout`), with

@@ -5,9 +5,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -253,6 +252,40 @@ std::vector<ProcessInfo> job_trainer_processes(const std::string& job_id) {
     trainers.push_back(std::move(p));
   }
   return trainers;
+}
+
+std::string synthetic_elastic_job(const std::string& name, std::int64_t steps, std::uint64_t seed) {
+  return R"(
+[job]
+name = ")" + name + R"("
+
+[model]
+kind = "mlp"
+hidden = [128, 64]
+
+[data]
+dataset = "synthetic"
+train_size = 8192
+test_size = 512
+
+[train]
+global_batch = 384
+steps = )" + std::to_string(steps) + R"(
+optimizer = "sgd"
+lr = 0.05
+momentum = 0.9
+seed = )" + std::to_string(seed) + R"(
+
+[controller]
+policy = "proportional"
+min_batch = 8
+interval = 10
+cooldown = 2
+
+[elastic]
+min_workers = 2
+max_workers = 3
+)";
 }
 
 HeadOptions job_head_options() {

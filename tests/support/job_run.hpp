@@ -116,6 +116,10 @@ std::optional<bool> ignores_signal(pid_t pid, int sig);
 // The trainer processes of job `job_id` (any cluster) that are still alive.
 std::vector<ProcessInfo> job_trainer_processes(const std::string& job_id);
 
+// The elastic-protocol tests' job: a small MLP on synthetic data (the protocol is tested, not
+// the learning), global batch 384, proportional control every 10 steps, 2..3 workers.
+std::string synthetic_elastic_job(const std::string& name, std::int64_t steps, std::uint64_t seed);
+
 // Heartbeats for job tests: every 200 ms, dead after 1500 ms. The membership tests' 100/600 ms
 // is too tight for LibTorch processes sharing two cores (a trainer start or a busy step would
 // get a healthy node declared dead).
