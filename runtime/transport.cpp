@@ -440,6 +440,9 @@ Transport::Transport(TransportOptions options, InboundHandler on_inbound,
   impl_->options = std::move(options);
   impl_->on_inbound = std::move(on_inbound);
   impl_->on_undeliverable = std::move(on_undeliverable);
+  // spdlog's registry is a lazily built static inside the (uninstrumented) shared library: build
+  // it here, before the I/O thread can log, so ThreadSanitizer sees the thread start order.
+  spdlog::default_logger_raw();
   impl_->wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (impl_->wake_fd < 0) throw std::runtime_error("transport: eventfd failed");
   impl_->io_thread = std::thread([impl = impl_.get()] { impl->run(); });
@@ -451,7 +454,9 @@ Transport::~Transport() {
 }
 
 std::string Transport::bind(const std::string& endpoint) {
-  std::promise<std::string> bound;
+  // (endpoint bound, error): the error travels as text and is thrown on the caller's thread, so
+  // no exception object is shared between threads.
+  std::promise<std::pair<std::string, std::string>> bound;
   auto result = bound.get_future();
   bool posted = impl_->post([impl = impl_.get(), endpoint, &bound] {
     try {
@@ -478,14 +483,15 @@ std::string Transport::bind(const std::string& endpoint) {
         wanted.replace(wanted.size() - 1, 1, "*");
       }
       impl->router->bind(wanted);
-      bound.set_value(impl->router->get(zmq::sockopt::last_endpoint));
-    } catch (const zmq::error_t& e) {
-      bound.set_exception(std::make_exception_ptr(
-          std::runtime_error("cannot listen on " + endpoint + ": " + e.what())));
+      bound.set_value({impl->router->get(zmq::sockopt::last_endpoint), ""});
+    } catch (const std::exception& e) {  // zmq::error_t, or a bad cluster key from start_zap
+      bound.set_value({"", "cannot listen on " + endpoint + ": " + e.what()});
     }
   });
   if (!posted) throw std::runtime_error("cannot listen on " + endpoint + ": transport stopped");
-  return result.get();
+  auto [listening, error] = result.get();
+  if (!error.empty()) throw std::runtime_error(error);
+  return listening;
 }
 
 void Transport::send(Envelope envelope) {

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs everything OmniLearn needs to build, test and run, from Debian packages only.
+# Installs everything OmniLearn needs to build, test and run, from Debian packages only
+# (clang and its runtime are for the libFuzzer targets, scripts/fuzz.sh).
 # Idempotent: packages already present are skipped by apt-get. Needs root (or sudo).
 set -euo pipefail
 
@@ -14,6 +15,7 @@ packages=(
   dataset-fashion-mnist
   zlib1g-dev
   iproute2 procps
+  clang libclang-rt-14-dev
 )
 
 missing=()
