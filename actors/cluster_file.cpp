@@ -123,17 +123,9 @@ void write_cluster_file(const std::filesystem::path& path, const ClusterFile& fi
   }
 }
 
-ClusterFile load_or_create_cluster_file(const std::filesystem::path& path,
-                                        const std::string& address) {
-  ClusterFile file;
-  if (std::filesystem::exists(path)) {
-    file = read_cluster_file(path);
-  } else {
-    file.credentials = runtime::generate_cluster_credentials();
-  }
-  file.address = address;
-  write_cluster_file(path, file);
-  return file;
+ClusterFile load_or_new_cluster_file(const std::filesystem::path& path) {
+  if (std::filesystem::exists(path)) return read_cluster_file(path);
+  return {"", runtime::generate_cluster_credentials()};
 }
 
 }  // namespace omnilearn::actors

@@ -41,9 +41,9 @@ ClusterFile read_cluster_file(const std::filesystem::path& path);
 // parent directory with mode 0700 if needed. Throws ClusterFileError.
 void write_cluster_file(const std::filesystem::path& path, const ClusterFile& file);
 
-// The head's start: reuses the credentials in `path` if it exists (a restarted head keeps its
-// cluster), else creates new ones; records `address` in the file either way.
-ClusterFile load_or_create_cluster_file(const std::filesystem::path& path,
-                                        const std::string& address);
+// The head's start: the file at `path` if it exists (a restarted head keeps its cluster), else
+// fresh credentials and no address. Writes nothing: the head records its address once it has
+// bound its port (write_cluster_file). Throws ClusterFileError.
+ClusterFile load_or_new_cluster_file(const std::filesystem::path& path);
 
 }  // namespace omnilearn::actors

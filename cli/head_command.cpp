@@ -56,9 +56,7 @@ int run_head(const HeadFlags& flags) {
     warn_insecure("this head");
   } else {
     try {
-      cluster = std::filesystem::exists(path)
-                    ? actors::read_cluster_file(path)
-                    : actors::ClusterFile{"", runtime::generate_cluster_credentials()};
+      cluster = actors::load_or_new_cluster_file(path);
     } catch (const std::exception& e) {
       throw CliError(e.what());
     }

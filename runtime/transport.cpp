@@ -81,10 +81,14 @@ struct Transport::Impl {
 
   // Owned by the I/O thread only.
   std::unique_ptr<zmq::socket_t> router;
-  std::unordered_map<std::string, std::unique_ptr<zmq::socket_t>> dealers;  // by endpoint
-  // Socket monitors (PAIR sockets receiving handshake-failure events), by what they watch.
+  struct Dealer {
+    // Declared first so it is destroyed last: a monitor outliving its socket only sees "stopped".
+    std::unique_ptr<zmq::socket_t> monitor;  // PAIR receiving the socket's handshake failures
+    std::unique_ptr<zmq::socket_t> socket;
+  };
+  std::unordered_map<std::string, Dealer> dealers;  // by endpoint; never erased while running
+  // PAIR socket receiving the ROUTER's handshake failures (each Dealer holds its own).
   std::unique_ptr<zmq::socket_t> router_monitor;
-  std::unordered_map<std::string, std::unique_ptr<zmq::socket_t>> dealer_monitors;
   int monitors_made = 0;
   // CURVE only: the ZAP handler and the one client key it admits (decoded from Z85).
   std::unique_ptr<zmq::socket_t> zap;
@@ -104,7 +108,7 @@ struct Transport::Impl {
 
   zmq::socket_t& dealer_for(const std::string& endpoint) {
     auto it = dealers.find(endpoint);
-    if (it != dealers.end()) return *it->second;
+    if (it != dealers.end()) return *it->second.socket;
     auto socket = std::make_unique<zmq::socket_t>(context, zmq::socket_type::dealer);
     socket->set(zmq::sockopt::routing_id, options.system_id);
     socket->set(zmq::sockopt::linger, 0);
@@ -117,9 +121,9 @@ struct Transport::Impl {
       socket->set(zmq::sockopt::curve_publickey, options.credentials->client.public_key);
       socket->set(zmq::sockopt::curve_secretkey, options.credentials->client.secret_key);
     }
-    dealer_monitors[endpoint] = monitor(*socket);
-    socket->connect(endpoint);
-    return *dealers.emplace(endpoint, std::move(socket)).first->second;
+    Dealer dealer{monitor(*socket), std::move(socket)};
+    dealer.socket->connect(endpoint);
+    return *dealers.emplace(endpoint, std::move(dealer)).first->second.socket;
   }
 
   // A PAIR socket that receives `socket`'s handshake failures.
@@ -349,7 +353,9 @@ struct Transport::Impl {
 
   void run() {
     std::vector<zmq::pollitem_t> items;
-    std::vector<std::pair<Polled, std::string>> polled;  // parallel to items: what, dealer endpoint
+    // Parallel to items: what each one is, and for a DEALER or its monitor, its map entry (whose
+    // address is stable: unordered_map nodes do not move, and dealers are never erased here).
+    std::vector<std::pair<Polled, std::pair<const std::string, Dealer>*>> polled;
     while (true) {
       std::deque<Envelope> out;
       std::deque<std::function<void()>> todo;
@@ -369,17 +375,18 @@ struct Transport::Impl {
 
       items.clear();
       polled.clear();
-      auto add = [&](zmq::socket_t* socket, Polled what, const std::string& endpoint) {
+      auto add = [&](zmq::socket_t* socket, Polled what,
+                     std::pair<const std::string, Dealer>* dealer = nullptr) {
         items.push_back({socket ? socket->handle() : nullptr, socket ? 0 : wake_fd, ZMQ_POLLIN, 0});
-        polled.emplace_back(what, endpoint);
+        polled.emplace_back(what, dealer);
       };
-      add(nullptr, Polled::kWake, {});
-      if (router) add(router.get(), Polled::kRouter, {});
-      if (router_monitor) add(router_monitor.get(), Polled::kRouterMonitor, {});
-      if (zap) add(zap.get(), Polled::kZap, {});
-      for (auto& [endpoint, socket] : dealers) add(socket.get(), Polled::kDealer, endpoint);
-      for (auto& [endpoint, socket] : dealer_monitors) {
-        add(socket.get(), Polled::kDealerMonitor, endpoint);
+      add(nullptr, Polled::kWake);
+      if (router) add(router.get(), Polled::kRouter);
+      if (router_monitor) add(router_monitor.get(), Polled::kRouterMonitor);
+      if (zap) add(zap.get(), Polled::kZap);
+      for (auto& entry : dealers) {
+        add(entry.second.socket.get(), Polled::kDealer, &entry);
+        add(entry.second.monitor.get(), Polled::kDealerMonitor, &entry);
       }
       try {
         zmq::poll(items.data(), items.size(), std::chrono::milliseconds(-1));
@@ -394,30 +401,21 @@ struct Transport::Impl {
       }
       for (size_t i = 1; i < items.size(); ++i) {
         if (!(items[i].revents & ZMQ_POLLIN)) continue;
-        const auto& [what, endpoint] = polled[i];
+        auto [what, dealer] = polled[i];
         switch (what) {
           case Polled::kRouter: drain(*router, nullptr); break;
           case Polled::kRouterMonitor: drain_monitor(*router_monitor, nullptr); break;
           case Polled::kZap: answer_zap(); break;
-          case Polled::kDealer: {
-            auto it = dealers.find(endpoint);
-            if (it != dealers.end()) drain(*it->second, &it->first);
-            break;
-          }
-          case Polled::kDealerMonitor: {
-            auto it = dealer_monitors.find(endpoint);
-            if (it != dealer_monitors.end()) drain_monitor(*it->second, &it->first);
-            break;
-          }
+          case Polled::kDealer: drain(*dealer->second.socket, &dealer->first); break;
+          case Polled::kDealerMonitor: drain_monitor(*dealer->second.monitor, &dealer->first); break;
           case Polled::kWake: break;
         }
       }
     }
     // Sockets first, then what watches them: a monitor outliving its socket only sees "stopped".
     router.reset();
-    dealers.clear();
     router_monitor.reset();
-    dealer_monitors.clear();
+    dealers.clear();
     zap.reset();
   }
 

@@ -99,10 +99,15 @@ TEST_F(ClusterFileTest, MissingOrDamagedFilesSayWhatToDo) {
 
 TEST_F(ClusterFileTest, ARestartedHeadKeepsItsKeysAndUpdatesTheAddress) {
   auto path = dir / "cluster.toml";
-  auto first = load_or_create_cluster_file(path, "a:1");
-  auto second = load_or_create_cluster_file(path, "b:2");
+  auto first = load_or_new_cluster_file(path);  // first start: fresh keys, nothing written yet
+  EXPECT_FALSE(std::filesystem::exists(path));
+  first.address = "a:1";
+  write_cluster_file(path, first);
+  auto second = load_or_new_cluster_file(path);  // restart: the same keys
   EXPECT_EQ(second.credentials.server.public_key, first.credentials.server.public_key);
   EXPECT_EQ(second.credentials.client.secret_key, first.credentials.client.secret_key);
+  second.address = "b:2";
+  write_cluster_file(path, second);
   EXPECT_EQ(read_cluster_file(path).address, "b:2");
 }
 

@@ -39,11 +39,9 @@ std::uint64_t counter(const ClusterStatus& status, const std::string& name) {
 }
 
 // The last line of stderr: the one-line error (warnings and logs may come before it).
-std::string last_line(const std::string& text) {
-  auto end = text.find_last_not_of('\n');
-  if (end == std::string::npos) return "";
-  auto start = text.rfind('\n', end);
-  return text.substr(start == std::string::npos ? 0 : start + 1, end - (start == std::string::npos ? 0 : start + 1) + 1);
+std::string last_line(std::string text) {
+  while (!text.empty() && text.back() == '\n') text.pop_back();
+  return text.substr(text.rfind('\n') + 1);  // npos + 1 == 0: a single line
 }
 
 void expect_refused(const CommandResult& result, const std::string& what) {

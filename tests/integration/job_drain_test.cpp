@@ -30,22 +30,12 @@ bool has_trainer_of(const Json& members, const std::string& node) {
 class JobDrain : public JobTest {};
 
 TEST_F(JobDrain, ADrainedNodeLeavesAtAStepBoundaryAndNoStepIsLost) {
-  auto& cluster = start_cluster();
-  for (const auto* name : {"w1", "w2", "w3"}) start_worker(name);
-  for (const auto* name : {"w1", "w2", "w3"}) {
-    ASSERT_TRUE(cluster.wait_worker_joined(name, 15s)) << cluster.worker(name).describe();
-  }
-  ScratchDir dir("drain");
-  JobRun run(cluster, dir.write("job.toml", kJob), dir.path() / "run");
-
-  auto training = run.wait_for_event("step", 45s, [](const Json& e) {
-    return e.at("step").get<int>() >= 10 && e.at("batches").size() == 3;
-  });
-  ASSERT_TRUE(training) << run.describe();
+  ASSERT_NO_FATAL_FAILURE(start_job_on_three_workers("drain", kJob));
+  auto& cluster = this->cluster();
+  auto& run = *run_;
+  const auto& first_generation = first_generation_;
   // Drain a follower (rank 1): its share must move to the others.
-  auto first_generation = run.wait_for_event("generation", 1s);
-  ASSERT_TRUE(first_generation);
-  const auto victim_trainer = first_generation->at("members")[1].get<std::string>();
+  const auto victim_trainer = first_generation.at("members")[1].get<std::string>();
   const auto victim = trainer_nodes(run.events()).at(victim_trainer);
   const auto victim_pids = trainer_processes(cluster.address(), victim + "-t");
   ASSERT_EQ(victim_pids.size(), 1u) << describe(victim_pids);
@@ -55,7 +45,7 @@ TEST_F(JobDrain, ADrainedNodeLeavesAtAStepBoundaryAndNoStepIsLost) {
   EXPECT_NE(drain.out.find("draining node " + victim), std::string::npos) << drain.out;
 
   auto without = run.wait_for_event("generation", 30s, [&](const Json& e) {
-    return e.at("generation").get<int>() > first_generation->at("generation").get<int>() &&
+    return e.at("generation").get<int>() > first_generation.at("generation").get<int>() &&
            !has_trainer_of(e.at("members"), victim);
   });
   ASSERT_TRUE(without) << run.describe();

@@ -25,20 +25,11 @@ const std::string kJob = synthetic_elastic_job("e2e-freeze", kSteps, 37);
 class JobFreeze : public JobTest {};
 
 TEST_F(JobFreeze, AFrozenNodeIsLeftBehindAndRejoinsAsANewIncarnation) {
-  auto& cluster = start_cluster();
-  for (const auto* name : {"w1", "w2", "w3"}) start_worker(name);
-  for (const auto* name : {"w1", "w2", "w3"}) {
-    ASSERT_TRUE(cluster.wait_worker_joined(name, 15s)) << cluster.worker(name).describe();
-  }
-  ScratchDir dir("freeze");
-  JobRun run(cluster, dir.write("job.toml", kJob), dir.path() / "run");
-  auto training = run.wait_for_event("step", 45s, [](const Json& e) {
-    return e.at("step").get<int>() >= 10 && e.at("batches").size() == 3;
-  });
-  ASSERT_TRUE(training) << run.describe();
-  auto first_generation = run.wait_for_event("generation", 1s);
-  ASSERT_TRUE(first_generation);
-  const auto victim_trainer = first_generation->at("members")[1].get<std::string>();
+  ASSERT_NO_FATAL_FAILURE(start_job_on_three_workers("freeze", kJob));
+  auto& cluster = this->cluster();
+  auto& run = *run_;
+  const auto& first_generation = first_generation_;
+  const auto victim_trainer = first_generation.at("members")[1].get<std::string>();
   const auto victim = trainer_nodes(run.events()).at(victim_trainer);
 
   // The whole process group: the agent and its trainer stop together.

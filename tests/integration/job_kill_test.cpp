@@ -41,21 +41,11 @@ class JobKill : public JobTest {
 };
 
 void JobKill::kill_rank_and_check(int rank) {
-  auto& cluster = start_cluster();
-  for (const auto* name : {"w1", "w2", "w3"}) start_worker(name);
-  for (const auto* name : {"w1", "w2", "w3"}) {
-    ASSERT_TRUE(cluster.wait_worker_joined(name, 15s)) << cluster.worker(name).describe();
-  }
-  ScratchDir dir("kill");
-  JobRun run(cluster, dir.write("job.toml", kJob), dir.path() / "run");
-
-  auto training = run.wait_for_event("step", 45s, [](const Json& e) {
-    return e.at("step").get<int>() >= 10 && e.at("batches").size() == 3;
-  });
-  ASSERT_TRUE(training) << run.describe();
-  auto first_generation = run.wait_for_event("generation", 1s);
-  ASSERT_TRUE(first_generation);
-  const auto victim_trainer = first_generation->at("members")[rank].get<std::string>();
+  ASSERT_NO_FATAL_FAILURE(start_job_on_three_workers("kill", kJob));
+  auto& cluster = this->cluster();
+  auto& run = *run_;
+  const auto& first_generation = first_generation_;
+  const auto victim_trainer = first_generation.at("members")[rank].get<std::string>();
   const auto victim = trainer_nodes(run.events()).at(victim_trainer);
   const auto victim_pids = trainer_processes(cluster.address(), victim + "-t");
   ASSERT_EQ(victim_pids.size(), 1u) << describe(victim_pids);
@@ -86,7 +76,7 @@ void JobKill::kill_rank_and_check(int rank) {
   EXPECT_LE(resumed_after, allowed) << "resumed " << resumed_after << " s after the kill\n"
                                     << run.describe();
   auto without = run.wait_for_event("generation", 1s, [&](const Json& e) {
-    return e.at("generation").get<int>() > first_generation->at("generation").get<int>() &&
+    return e.at("generation").get<int>() > first_generation.at("generation").get<int>() &&
            !has_trainer_of(e.at("members"), victim);
   });
   ASSERT_TRUE(without) << run.describe();

@@ -333,6 +333,25 @@ int JobTest::favour_quota_cgroups() {
   return changed;
 }
 
+void JobTest::start_job_on_three_workers(const std::string& name, const std::string& job) {
+  using namespace std::chrono_literals;
+  auto& cluster = start_cluster();
+  for (const auto* worker : {"w1", "w2", "w3"}) start_worker(worker);
+  for (const auto* worker : {"w1", "w2", "w3"}) {
+    ASSERT_TRUE(cluster.wait_worker_joined(worker, 15s)) << cluster.worker(worker).describe();
+  }
+  scratch_ = std::make_unique<ScratchDir>(name);
+  run_ = std::make_unique<JobRun>(cluster, scratch_->write("job.toml", job),
+                                  scratch_->path() / "run");
+  auto training = run_->wait_for_event("step", 45s, [](const nlohmann::json& e) {
+    return e.at("step").get<int>() >= 10 && e.at("batches").size() == 3;
+  });
+  ASSERT_TRUE(training) << run_->describe();
+  auto first_generation = run_->wait_for_event("generation", 1s);
+  ASSERT_TRUE(first_generation) << run_->describe();
+  first_generation_ = *first_generation;
+}
+
 void JobTest::TearDown() {
   if (!cluster_) return;
   // A graceful leave first: that is how a worker cleans up after itself.

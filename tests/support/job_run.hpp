@@ -141,7 +141,16 @@ class JobTest : public ::testing::Test {
   // would, instead of one scheduler entity's share against every other process. Returns how
   // many it changed; 0 where cgroups are not writable (the test then runs without it).
   int favour_quota_cgroups();
+  // The shared start of the elastic tests: a cluster, workers w1, w2, w3 (each waited for),
+  // `job` submitted from a scratch directory named `name`, and training with all three (step
+  // >= 10). Fails fatally otherwise: call it inside ASSERT_NO_FATAL_FAILURE. Sets run_ and
+  // first_generation_ (the job's first "generation" event).
+  void start_job_on_three_workers(const std::string& name, const std::string& job);
   void TearDown() override;
+
+  std::unique_ptr<ScratchDir> scratch_;
+  std::unique_ptr<JobRun> run_;
+  nlohmann::json first_generation_;
 
   std::unique_ptr<TestCluster> cluster_;
   std::string address_;
