@@ -137,6 +137,16 @@ struct Trainer::Impl {
   std::vector<int64_t> bucket_sizes;
   std::vector<at::Tensor> buckets;  // reallocated per group: a failed op may still write old ones
 
+  at::ScalarType real() const {
+    return config.precision == Precision::kFloat64 ? at::kDouble : at::kFloat;
+  }
+  int64_t real_bytes() const { return config.precision == Precision::kFloat64 ? 8 : 4; }
+
+  // Moves a batch to the replica's device, and its floating-point inputs to its precision.
+  at::Tensor to_replica(const at::Tensor& t) const {
+    return t.is_floating_point() ? t.to(device, real()) : t.to(device);
+  }
+
   Impl(const TrainerConfig& cfg, DatasetPair d)
       : config(cfg), data(std::move(d)), sampler(checked_train_size(data, cfg), cfg.data.seed) {}
 
@@ -154,7 +164,7 @@ struct Trainer::Impl {
                                   std::to_string(config.bucket_bytes));
     }
     model = make_model(config.model, data.train->sample_shape(), data.train->num_classes);
-    model->to(device);
+    model->to(device, real());
     model->train();
     for (const auto& item : model->named_parameters())
       params.emplace_back(item.key(), item.value());
@@ -168,7 +178,7 @@ struct Trainer::Impl {
   }
 
   void layout_buckets() {
-    const int64_t capacity = std::max<int64_t>(1, config.bucket_bytes / 4);
+    const int64_t capacity = std::max<int64_t>(1, config.bucket_bytes / real_bytes());
     int64_t used = 0;
     auto place = [&](const at::Tensor& t, int64_t numel) {
       if (bucket_sizes.empty() || (used > 0 && used + numel > capacity)) {
@@ -210,10 +220,10 @@ struct Trainer::Impl {
     return {};
   }
 
-  CollectiveStatus broadcast(at::Tensor& t, const char* what) {
+  CollectiveStatus broadcast(at::Tensor& t, const char* what, int root = 0) {
     std::vector<at::Tensor> tensors{t};
     c10d::BroadcastOptions opts;
-    opts.rootRank = 0;
+    opts.rootRank = root;
     c10::intrusive_ptr<c10d::Work> work;
     try {
       work = group->broadcast(tensors, opts);
@@ -265,7 +275,8 @@ struct Trainer::Impl {
             static_cast<int64_t>(params.size()),
             optimizer_code(config.optimizer.kind),
             sampler.dataset_size(),
-            static_cast<int64_t>(sampler.seed())};
+            static_cast<int64_t>(sampler.seed()),
+            real_bytes()};
   }
 };
 
@@ -337,7 +348,7 @@ CollectiveStatus Trainer::join_group(c10::intrusive_ptr<c10d::Store> store, int 
   s.broken.clear();
   s.buckets.clear();
   for (int64_t n : s.bucket_sizes) {
-    s.buckets.push_back(at::zeros({n}, at::TensorOptions().dtype(at::kFloat).device(s.device)));
+    s.buckets.push_back(at::zeros({n}, at::TensorOptions().dtype(s.real()).device(s.device)));
   }
   return {};
 }
@@ -358,18 +369,41 @@ int Trainer::rank() const { return impl_->rank; }
 int Trainer::world() const { return impl_->world; }
 int Trainer::generation() const { return impl_->generation; }
 
-CollectiveStatus Trainer::sync_state_from_rank0() {
+CollectiveStatus Trainer::sync_state_from_rank0() { return sync_state_from(0); }
+
+CollectiveStatus Trainer::sync_state_from_most_advanced(int* root) {
+  Impl& s = *impl_;
+  if (root) *root = 0;
+  if (s.alone()) return {};
+  if (CollectiveStatus u = s.usable(); !u) return u;
+  // One all-reduce finds the most committed steps and, on a tie, the lowest rank holding them.
+  constexpr int64_t kRankSpace = int64_t{1} << 20;
+  const auto longs = at::TensorOptions().dtype(at::kLong).device(s.device);
+  at::Tensor key = at::full({1}, s.step * kRankSpace + (kRankSpace - 1 - s.rank), longs);
+  if (CollectiveStatus st = s.allreduce({key}, c10d::ReduceOp::MAX, "state holder election"); !st) {
+    return st;
+  }
+  const int chosen = static_cast<int>(kRankSpace - 1 - key.to(at::kCPU).item<int64_t>() % kRankSpace);
+  if (root) *root = chosen;
+  return sync_state_from(chosen);
+}
+
+CollectiveStatus Trainer::sync_state_from(int root) {
   Impl& s = *impl_;
   if (s.alone()) return {};
   if (CollectiveStatus u = s.usable(); !u) return u;
+  if (root < 0 || root >= s.world) {
+    throw std::invalid_argument("sync_state_from: root " + std::to_string(root) +
+                                " is not a rank of a world of " + std::to_string(s.world));
+  }
   const auto cpu_long = at::TensorOptions().dtype(at::kLong).device(s.device);
 
-  // 1. Header: rank 0's counters and layout; every rank checks the layout matches its own.
+  // 1. Header: the root's counters and layout; every rank checks the layout matches its own.
   const std::vector<int64_t> fingerprint = s.layout_fingerprint();
   std::vector<int64_t> header_words = fingerprint;
   header_words.insert(header_words.end(), {s.step, s.cursor.epoch, s.cursor.position});
   at::Tensor header = at::tensor(header_words, at::TensorOptions().dtype(at::kLong)).to(s.device);
-  if (CollectiveStatus st = s.broadcast(header, "state header broadcast"); !st) return st;
+  if (CollectiveStatus st = s.broadcast(header, "state header broadcast", root); !st) return st;
   header = header.to(at::kCPU);
   const int64_t* h = header.data_ptr<int64_t>();
   bool layout_ok = true;
@@ -381,9 +415,9 @@ CollectiveStatus Trainer::sync_state_from_rank0() {
   if (agree.item<int64_t>() == 0) {
     // Every rank saw the same verdict, so the group is still in step and usable.
     return CollectiveStatus{false, layout_ok ? "another rank's model/optimizer/data layout "
-                                               "differs from rank 0's; state not synced"
+                                               "differs from the root's; state not synced"
                                              : "this rank's model/optimizer/data layout differs "
-                                               "from rank 0's; state not synced"};
+                                               "from the root's; state not synced"};
   }
   const size_t n = fingerprint.size();
   const int64_t step = h[n], epoch = h[n + 1], position = h[n + 2];
@@ -394,10 +428,10 @@ CollectiveStatus Trainer::sync_state_from_rank0() {
   std::vector<at::Tensor> flat_parts;
   for (const auto& t : live) flat_parts.push_back(t.detach().reshape({-1}));
   at::Tensor flat = at::cat(flat_parts);
-  const int64_t chunk = std::max<int64_t>(1, s.config.bucket_bytes / 4);
+  const int64_t chunk = std::max<int64_t>(1, s.config.bucket_bytes / s.real_bytes());
   for (int64_t off = 0; off < flat.numel(); off += chunk) {
     at::Tensor part = flat.narrow(0, off, std::min(chunk, flat.numel() - off)).clone();
-    if (CollectiveStatus st = s.broadcast(part, "state broadcast"); !st) return st;
+    if (CollectiveStatus st = s.broadcast(part, "state broadcast", root); !st) return st;
     flat.narrow(0, off, part.numel()).copy_(part);
   }
   at::Tensor ints;
@@ -405,7 +439,7 @@ CollectiveStatus Trainer::sync_state_from_rank0() {
     std::vector<at::Tensor> parts;
     for (const auto& t : s.int_buffers) parts.push_back(t.reshape({-1}).to(at::kLong));
     ints = at::cat(parts);
-    if (CollectiveStatus st = s.broadcast(ints, "buffer broadcast"); !st) return st;
+    if (CollectiveStatus st = s.broadcast(ints, "buffer broadcast", root); !st) return st;
   }
 
   c10::NoGradGuard no_grad;
@@ -505,8 +539,8 @@ StepResult Trainer::step(const std::vector<int>& batches) {
   if (mine > 0) {
     const std::vector<int64_t> indices = s.sampler.slice(s.cursor, batches, s.rank);
     auto [x, y] = s.data.train->gather(indices);
-    x = x.to(s.device);
-    y = y.to(s.device);
+    x = s.to_replica(x);
+    y = s.to_replica(y);
     at::Tensor loss = at::cross_entropy_loss(s.model->forward(x), y);
     loss.backward();
     local_loss = loss.item<double>();
@@ -582,8 +616,8 @@ EvalResult Trainer::evaluate(int64_t max_samples) {
   int64_t correct = 0;
   for (int64_t begin = 0; begin < n; begin += kChunk) {
     auto [x, y] = test.range(begin, std::min(n, begin + kChunk));
-    x = x.to(s.device);
-    y = y.to(s.device);
+    x = s.to_replica(x);
+    y = s.to_replica(y);
     const at::Tensor logits = s.model->forward(x);
     loss_sum += at::cross_entropy_loss(logits, y, {}, at::Reduction::Sum).item<double>();
     correct += logits.argmax(1).eq(y).sum().item<int64_t>();

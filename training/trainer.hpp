@@ -52,6 +52,9 @@ struct GroupOptions {
   int gloo_threads = 2;
 };
 
+// Floating-point type of parameters, gradients, optimizer state and inputs.
+enum class Precision { kFloat32, kFloat64 };
+
 // Everything a replica needs to be built; equal configs give equal replicas.
 struct TrainerConfig {
   ModelSpec model;
@@ -59,6 +62,9 @@ struct TrainerConfig {
   DataSpec data;
   int64_t bucket_bytes = 4 << 20;  // gradients are all-reduced in flat buckets of at most this
   std::string device = "cpu";      // a torch device string: "cpu", "cuda:0", ...
+  // kFloat64 makes kernel choice (oneDNN picks per CPU and per slice size) change results by
+  // ~1e-15 instead of ~1e-7: what the equivalence tests use to test the math, not the CPU.
+  Precision precision = Precision::kFloat32;
 };
 
 // Outcome of a collective that a peer can make fail.
@@ -117,6 +123,10 @@ class Trainer {
   // schedule position) equal rank 0's. Fails, changing nothing, if a peer fails or if the ranks'
   // model/optimizer/data layouts differ.
   CollectiveStatus sync_state_from_rank0();
+  // The same from the rank that committed the most steps (the lowest such rank on a tie), which
+  // it stores in *root: after a fault the survivors may be a step apart (an all-reduce can
+  // complete on some ranks and fail on others), and the furthest one holds every committed step.
+  CollectiveStatus sync_state_from_most_advanced(int* root = nullptr);
 
   // Rank 0's `words` replace every other rank's `words` (any length up to 1 << 20). This is how
   // the actor layer publishes a batch plan at a step boundary (one plan per step).
@@ -159,6 +169,8 @@ class Trainer {
   int64_t parameter_bytes() const;  // bytes of all parameters (= gradient bytes per step)
 
  private:
+  CollectiveStatus sync_state_from(int root);
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

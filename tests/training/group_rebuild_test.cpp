@@ -102,3 +102,43 @@ TEST(GroupRebuild, LeaveThenJoinKeepsTrainingAndTheJoinerGetsTheState) {
 
 }  // namespace
 }  // namespace omnilearn::training
+
+namespace omnilearn::training {
+namespace {
+
+// After a fault the survivors may be a step apart; the new generation must start from the one
+// that committed the most, whatever its rank, or a committed step would be lost.
+TEST(GroupRebuild, SyncTakesTheStateOfTheMostAdvancedRank) {
+  at::set_num_threads(1);
+  const TrainerConfig config = testing::synthetic_config(1500);
+  const DatasetPair data = load_datasets(config.data);
+  LoopbackStore store;
+  std::vector<std::vector<NamedTensor>> params(3);
+  std::vector<int64_t> steps(3);
+  std::vector<int> roots(3, -1);
+  testing::run_ranks(3, [&](int rank) {
+    TrainerConfig c = config;
+    c.model.seed = config.model.seed + static_cast<uint64_t>(rank);
+    Trainer t(c, data);
+    if (rank == 2) {
+      for (int s = 0; s < 3; ++s) ASSERT_TRUE(t.step({64}).committed);
+    } else if (rank == 1) {
+      ASSERT_TRUE(t.step({64}).committed);
+    }
+    ASSERT_TRUE(t.join_group(store.client(), 0, rank, 3, 30s, testing::loopback()).ok);
+    const CollectiveStatus synced = t.sync_state_from_most_advanced(&roots[static_cast<size_t>(rank)]);
+    ASSERT_TRUE(synced.ok) << synced.error;
+    params[static_cast<size_t>(rank)] = t.named_parameters();
+    steps[static_cast<size_t>(rank)] = t.step_count();
+  });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(roots[static_cast<size_t>(r)], 2);
+    EXPECT_EQ(steps[static_cast<size_t>(r)], 3);
+    // Every replica is rank 2's, which trained 3 steps from its own initialization.
+    testing::expect_equal(params[static_cast<size_t>(r)], params[2], "rank " + std::to_string(r));
+  }
+  EXPECT_GT(testing::max_relative_l2(params[0], Trainer(config, data).named_parameters()), 1e-3);
+}
+
+}  // namespace
+}  // namespace omnilearn::training

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <exception>
 #include <functional>
 #include <mutex>
@@ -77,6 +78,27 @@ inline double relative_diff(const at::Tensor& a, const at::Tensor& b) {
   const double scale = b.abs().max().item<double>();
   const double diff = (a - b).abs().max().item<double>();
   return scale == 0 ? diff : diff / scale;
+}
+
+// ||a - b||_2 / ||b||_2 over one tensor (||a - b||_2 when b is zero). Norm-wise, so that a
+// parameter near zero, whose elementwise relative error means nothing, cannot dominate.
+inline double relative_l2(const at::Tensor& a, const at::Tensor& b) {
+  const double scale = b.to(at::kDouble).norm().item<double>();
+  const double diff = (a.to(at::kDouble) - b.to(at::kDouble)).norm().item<double>();
+  return scale == 0 ? diff : diff / scale;
+}
+
+// The largest relative_l2 over matching tensors of two lists (names and shapes must match).
+inline double max_relative_l2(const std::vector<NamedTensor>& a, const std::vector<NamedTensor>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    EXPECT_EQ(a[i].first, b[i].first);
+    EXPECT_EQ(a[i].second.sizes(), b[i].second.sizes()) << a[i].first;
+    if (a[i].second.sizes() != b[i].second.sizes()) return INFINITY;
+    worst = std::max(worst, relative_l2(a[i].second, b[i].second));
+  }
+  return worst;
 }
 
 // Expects equal names and shapes and values within `rtol` (relative_diff) tensor by tensor.
