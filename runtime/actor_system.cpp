@@ -1,7 +1,9 @@
 #include "runtime/actor_system.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <future>
 #include <map>
 #include <mutex>
 #include <queue>
@@ -149,7 +151,15 @@ struct ActorSystem::Impl {
   std::map<std::string, std::set<ActorAddress>> watchers;            // guarded by mutex
   // remote system -> (watcher, target) pairs to fire on declare_system_down
   std::map<std::string, std::set<std::pair<ActorAddress, ActorAddress>>> remote_watches;
-  std::vector<std::thread> threads;  // every actor thread, joined at shutdown; guarded by mutex
+  // Every actor thread not yet joined, with its actor's `finished`. A thread whose actor has
+  // stopped is joined at the next spawn or stop (reap_finished_threads), so a system that starts
+  // and stops actors for months (a job's scheduler each) does not keep a thread handle and its
+  // stack per stopped actor until shutdown. Guarded by mutex.
+  struct ActorThread {
+    std::thread thread;
+    std::shared_future<void> finished;
+  };
+  std::vector<ActorThread> threads;
   bool shut_down = false;                                            // guarded by mutex
 
   ActorSystem* owner = nullptr;
@@ -342,6 +352,22 @@ struct ActorSystem::Impl {
     retire(cell);
   }
 
+  // Joins the threads of actors that have stopped. Any thread; never joins the caller's own.
+  void reap_finished_threads() {
+    std::vector<std::thread> done;
+    {
+      std::lock_guard lock(mutex);
+      auto keep = std::partition(threads.begin(), threads.end(), [](const ActorThread& t) {
+        return t.thread.get_id() == std::this_thread::get_id() ||
+               t.finished.wait_for(std::chrono::seconds(0)) != std::future_status::ready;
+      });
+      for (auto it = keep; it != threads.end(); ++it) done.push_back(std::move(it->thread));
+      threads.erase(keep, threads.end());
+    }
+    // Outside the lock: the thread may still be destroying its actor, which may use the system.
+    for (auto& thread : done) thread.join();
+  }
+
   void set_reason(Cell& cell, std::string reason) {
     std::lock_guard lock(mutex);
     cell.stop_reason = std::move(reason);
@@ -407,9 +433,12 @@ ActorAddress ActorSystem::spawn(const std::string& name, std::unique_ptr<Actor> 
     if (!impl_->cells.emplace(name, cell).second) {
       throw std::invalid_argument("an actor named '" + name + "' already exists");
     }
-    impl_->threads.emplace_back([impl = impl_.get(), cell] { impl->run_actor(cell); });
-    cell->thread_id = impl_->threads.back().get_id();
+    impl_->threads.push_back(Impl::ActorThread{
+        std::thread([impl = impl_.get(), cell] { impl->run_actor(cell); }),
+        cell->finished_future});
+    cell->thread_id = impl_->threads.back().thread.get_id();
   }
+  impl_->reap_finished_threads();
   return cell->address;
 }
 
@@ -426,7 +455,10 @@ void ActorSystem::stop(const std::string& name, const std::string& reason) {
     if (!cell->mailbox.closed()) cell->stop_reason = reason;
   }
   cell->mailbox.close();
-  if (cell->thread_id != std::this_thread::get_id()) cell->finished_future.wait();
+  if (cell->thread_id != std::this_thread::get_id()) {
+    cell->finished_future.wait();
+    impl_->reap_finished_threads();
+  }
 }
 
 bool ActorSystem::has_actor(const std::string& name) const {
@@ -566,7 +598,7 @@ SystemStats ActorSystem::stats() const {
 
 void ActorSystem::shutdown() {
   std::vector<std::shared_ptr<Impl::Cell>> cells;
-  std::vector<std::thread> threads;
+  std::vector<Impl::ActorThread> threads;
   {
     std::lock_guard lock(impl_->mutex);
     if (impl_->shut_down) return;
@@ -575,7 +607,7 @@ void ActorSystem::shutdown() {
     threads.swap(impl_->threads);
   }
   for (auto& cell : cells) cell->mailbox.close();
-  for (auto& thread : threads) {
+  for (auto& [thread, finished] : threads) {
     if (thread.get_id() == std::this_thread::get_id()) {
       thread.detach();  // shutdown called from an actor's handler: it ends on its own
     } else {

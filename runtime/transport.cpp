@@ -4,6 +4,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <deque>
@@ -96,8 +97,10 @@ struct Transport::Impl {
   struct Route {
     std::string dealer_endpoint;  // non-empty: reply through our DEALER to that endpoint
     std::string router_identity;  // otherwise: through the ROUTER to this identity
+    std::uint64_t last_used = 0;  // route_clock when last heard from or sent to
   };
   std::unordered_map<std::string, Route> routes;  // by system id
+  std::uint64_t route_clock = 0;
 
   std::thread io_thread;
 
@@ -227,13 +230,38 @@ struct Transport::Impl {
     zap->bind(kZapEndpoint);
   }
 
+  // Bounded (a flood of identities cannot grow memory), and a full table forgets the peers
+  // silent longest rather than refusing newcomers: a head that lives for months meets a new
+  // system id with every CLI command and every trainer process, and must still answer the next.
   void learn_route(const std::string& system, Route route) {
     if (system.empty() || is_endpoint(system)) return;
+    route.last_used = ++route_clock;
     auto it = routes.find(system);
-    if (it == routes.end() && routes.size() >= static_cast<size_t>(options.max_learned_routes)) {
-      return;  // bounded: a flood of fake identities cannot grow memory
+    if (it != routes.end()) {
+      it->second = std::move(route);
+      return;
     }
-    routes[system] = std::move(route);
+    if (routes.size() >= static_cast<size_t>(std::max(1, options.max_learned_routes))) {
+      forget_oldest_routes();
+    }
+    routes.emplace(system, std::move(route));
+  }
+
+  // Forgets the least recently used eighth of the routes in one pass, so that a full table
+  // costs one pass per max_learned_routes / 8 new peers. A forgotten peer that speaks again is
+  // learned again; only a message to it before then is unroutable.
+  void forget_oldest_routes() {
+    if (routes.empty()) return;
+    std::vector<std::uint64_t> uses;
+    uses.reserve(routes.size());
+    for (const auto& [system, route] : routes) uses.push_back(route.last_used);
+    const std::size_t forget = std::max<std::size_t>(1, routes.size() / 8);
+    std::nth_element(uses.begin(), uses.begin() + static_cast<std::ptrdiff_t>(forget - 1),
+                     uses.end());
+    const std::uint64_t newest_forgotten = uses[forget - 1];
+    std::erase_if(routes, [&](const auto& entry) {
+      return entry.second.last_used <= newest_forgotten;
+    });
   }
 
   static bool send_frames(zmq::socket_t& socket, const std::string* identity,
@@ -276,6 +304,7 @@ struct Transport::Impl {
         if (on_undeliverable) on_undeliverable(envelope, why);
         return;
       }
+      it->second.last_used = ++route_clock;
       if (!it->second.dealer_endpoint.empty()) {
         sent = send_frames(dealer_for(it->second.dealer_endpoint), nullptr, frames);
       } else if (router) {

@@ -40,7 +40,9 @@ struct TransportOptions {
   std::string system_id;
   CodecLimits limits;
   int send_high_water_mark = 10000;  // messages queued per peer before sends are dropped
-  int max_learned_routes = 65536;    // peers remembered by system id
+  // Peers remembered by system id (to reply to them); when full, the least recently used
+  // eighth is forgotten.
+  int max_learned_routes = 65536;
   // Set: every socket speaks CURVE with these keys and the ROUTER admits only the cluster's
   // client key. Unset: plain TCP (`--insecure`), for local experiments only.
   std::optional<ClusterCredentials> credentials;

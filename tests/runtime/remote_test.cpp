@@ -1,4 +1,5 @@
-// Tell and ask between two ActorSystems over real TCP on 127.0.0.1 (ports the OS picks).
+// Tell and ask between two ActorSystems over real TCP on 127.0.0.1 (ports the OS picks), and a
+// transport's bounded route table.
 
 #include <gtest/gtest.h>
 
@@ -7,6 +8,7 @@
 
 #include "runtime/actor_system.hpp"
 #include "runtime/system_messages.hpp"
+#include "runtime/transport.hpp"
 #include "tests/support/actor_probe.hpp"
 #include "tests/support/wait.hpp"
 
@@ -198,6 +200,54 @@ TEST_F(Remote, SystemActorAnswersPing) {
   auto result = a.ask(ActorAddress{endpoint_b, "$system"}, Ping{31}, 5s).get();
   ASSERT_TRUE(result.ok()) << result.error;
   EXPECT_EQ(result.as<Pong>()->sequence, 31u);
+}
+
+// A head meets a new system id with every CLI command and every trainer process; once it has
+// met more than its route table holds, it must still answer newcomers (and a forgotten peer
+// that speaks again).
+TEST(Routes, AFullRouteTableForgetsTheLongestSilentPeerNotTheNewcomer) {
+  TransportOptions server_options;
+  server_options.system_id = "server";
+  server_options.max_learned_routes = 4;
+  std::atomic<Transport*> server_ptr{nullptr};
+  Transport server(server_options, [&](Envelope&& request) {
+    Envelope echo;
+    echo.kind = request.kind;
+    echo.to = request.from;
+    echo.from = ActorAddress{"server", "echo"};
+    echo.payload = request.payload;
+    server_ptr.load()->send(std::move(echo));
+  }, {});
+  server_ptr = &server;
+  const auto endpoint = server.bind("tcp://127.0.0.1:0");
+
+  struct Peer {
+    std::unique_ptr<Transport> transport;
+    std::shared_ptr<testing::EnvelopeQueue> inbox = std::make_shared<testing::EnvelopeQueue>();
+  };
+  std::vector<Peer> peers(7);
+  auto echoed = [&](int i, std::uint64_t sequence) {
+    Envelope ping;
+    ping.kind = Ping::kKind;
+    ping.to = ActorAddress{endpoint, "echo"};
+    ping.from = ActorAddress{"peer-" + std::to_string(i), "probe"};
+    ping.payload = pack_payload(Ping{sequence});
+    peers[i].transport->send(std::move(ping));
+    auto pong = peers[i].inbox->pop_as<Ping>(5s);
+    return pong && pong->sequence == sequence;
+  };
+  for (int i = 0; i < 7; ++i) {
+    TransportOptions options;
+    options.system_id = "peer-" + std::to_string(i);
+    peers[i].transport = std::make_unique<Transport>(
+        options, [inbox = peers[i].inbox](Envelope&& e) { inbox->push(std::move(e)); },
+        Transport::UndeliverableHandler{});
+    EXPECT_TRUE(echoed(i, 100 + i)) << "peer " << i << " got no answer: the head is full";
+  }
+  EXPECT_TRUE(echoed(0, 1)) << "a forgotten peer that speaks again is answered again";
+  EXPECT_EQ(server.stats().dropped_unroutable.load(), 0u);
+  for (auto& peer : peers) peer.transport->stop();
+  server.stop();
 }
 
 }  // namespace
