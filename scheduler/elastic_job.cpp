@@ -1,0 +1,760 @@
+#include "scheduler/elastic_job.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace omnilearn::scheduler {
+
+const char* to_string(MemberDone::Outcome outcome) {
+  switch (outcome) {
+    case MemberDone::Outcome::kFinished: return "finished";
+    case MemberDone::Outcome::kDrained: return "drained";
+    case MemberDone::Outcome::kError: return "error";
+  }
+  return "unknown";
+}
+
+ElasticJob::ElasticJob(ElasticJobOptions options, Planner planner)
+    : options_(std::move(options)), planner_(std::move(planner)) {
+  if (options_.min_workers < 1 || options_.max_workers < options_.min_workers ||
+      options_.slots < 1 || options_.total_steps < 0) {
+    throw std::invalid_argument("ElasticJob: needs 1 <= min_workers <= max_workers, slots >= 1");
+  }
+  if (!planner_) throw std::invalid_argument("ElasticJob: needs a planner");
+  backoff_ = options_.backoff_initial;
+}
+
+ElasticJob::Trainer* ElasticJob::find(const std::string& trainer) {
+  auto it = trainers_.find(trainer);
+  return it == trainers_.end() ? nullptr : &it->second;
+}
+
+std::map<std::string, ElasticJob::TrainerView> ElasticJob::trainers() const {
+  std::map<std::string, TrainerView> out;
+  for (const auto& [name, t] : trainers_) out.emplace(name, t.view);
+  return out;
+}
+
+std::string ElasticJob::node_name(const std::string& node) const {
+  auto it = nodes_.find(node);
+  return it == nodes_.end() ? node : it->second.name;
+}
+
+std::vector<JobCommand> ElasticJob::take_commands() {
+  std::vector<JobCommand> out;
+  out.swap(commands_);
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Lifecycle
+
+void ElasticJob::start(Millis now) {
+  if (started_) return;
+  started_ = true;
+  last_progress_ = now;
+  place_trainers(now);
+  maybe_regroup("start", now);
+}
+
+void ElasticJob::stop(const std::string& reason, Millis now) {
+  finish("stopped", reason.empty() ? "stopped by user" : reason, now);
+}
+
+void ElasticJob::fail(const std::string& reason, Millis now) { finish("failed", reason, now); }
+
+void ElasticJob::finish(const std::string& state, const std::string& reason, Millis now) {
+  if (finished_) return;
+  finished_ = true;
+  state_ = state;
+  reason_ = reason;
+  forming_ = false;
+  // Only the scheduler ends a job: every trainer still there is told to exit.
+  for (auto& [name, t] : trainers_) {
+    if (t.view.phase != Phase::kGone && !t.exited) emit(StopCommand{name, "job " + state});
+    t.view.phase = Phase::kGone;
+  }
+  lease_until_ = 0;
+  emit(DropStoreKeysCommand{-1});
+  JobEvent e;
+  e.kind = "finished";
+  e.reason = reason;
+  e.step = job_step_;
+  e.generation = generation_;
+  event(std::move(e));
+  emit(FinishCommand{state, reason});
+}
+
+void ElasticJob::tick(Millis now) {
+  if (finished_ || !started_) return;
+  // Trainers that did not say hello in time.
+  std::vector<std::string> late;
+  for (const auto& [name, t] : trainers_) {
+    if (t.view.phase == Phase::kSpawning && now - t.spawned_at > options_.spawn_timeout) {
+      late.push_back(name);
+    }
+  }
+  for (const auto& name : late) trainer_gone(name, "did not start in time", now, true);
+  if (!late.empty()) place_trainers(now);
+
+  if (forming_ && now - formed_at_ > options_.form_timeout) {
+    // The generation did not train: members that never synced in it are written off (a stuck
+    // or zombie process would otherwise make every retry fail the same way); the others retry
+    // after a back-off.
+    JobEvent e;
+    e.kind = "formation_failed";
+    e.generation = generation_;
+    e.step = job_step_;
+    e.reason = "generation did not commit a step within the formation timeout";
+    event(std::move(e));
+    forming_ = false;
+    for (const auto& name : members_) {
+      Trainer& t = trainers_.at(name);
+      if (t.view.phase != Phase::kMember) continue;
+      // A member holding the job's committed state is kept for the retry: writing off every
+      // holder (one lost rendezvous fails the join for all) would lose committed steps for
+      // good. A holder that really is stuck makes the job fail after its grace period instead.
+      // [fix: elastic simulation seed 28]
+      if (t.synced_generation != generation_ && !(lease_generation_ > 0 && holds_state(name))) {
+        trainer_gone(name, "did not join generation " + std::to_string(generation_) + " in time",
+                     now, true);
+      } else {
+        t.view.phase = Phase::kReady;
+      }
+    }
+    retry_after_ = now + backoff_;
+    backoff_ = std::min(options_.backoff_max, backoff_ * 2);
+    place_trainers(now);
+  }
+  // A training generation that went quiet for a formation timeout broke without anyone being
+  // told (its members' broken or abandon reports were lost, e.g. to a partition shorter than
+  // the heartbeat timeout): probe and re-form it like a reported failure, instead of waiting
+  // for the stall limit to fail the job. [fix: elastic simulation seed 2544]
+  if (!forming_ && !members_.empty() && !disruption_at_ && job_step_ < options_.total_steps &&
+      now - last_progress_ > options_.form_timeout) {
+    note_disruption(now);
+    for (const auto& name : members_) {
+      if (trainers_.at(name).view.phase == Phase::kMember) probe(name, now);
+    }
+  }
+  maybe_regroup("retry", now);
+
+  // Every job ends: too few workers for the grace period, or no progress at all for longer
+  // than any healthy phase can take.
+  const std::string too_few = "fewer than min_workers (" + std::to_string(options_.min_workers) +
+                              ") trainers holding the job's state";
+  if (below_min_since_ && state_ == "running" && now - *below_min_since_ > options_.grace_period) {
+    finish("failed", too_few + " for more than " + std::to_string(options_.grace_period / 1000) +
+                         " s (at step " + std::to_string(job_step_) + ")",
+           now);
+    return;
+  }
+  // Before the first step the trainers may still be starting (spawn_timeout) and forming.
+  const Millis stall_limit = options_.grace_period + options_.form_timeout +
+                             (job_step_ == 0 ? options_.spawn_timeout : 0);
+  if (now - last_progress_ > stall_limit) {
+    finish("failed", (below_min_since_ ? too_few : std::string("no step committed")) + " for " +
+                         std::to_string(stall_limit / 1000) + " s (generation " +
+                         std::to_string(generation_) + ", step " + std::to_string(job_step_) + ")",
+           now);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Membership
+
+void ElasticJob::node_up(const std::string& node, const std::string& name, Millis now) {
+  Node& n = nodes_[node];
+  n.name = name;
+  n.alive = true;
+  if (finished_ || !started_) return;
+  place_trainers(now);
+}
+
+void ElasticJob::node_down(const std::string& node, const std::string& reason, Millis now) {
+  auto it = nodes_.find(node);
+  if (it != nodes_.end()) it->second.alive = false;
+  if (finished_) return;
+  std::vector<std::string> gone;
+  for (const auto& [name, t] : trainers_) {
+    if (t.view.node == node && t.view.phase != Phase::kGone) gone.push_back(name);
+  }
+  for (const auto& name : gone) trainer_gone(name, "node " + node_name(node) + " " + reason, now, false);
+  maybe_regroup("node " + node_name(node) + " " + reason, now);
+  place_trainers(now);
+}
+
+int ElasticJob::drain(const std::string& node_or_name, Millis now) {
+  int leaving = 0;
+  for (auto& [id, node] : nodes_) {
+    if (id != node_or_name && node.name != node_or_name) continue;
+    node.draining = true;
+    if (finished_) continue;
+    for (auto& [name, t] : trainers_) {
+      // An already leaving trainer may be the one keeping the job's state: a second drain of
+      // its node must not stop it. [fix: elastic simulation seed 2707]
+      if (t.view.node != id || t.view.phase == Phase::kGone || t.view.phase == Phase::kLeaving) {
+        continue;
+      }
+      ++leaving;
+      JobEvent e;
+      e.kind = "drain";
+      e.trainer = name;
+      e.step = job_step_;
+      e.generation = generation_;
+      event(std::move(e));
+      if (t.view.phase == Phase::kMember) {
+        // It stays in its generation until the next one, which the leader adopts at a step
+        // boundary: no committed step is lost. It then idles (rank -1), still holding the
+        // state, and is stopped once a generation without it trained (report()).
+        t.view.phase = Phase::kLeaving;
+      } else {
+        trainer_gone(name, "drained", now, true);
+      }
+    }
+  }
+  if (leaving > 0 && !finished_) {
+    maybe_regroup("drain " + node_or_name, now);
+    // Replace the leavers on the other nodes: nothing else would (a job drained below
+    // min_workers with free nodes failed after its grace). [fix: elastic simulation seed 89]
+    place_trainers(now);
+  }
+  return leaving;
+}
+
+void ElasticJob::place_trainers(Millis now) {
+  if (finished_ || !started_) return;
+  auto active = [&] {
+    int count = 0;
+    for (const auto& [name, t] : trainers_) {
+      count += t.view.phase != Phase::kGone && t.view.phase != Phase::kLeaving;
+    }
+    return count;
+  };
+  for (auto& [id, node] : nodes_) {
+    if (!node.alive || node.draining) continue;
+    int on_node = 0;
+    for (const auto& [name, t] : trainers_) on_node += t.view.node == id && t.view.phase != Phase::kGone;
+    while (on_node < options_.slots && active() < options_.max_workers) {
+      Trainer t;
+      t.view.name = options_.trainer_prefix + node.name + "-t" + std::to_string(++trainer_counter_);
+      t.view.node = id;
+      t.spawned_at = now;
+      emit(SpawnCommand{id, t.view.name});
+      JobEvent e;
+      e.kind = "spawn";
+      e.trainer = t.view.name;
+      e.reason = node.name;
+      event(std::move(e));
+      trainers_.emplace(t.view.name, std::move(t));
+      ++on_node;
+    }
+  }
+}
+
+bool ElasticJob::hello(const std::string& trainer, Millis now) {
+  Trainer* t = find(trainer);
+  if (finished_ || !t || t->view.phase != Phase::kSpawning) return false;
+  t->view.phase = Phase::kReady;
+  JobEvent e;
+  e.kind = "trainer_ready";
+  e.trainer = trainer;
+  e.seconds = static_cast<double>(now - t->spawned_at) / 1000.0;
+  event(std::move(e));
+  maybe_regroup("trainer " + trainer + " joined", now);
+  return true;
+}
+
+void ElasticJob::trainer_exited(const std::string& trainer, int exit_code,
+                                const std::string& reason, Millis now) {
+  Trainer* t = find(trainer);
+  if (!t) return;
+  t->exited = true;
+  // A process that is gone holds no lease: its successor need not wait for it to run out.
+  if (trainer == lease_holder_) lease_released_ = true;
+  if (finished_ || t->view.phase == Phase::kGone) return;
+  trainer_gone(trainer, reason.empty() ? "exited with code " + std::to_string(exit_code) : reason,
+               now, false);
+  maybe_regroup("trainer " + trainer + " exited", now);
+  place_trainers(now);
+}
+
+void ElasticJob::trainer_gone(const std::string& trainer, const std::string& reason, Millis now,
+                              bool stop_it) {
+  Trainer* t = find(trainer);
+  if (!t || t->view.phase == Phase::kGone) return;
+  const bool was_member = t->view.phase == Phase::kMember || t->view.phase == Phase::kLeaving;
+  t->view.phase = Phase::kGone;
+  t->view.rank = -1;
+  if (stop_it && !t->exited) emit(StopCommand{trainer, reason});
+  JobEvent e;
+  e.kind = "trainer_gone";
+  e.trainer = trainer;
+  e.reason = reason;
+  e.step = job_step_;
+  e.generation = generation_;
+  event(std::move(e));
+  if (was_member) note_disruption(now);
+}
+
+void ElasticJob::note_disruption(Millis now) {
+  if (state_ == "running" && !disruption_at_) {
+    disruption_at_ = now;
+    step_at_disruption_ = job_step_;
+  }
+}
+
+bool ElasticJob::holds_state(const std::string& trainer) const {
+  const Trainer& t = trainers_.at(trainer);
+  // Every survivor of the last generation that trained holds its commits (they are
+  // collective); anyone else must have reported the job's committed step itself.
+  if (std::find(last_trained_members_.begin(), last_trained_members_.end(), trainer) !=
+      last_trained_members_.end()) {
+    return true;
+  }
+  // Once a generation held a lease it may have committed steps that no report told of (a
+  // leader cut off right after its commits): job_step_ is then only a lower bound, and only a
+  // trainer that synced (with a holder as rank 0) in a later generation is sure to hold them.
+  // Trusting committed_step >= job_step_ let a fresh trainer restart training from step 0 and
+  // commit steps 1.. again. [fix: elastic simulation seed 2939]
+  if (lease_generation_ > 0) {
+    return t.synced_generation > lease_generation_ && t.view.committed_step >= job_step_;
+  }
+  return t.view.committed_step >= job_step_;
+}
+
+void ElasticJob::maybe_regroup(const std::string& reason, Millis now) {
+  if (finished_ || !started_) return;
+  // One generation at a time: a new one is issued only once the last one trained a step, broke
+  // (a member left it), or timed out forming (a trainer blocked joining an abandoned group
+  // would otherwise wait for its collective timeout).
+  if (forming_) {
+    bool broken = false;
+    for (const auto& name : members_) broken |= trainers_.at(name).view.phase != Phase::kMember;
+    if (!broken) return;
+  }
+  if (now < retry_after_) return;
+  std::vector<std::string> survivors, joiners;
+  bool leavers = false;
+  for (const auto& name : members_) {
+    const Phase p = trainers_.at(name).view.phase;
+    if (p == Phase::kMember) survivors.push_back(name);
+    leavers |= p == Phase::kLeaving;
+  }
+  // A drained member leaves only once someone else holds the job's state: while no survivor
+  // does (it was alone, or all were drained), it stays for one more generation, with its
+  // successors, and hands the state over; report() lets it go once that generation trained.
+  // Releasing it at once lost every committed step. [fix: elastic simulation seed 190]
+  if (std::none_of(survivors.begin(), survivors.end(),
+                   [&](const std::string& name) { return holds_state(name); })) {
+    for (const auto& [name, t] : trainers_) {
+      if (t.view.phase == Phase::kLeaving && holds_state(name)) survivors.push_back(name);
+    }
+  }
+  for (const auto& [name, t] : trainers_) {
+    if (t.view.phase == Phase::kReady) joiners.push_back(name);
+  }
+  // A generation that broke (a member reported a failed collective or an abandoned group, and
+  // the probes have had their time) is re-formed even when every member is still reachable (a
+  // node<->node partition, a leader that lost its lease): its members sit idle waiting for the
+  // next rendezvous, and nothing else would ever send one. [fix: elastic simulation seed 277]
+  const bool broke = disruption_at_ && now - *disruption_at_ >= options_.probe_timeout;
+  const bool unchanged =
+      joiners.empty() && !leavers && survivors.size() == members_.size() && !broke;
+  if (generation_ > 0 && !members_.empty() && unchanged) {
+    below_min_since_.reset();
+    return;
+  }
+  const int available = static_cast<int>(survivors.size() + joiners.size());
+  if (available < options_.min_workers) {
+    if (!below_min_since_) below_min_since_ = now;
+    if (!members_.empty()) {
+      // Survivors stop at their next boundary and wait, idle, for enough workers.
+      form_generation({}, reason + " (fewer than min_workers: waiting)", now);
+    }
+    return;
+  }
+  // At the first start, give every trainer that is still starting a chance to join, so the job
+  // does not re-form right after it began.
+  if (generation_ == 0 || last_trained_members_.empty()) {
+    bool still_spawning = false;
+    for (const auto& [name, t] : trainers_) {
+      still_spawning |= t.view.phase == Phase::kSpawning && now - t.spawned_at < options_.spawn_timeout;
+    }
+    if (still_spawning && available < options_.max_workers) return;
+  }
+  // Survivors keep their order, then joiners; those holding the most committed steps first, so
+  // that rank 0 (the leader) is one of them.
+  std::vector<std::string> members = survivors;
+  members.insert(members.end(), joiners.begin(), joiners.end());
+  std::stable_sort(members.begin(), members.end(), [&](const auto& a, const auto& b) {
+    const bool ha = holds_state(a), hb = holds_state(b);
+    if (ha != hb) return ha;
+    return trainers_.at(a).view.committed_step > trainers_.at(b).view.committed_step;
+  });
+  if (static_cast<int>(members.size()) > options_.max_workers) members.resize(options_.max_workers);
+  if (!holds_state(members.front())) {
+    // Nobody here has the committed state: starting would silently restart training. Wait for
+    // a holder to come back (a frozen or partitioned one may), and fail after the grace period.
+    if (!below_min_since_) below_min_since_ = now;
+    if (!members_.empty()) {
+      form_generation({}, reason + " (no live trainer holds step " + std::to_string(job_step_) +
+                              ": waiting)",
+                      now);
+    }
+    return;
+  }
+  below_min_since_.reset();
+  form_generation(std::move(members), reason, now);
+}
+
+void ElasticJob::form_generation(std::vector<std::string> members, const std::string& reason,
+                                 Millis now) {
+  ++generation_;
+  std::vector<std::int32_t> batches;
+  if (!members.empty()) {
+    GenerationPlan plan = planner_(members);
+    if (plan.batches.size() != members.size()) {
+      throw std::logic_error("ElasticJob: the planner returned a plan for another world size");
+    }
+    batches = std::move(plan.batches);
+    plan_version_ = plan.version;
+  }
+  const std::vector<std::string> old_members = members_;
+  members_ = members;
+  batches_ = batches;
+  const auto world = static_cast<std::int32_t>(members.size());
+  // Formed because a member was lost: the others may be waiting on it in a collective.
+  const bool lost_member = disruption_at_.has_value();
+  for (std::size_t rank = 0; rank < members.size(); ++rank) {
+    Trainer& t = trainers_.at(members[rank]);
+    t.view.phase = Phase::kMember;
+    t.view.rank = static_cast<std::int32_t>(rank);
+    emit(RendezvousCommand{members[rank], RendezvousOrder{generation_, t.view.rank, world, batches,
+                                                          plan_version_, false, lost_member}});
+  }
+  // Everyone who was in the old generation but not in the new one stops training in it and
+  // waits, idle, for a later generation. The drained too: until a generation without them has
+  // trained, they may hold the only copy of the committed state (its survivors can still die
+  // before they sync), so they stay kLeaving and are stopped from report(); told to leave right
+  // away, a drained leader took the state with it. [fix: elastic simulation seed 2707]
+  for (const auto& name : old_members) {
+    if (std::find(members.begin(), members.end(), name) != members.end()) continue;
+    Trainer& t = trainers_.at(name);
+    if (t.view.phase == Phase::kGone) continue;
+    emit(RendezvousCommand{
+        name, RendezvousOrder{generation_, -1, world, batches, plan_version_, false, lost_member}});
+    t.view.rank = -1;
+    if (t.view.phase != Phase::kLeaving) t.view.phase = Phase::kReady;
+  }
+  forming_ = !members.empty();
+  formed_at_ = now;
+  if (state_ == "pending" && !members.empty()) state_ = "running";
+  JobEvent e;
+  e.kind = "generation";
+  e.generation = generation_;
+  e.members = members;
+  e.batches = batches;
+  e.reason = reason;
+  e.step = job_step_;
+  event(std::move(e));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reports, leases, the end
+
+void ElasticJob::progress(const std::string& trainer, std::int64_t committed_step) {
+  if (Trainer* t = find(trainer)) {
+    t->view.committed_step = std::max(t->view.committed_step, committed_step);
+  }
+}
+
+void ElasticJob::probe(const std::string& trainer, Millis now) {
+  trainers_.at(trainer).probed_at = now;
+  emit(ProbeCommand{trainer, generation_});
+}
+
+void ElasticJob::heard_from(Trainer& t, std::int64_t generation, Millis now) {
+  // A message about the current generation answers for it as well as a probe would; it may be
+  // what lets a trainer that missed its probe be written off (write_off_unreachable).
+  if (finished_ || generation != generation_ || t.view.phase == Phase::kGone) return;
+  t.heard_at = now;
+  t.unreachable_in = -1;
+  if (!unreachable_error_.empty()) write_off_unreachable(now);
+}
+
+void ElasticJob::report(const std::string& trainer, const MemberReport& r, Millis now) {
+  Trainer* t = find(trainer);
+  if (!t) return;
+  heard_from(*t, r.generation, now);
+  t->view.committed_step = std::max(t->view.committed_step, r.step);
+  // Every report's step is a committed step, even a superseded generation's: a leader drained
+  // or cut off right after a commit reports it only then. Ignoring it let a later generation
+  // start from an older state and commit the same steps again. [fix: elastic simulation seed 28]
+  job_step_ = std::max(job_step_, r.step);
+  // A sync is evidence of holding the state whatever became of the generation since
+  // (holds_state). [fix: elastic simulation seed 53]
+  if (r.kind == MemberReport::Kind::kSynced) {
+    t->synced_generation = std::max(t->synced_generation, r.generation);
+  }
+  // The lease holder synced in a newer generation, or left or broke the one it led: it commits
+  // nothing more there, so its successor need not wait for the lease to run out.
+  if (trainer == lease_holder_ &&
+      (r.generation > lease_generation_ ||
+       (r.generation == lease_generation_ &&
+        (r.kind == MemberReport::Kind::kLeft || r.kind == MemberReport::Kind::kBroken)))) {
+    lease_released_ = true;
+  }
+  if (r.kind == MemberReport::Kind::kLeft) return;
+  if (finished_) return;
+  if (r.generation != generation_ || t->view.phase != Phase::kMember ||
+      t->view.rank != r.rank) {
+    return;  // about a superseded generation: handled already
+  }
+  switch (r.kind) {
+    case MemberReport::Kind::kSynced:
+      t->synced_generation = r.generation;
+      last_progress_ = std::max(last_progress_, now);
+      return;
+    case MemberReport::Kind::kBroken: {
+      note_disruption(now);
+      // Find out who is still there (a dead process's route is gone: its probe fails at once)
+      // instead of waiting for the heartbeat timeout.
+      for (const auto& name : members_) {
+        if (trainers_.at(name).view.phase == Phase::kMember) probe(name, now);
+      }
+      // A forming generation that broke will not train: once the probes had their time, its
+      // formation has failed (tick()), instead of a full form_timeout later. One lost rendezvous
+      // per attempt otherwise cost form_timeout + back-off each, and a few in a row failed the
+      // job. [fix: elastic simulation seed 5850]
+      if (forming_) {
+        formed_at_ = std::min(formed_at_, now + options_.probe_timeout - options_.form_timeout);
+      }
+      return;
+    }
+    case MemberReport::Kind::kLeft:  // handled above
+      return;
+    case MemberReport::Kind::kStep:
+      break;
+  }
+  if (r.rank != 0) return;  // progress is the leader's to report
+  const bool formed = forming_;
+  if (forming_) {
+    forming_ = false;
+    backoff_ = options_.backoff_initial;
+    JobEvent e;
+    e.kind = "generation_formed";
+    e.generation = generation_;
+    e.step = r.step;
+    event(std::move(e));
+  }
+  last_trained_members_ = members_;
+  if (dropped_below_ < generation_) {
+    // Every member of this generation is past its rendezvous: older keys serve nobody.
+    dropped_below_ = generation_;
+    emit(DropStoreKeysCommand{generation_});
+  }
+  if (disruption_at_) {
+    ++abandoned_steps_;
+    const std::int64_t lost = std::max<std::int64_t>(0, step_at_disruption_ - (r.step - 1));
+    lost_steps_ += lost;
+    const double seconds = static_cast<double>(now - *disruption_at_) / 1000.0;
+    recovery_s_.push_back(seconds);
+    JobEvent e;
+    e.kind = "recovered";
+    e.generation = generation_;
+    e.step = r.step;
+    e.seconds = seconds;
+    e.lost_steps = lost;
+    event(std::move(e));
+    disruption_at_.reset();
+  }
+  job_step_ = std::max(job_step_, r.step);
+  last_progress_ = now;
+  if (formed) {
+    // This generation trained: drained trainers outside it are no longer needed for the state.
+    // [fix: elastic simulation seed 2707]
+    for (auto& [name, t] : trainers_) {
+      if (t.view.phase != Phase::kLeaving ||
+          std::find(members_.begin(), members_.end(), name) != members_.end()) {
+        continue;
+      }
+      // Not a failure: no trainer_gone event (the drain event was written when it began).
+      t.view.phase = Phase::kGone;
+      if (!t.exited) emit(StopCommand{name, "drained"});
+    }
+    // Drained members kept to hand the state over (maybe_regroup) leave once a member on a
+    // node that is not draining trained with them. [fix: elastic simulation seed 190]
+    auto draining = [&](const std::string& name) {
+      auto it = nodes_.find(trainers_.at(name).view.node);
+      return it != nodes_.end() && it->second.draining;
+    };
+    if (!std::all_of(members_.begin(), members_.end(), draining)) {
+      bool leaving = false;
+      for (const auto& name : members_) {
+        Trainer& m = trainers_.at(name);
+        if (m.view.phase == Phase::kMember && draining(name)) {
+          m.view.phase = Phase::kLeaving;
+          leaving = true;
+        }
+      }
+      if (leaving) maybe_regroup("drained members handed the state over", now);
+    }
+  }
+}
+
+bool ElasticJob::lease_free_for(const std::string& trainer, Millis now) const {
+  if (lease_released_ || lease_holder_ == trainer) return true;
+  return now > lease_until_ + options_.lease_margin;
+}
+
+void ElasticJob::lease_request(const std::string& trainer, const LeaseAsk& ask, Millis now) {
+  LeaseAnswer answer;
+  answer.generation = ask.generation;
+  answer.seq = ask.seq;
+  Trainer* t = find(trainer);
+  if (t) {
+    t->view.committed_step = std::max(t->view.committed_step, ask.step);
+    heard_from(*t, ask.generation, now);
+  }
+  if (finished_) {
+    answer.reason = "the job has ended";
+    answer.superseded = true;
+  } else if (!t || ask.generation != generation_ || members_.empty() || members_[0] != trainer ||
+             t->view.phase != Phase::kMember) {
+    answer.reason = "generation " + std::to_string(ask.generation) + " is not the current one (" +
+                    std::to_string(generation_) + ") or this trainer does not lead it";
+    answer.superseded = ask.generation <= generation_;
+  } else if (!lease_free_for(trainer, now)) {
+    answer.reason = "the previous leader's lease has not run out";
+  } else {
+    if (lease_holder_ != trainer || lease_generation_ != ask.generation) {
+      lease_holder_ = trainer;
+      lease_generation_ = ask.generation;
+      // From now on this generation may commit steps: its members are the ones holding them
+      // (holds_state), whether or not a report of a step arrives. [fix: seed 2939]
+      last_trained_members_ = members_;
+    }
+    lease_released_ = false;
+    lease_until_ = now + options_.lease_duration;
+    answer.granted = true;
+    answer.duration = options_.lease_duration;
+  }
+  if (!answer.granted) {
+    JobEvent e;
+    e.kind = "lease_refused";
+    e.trainer = trainer;
+    e.generation = ask.generation;
+    e.reason = answer.reason;
+    event(std::move(e));
+  }
+  emit(LeaseCommand{trainer, std::move(answer)});
+}
+
+void ElasticJob::done(const std::string& trainer, const MemberDone& d, Millis now) {
+  Trainer* t = find(trainer);
+  if (!t) return;
+  heard_from(*t, d.generation, now);
+  t->view.committed_step = std::max(t->view.committed_step, d.step);
+  job_step_ = std::max(job_step_, d.step);  // a committed step, whatever the generation (above)
+  if (finished_) {
+    emit(StopCommand{trainer, "job " + state_});  // its verdict was lost: say it again
+    return;
+  }
+  if (d.outcome == MemberDone::Outcome::kDrained) {
+    if (trainer == lease_holder_) lease_released_ = true;
+    trainer_gone(trainer, "drained", now, false);
+    return;
+  }
+  // A final checkpoint written at total_steps is a fact, whatever became of its generation
+  // since: its leader may have been written off while writing it (cut off from the scheduler;
+  // the lease kept any other generation from committing meanwhile). Ignored, the job went on
+  // without it and could fail although it was done. [fix: elastic simulation seed 42280]
+  if (d.outcome == MemberDone::Outcome::kFinished && d.ok && d.rank == 0 &&
+      d.step >= options_.total_steps && d.step > 0) {
+    finish("succeeded", "", now);
+    return;
+  }
+  const bool current = d.generation == generation_ && t->view.phase == Phase::kMember &&
+                       t->view.rank == d.rank;
+  if (!current) return;  // a superseded generation's report
+  if (!d.ok || d.outcome == MemberDone::Outcome::kError) {
+    finish("failed", "trainer " + trainer + ": " + (d.error.empty() ? "failed" : d.error), now);
+    return;
+  }
+  if (d.rank == 0 && d.step >= options_.total_steps && d.step > 0) {
+    job_step_ = std::max(job_step_, d.step);
+    finish("succeeded", "", now);
+  } else if (d.rank != 0 && d.outcome == MemberDone::Outcome::kFinished && !members_.empty()) {
+    // A follower is done and waits for the leader's final checkpoint; it says so again every
+    // done_resend. Is the leader still there? A leader that died in its final checkpoint (its
+    // exit report lost) would otherwise leave the job waiting for the stall limit, though a
+    // survivor holds every step and can finish it. [fix: elastic simulation seed 2399]
+    probe(members_[0], now);
+  }
+}
+
+void ElasticJob::probe_result(const std::string& trainer, std::int64_t generation, bool reachable,
+                              const std::string& error, Millis now) {
+  if (finished_ || generation != generation_) return;
+  Trainer* t = find(trainer);
+  if (!t || t->view.phase == Phase::kGone) return;
+  if (reachable) {
+    t->heard_at = now;
+    t->unreachable_in = -1;  // a missed answer, then an answer: it is there
+  } else {
+    t->unreachable_in = generation;
+    unreachable_error_[trainer] = error;
+  }
+  write_off_unreachable(now);
+}
+
+void ElasticJob::write_off_unreachable(Millis now) {
+  // A trainer that missed its probe is written off, unless it may be the last one holding the
+  // job's state: a hung or paused process may come back, and maybe_regroup waits for it
+  // (bounded by the grace period); a dead one is reported by its agent or its node's
+  // heartbeats. Stopped here, it came back only to exit, and the job failed. [fix: elastic
+  // simulation seed 1394] So a holder goes only once another holder has been heard from (a
+  // probe answer, a report) since the missed probe was sent, or was not probed: with two
+  // holders unreachable at once, one dead and one whose answer was lost, the order of the
+  // results must not decide which is kept. [fix: elastic simulation seed 27536]
+  auto confirmed_holder = [&](const std::string& name, const Trainer& o, Millis since) {
+    if (o.view.phase == Phase::kGone || o.view.phase == Phase::kSpawning || !holds_state(name)) {
+      return false;
+    }
+    const bool probed = o.view.phase == Phase::kMember || o.view.phase == Phase::kLeaving;
+    return o.unreachable_in != generation_ && (!probed || o.heard_at > since);
+  };
+  std::vector<std::string> gone;
+  for (const auto& [name, t] : trainers_) {
+    if (t.view.phase == Phase::kGone || t.unreachable_in != generation_) continue;
+    if (holds_state(name)) {
+      bool other = false;
+      for (const auto& [other_name, o] : trainers_) {
+        other |= other_name != name && confirmed_holder(other_name, o, t.probed_at);
+      }
+      if (!other) continue;
+    }
+    gone.push_back(name);
+  }
+  if (gone.empty()) return;
+  for (const auto& name : gone) {
+    trainer_gone(name, "unreachable after a failed collective (" + unreachable_error_[name] + ")",
+                 now, true);
+  }
+  unreachable_error_.clear();
+  maybe_regroup("trainer " + gone.front() + " unreachable", now);
+  place_trainers(now);
+}
+
+bool ElasticJob::propose_plan(const std::vector<std::int32_t>& batches, std::uint64_t version,
+                              Millis now) {
+  if (finished_ || forming_ || members_.empty() || batches.size() != members_.size()) return false;
+  if (batches == batches_) return false;
+  batches_ = batches;
+  plan_version_ = version;
+  emit(PlanCommand{members_[0], PlanOrder{generation_, version, batches}});
+  return true;
+}
+
+}  // namespace omnilearn::scheduler

@@ -1,0 +1,90 @@
+#pragma once
+// The elastic protocol's vocabulary, shared by its two state machines (ElasticJob on the
+// scheduler's side, ElasticMember on each trainer's) and by the deterministic simulation that
+// drives them. Transport-free: the actors map these onto their wire messages
+// (actors/job_protocol.hpp). docs/ARCHITECTURE.md "The elastic protocol" describes the states,
+// messages and invariants.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace omnilearn::scheduler {
+
+// A reading of a monotonic clock, in milliseconds. Each party has its own clock; the protocol
+// never compares readings of two clocks, only durations (with a margin for rate differences).
+using Millis = std::int64_t;
+
+// Words the leader's control broadcast starts with at every step boundary.
+enum ControlCommand : std::int64_t {
+  kContinue = 0,  // [kContinue, generation, plan version, b_0..b_{world-1}]: train one step
+  kRegroup = 1,   // [kRegroup, newer generation]: leave this group, join that one
+  kAbandon = 2,   // [kAbandon, generation]: this group ends here; wait for the next rendezvous
+};
+
+// scheduler -> trainer: take part in `generation` as `rank` of `world` (rank < 0: not in it;
+// with `leave`, drained: say done and exit).
+struct RendezvousOrder {
+  std::int64_t generation = 0;
+  std::int32_t rank = -1;
+  std::int32_t world = 0;
+  std::vector<std::int32_t> batches;
+  std::uint64_t plan_version = 0;
+  bool leave = false;
+  // A member of the previous generation was lost (died, hung, cut off): whoever still waits in
+  // one of its collectives may give up now rather than at the collective timeout.
+  bool abandon_previous = false;
+};
+
+// scheduler -> leader: use these batches from the next step boundary of `generation` on.
+struct PlanOrder {
+  std::int64_t generation = 0;
+  std::uint64_t version = 0;
+  std::vector<std::int32_t> batches;
+};
+
+// leader -> scheduler and back: the leader's right to commit steps of a generation.
+struct LeaseAsk {
+  std::int64_t generation = 0;
+  std::uint64_t seq = 0;
+  std::int64_t step = 0;
+};
+struct LeaseAnswer {
+  std::int64_t generation = 0;
+  std::uint64_t seq = 0;
+  bool granted = false;
+  Millis duration = 0;
+  std::string reason;
+  // Refused for good: the generation is superseded (or the job ended). The leader abandons at
+  // once instead of waiting for a lease that will not come.
+  bool superseded = false;
+};
+
+// trainer -> scheduler reports. Each names the generation it belongs to; the scheduler ignores
+// one whose generation is superseded.
+struct MemberReport {
+  // kLeft: the leader stopped leading its generation (it regrouped or abandoned it at a step
+  // boundary): it commits nothing more there, so its lease may go to a successor at once.
+  enum class Kind { kSynced, kStep, kBroken, kLeft };
+  Kind kind = Kind::kStep;
+  std::int64_t generation = 0;
+  std::int32_t rank = -1;
+  std::int64_t step = 0;      // committed steps of the reporter
+  std::string error;          // kBroken: what failed
+  std::uint64_t checksum = 0; // kSynced: a digest of the replica's state (equal on every rank)
+};
+
+// trainer -> scheduler at the end of its part: finished all steps, drained, or an error.
+struct MemberDone {
+  enum class Outcome { kFinished, kDrained, kError };
+  Outcome outcome = Outcome::kFinished;
+  std::int64_t generation = 0;
+  std::int32_t rank = -1;
+  std::int64_t step = 0;
+  std::string error;  // kError, or a failed final checkpoint (kFinished with ok == false)
+  bool ok = true;
+};
+
+const char* to_string(MemberDone::Outcome outcome);
+
+}  // namespace omnilearn::scheduler
