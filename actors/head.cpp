@@ -7,8 +7,12 @@
 namespace omnilearn::actors {
 
 void spawn_head_actors(runtime::ActorSystem& system, const HeadOptions& options) {
-  system.spawn<NodeRegistry>(kRegistryActor, options.membership);
-  system.spawn<StoreActor>(kStoreActor);
+  auto store = std::make_shared<StoreStats>();
+  system.spawn<NodeRegistry>(kRegistryActor, options.membership, [store] {
+    return std::map<std::string, std::uint64_t>{{"store_keys", store->keys.load()},
+                                                {"store_waiting", store->waiting.load()}};
+  });
+  system.spawn<StoreActor>(kStoreActor, StoreLimits{}, store);
   JobManagerOptions jobs;
   jobs.runs_root = options.runs_root;
   jobs.max_jobs = options.max_jobs;

@@ -1,16 +1,71 @@
 #include "actors/job_manager.hpp"
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <random>
+#include <sstream>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include "actors/job_spec.hpp"
 #include "actors/scheduler_actor.hpp"
-#include "runtime/system_messages.hpp"
 
 namespace omnilearn::actors {
+namespace {
+
+using Json = nlohmann::json;
+namespace fs = std::filesystem;
+
+// Events per JobStatusReply, as the scheduler serves them: a reply stays far below the message
+// size limit, and a client that is far behind catches up in a few round trips.
+constexpr std::size_t kMaxEventsPerReply = 2000;
+
+double unix_time() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+fs::path events_path(const std::string& run_dir) { return fs::path(run_dir) / "events.jsonl"; }
+
+// Complete lines in `path` (0 if it does not exist).
+std::uint64_t count_lines(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return 0;
+  std::uint64_t lines = 0;
+  char buffer[1 << 16];
+  while (in.read(buffer, sizeof buffer) || in.gcount() > 0) {
+    lines += static_cast<std::uint64_t>(std::count(buffer, buffer + in.gcount(), '\n'));
+  }
+  return lines;
+}
+
+std::optional<std::string> read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Written to a temporary file and renamed, so a reader sees the old file or the whole new one.
+bool write_file_atomically(const fs::path& path, const std::string& text) {
+  auto temp = path;
+  temp += ".tmp";
+  {
+    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
+    out << text;
+    out.close();
+    if (!out) return false;
+  }
+  std::error_code ec;
+  fs::rename(temp, path, ec);
+  return !ec;
+}
+
+}  // namespace
 
 JobManager::JobManager(JobManagerOptions options) : options_(std::move(options)) {}
 
@@ -42,10 +97,8 @@ void JobManager::submit(const runtime::Envelope& message, const SubmitJob& reque
   if (jobs_.size() >= options_.max_jobs) {
     // Make room by forgetting the oldest finished job (its run directory stays on disk); a head
     // full of live jobs refuses: memory on the head is bounded by max_jobs either way.
-    auto finished = std::find_if(submitted_.begin(), submitted_.end(), [&](const std::string& id) {
-      const auto& state = jobs_.at(id).state;
-      return state != "pending" && state != "running";
-    });
+    auto finished = std::find_if(submitted_.begin(), submitted_.end(),
+                                 [&](const std::string& id) { return jobs_.at(id).finished; });
     if (finished == submitted_.end()) {
       reply.error = fmt::format("the head already has {} jobs pending or running (its "
                                 "--max-jobs); wait for one to finish or stop one",
@@ -53,6 +106,8 @@ void JobManager::submit(const runtime::Envelope& message, const SubmitJob& reque
       this->reply(message, reply);
       return;
     }
+    // Normally gone already (stopped once its job finished); a forgotten job keeps nothing.
+    stop_scheduler(*finished, "job forgotten (--max-jobs)");
     jobs_.erase(*finished);
     submitted_.erase(finished);
   }
@@ -79,13 +134,19 @@ void JobManager::submit(const runtime::Envelope& message, const SubmitJob& reque
   scheduler.run_dir = request.run_dir.empty() ? options_.runs_root + "/" + id : request.run_dir;
   scheduler.jobs = self();
   scheduler.heartbeat_timeout = options_.heartbeat_timeout;
-  JobInfo info;
-  info.id = id;
-  info.name = spec.name;
-  info.state = "pending";
-  jobs_[id] = info;
+  Job job;
+  job.info.id = id;
+  job.info.name = spec.name;
+  job.info.state = "pending";
+  job.run_dir = scheduler.run_dir;
+  // The scheduler appends to events.jsonl; in a reused run directory the job's events start
+  // after what is already there.
+  job.events_skipped = count_lines(events_path(job.run_dir));
+  jobs_[id] = std::move(job);
   submitted_.push_back(id);
-  system().spawn<SchedulerActor>(scheduler_actor_name(id), scheduler);
+  auto address = system().spawn<SchedulerActor>(scheduler_actor_name(id), scheduler);
+  // If it crashes before its job finishes, Down is how the job still ends (on_scheduler_down).
+  monitor(address);
   spdlog::info("jobs: accepted job {} ('{}'), {} kept", id, spec.name, jobs_.size());
   reply.accepted = true;
   reply.job_id = id;
@@ -105,6 +166,137 @@ void JobManager::forward_to_job(const runtime::Envelope& message, const std::str
   system().send(std::move(forwarded));
 }
 
+void JobManager::on_job_update(const runtime::Envelope& message, const JobStatusReply& update) {
+  // Only the job's own scheduler speaks for it (a client could send this message too).
+  if (message.from.system != system().id() ||
+      message.from.actor != scheduler_actor_name(update.job.id)) {
+    return;
+  }
+  auto it = jobs_.find(update.job.id);  // a forgotten job stays forgotten
+  if (it == jobs_.end() || it->second.finished) return;
+  auto& job = it->second;
+  job.info = update.job;
+  if (!update.finished) return;
+  job.finished = true;
+  job.summary_json = update.summary_json;
+  if (job.summary_json.empty()) {
+    job.summary_json = read_file(fs::path(job.run_dir) / "summary.json").value_or("");
+  }
+  on_job_finished(job.info.id);
+}
+
+void JobManager::on_job_finished(const std::string& job_id) {
+  // The scheduler is stopped a moment later rather than from inside this handler: its last
+  // letters (a trainer's TrainerDone or TrainerExited racing the end, the answers to what it
+  // asked while finishing) are then still handled by it instead of dead-lettered, and stop(),
+  // which blocks until the scheduler's on_stop ran, does not wait on a scheduler that is still
+  // busy finishing. Clients are answered from here meanwhile, from the same files.
+  after(options_.finished_scheduler_grace,
+        [this, job_id] { stop_scheduler(job_id, "job finished"); });
+}
+
+void JobManager::stop_scheduler(const std::string& job_id, const std::string& reason) {
+  auto name = scheduler_actor_name(job_id);
+  if (system().has_actor(name)) system().stop(name, reason);
+}
+
+void JobManager::release_store_keys(const std::string& job_id) {
+  // The trainers' c10d stores are PrefixStore("job/<id>") over the head's store. A scheduler
+  // may clear them itself; doing it here too covers one that crashed.
+  StoreRequest request;
+  request.op = StoreRequest::kDeletePrefix;
+  request.keys = {"job/" + job_id + "/"};
+  tell(runtime::ActorAddress{"", kStoreActor}, request);
+}
+
+void JobManager::on_scheduler_down(const runtime::Down& down) {
+  const std::string prefix = scheduler_actor_name("");
+  if (down.system != system().id() || down.actor.rfind(prefix, 0) != 0) return;
+  const std::string job_id = down.actor.substr(prefix.size());
+  release_store_keys(job_id);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end() || it->second.finished) return;  // stopped as it should be
+
+  // The scheduler is gone before its job finished: nothing else will ever end the job, so end
+  // it here, the way the scheduler would have: a "finished" event and summary.json.
+  auto& job = it->second;
+  std::string cause = down.reason;
+  if (cause.rfind("crashed: ", 0) == 0) cause = cause.substr(9);
+  const bool crashed = down.reason.rfind("crashed: ", 0) == 0 ||
+                       down.reason.rfind("failed to start", 0) == 0 ||
+                       down.reason == "no such actor";
+  job.info.state = "failed";
+  job.info.reason = crashed ? "the job's scheduler crashed: " + cause
+                            : "the job's scheduler stopped before the job finished: " + cause;
+  job.info.workers.clear();
+  job.finished = true;
+  spdlog::error("jobs: job {} failed: {}", job_id, job.info.reason);
+  Json summary{{"job_id", job_id},
+               {"name", job.info.name},
+               {"status", job.info.state},
+               {"reason", job.info.reason},
+               {"steps", job.info.step},
+               {"total_steps", job.info.total_steps},
+               {"generations", job.info.generation},
+               {"workers", Json::array()}};
+  job.summary_json = summary.dump(2);
+  std::error_code ec;
+  fs::create_directories(job.run_dir, ec);
+  {
+    std::ofstream events(events_path(job.run_dir), std::ios::app);
+    events << Json{{"time", unix_time()},
+                   {"event", "finished"},
+                   {"status", job.info.state},
+                   {"reason", job.info.reason},
+                   {"step", job.info.step}}
+                  .dump()
+           << '\n';
+  }
+  if (!write_file_atomically(fs::path(job.run_dir) / "summary.json", job.summary_json + "\n")) {
+    spdlog::warn("jobs: cannot write {}/summary.json for job {}", job.run_dir, job_id);
+  }
+}
+
+JobStatusReply JobManager::finished_job_status(Job& job, std::uint64_t since) {
+  JobStatusReply status;
+  status.found = true;
+  status.job = job.info;
+  status.summary_json = job.summary_json;
+  status.next = since;
+  status.finished = true;
+  std::ifstream in(events_path(job.run_dir), std::ios::binary);
+  if (!in) return status;
+  // Only complete lines count: the job's writer always ends a line before it finishes.
+  const std::uint64_t first = job.events_skipped + since;
+  std::uint64_t line = 0;
+  std::uint64_t offset = 0;
+  if (job.cursor_line > 0 && job.cursor_line <= first) {
+    line = job.cursor_line;
+    offset = job.cursor_offset;
+    in.seekg(static_cast<std::streamoff>(offset));
+  }
+  std::string text;
+  auto next_line = [&] {
+    if (!std::getline(in, text) || in.eof()) return false;
+    ++line;
+    offset = static_cast<std::uint64_t>(in.tellg());
+    return true;
+  };
+  while (line < first && next_line()) {
+  }
+  while (line >= first && status.events.size() < kMaxEventsPerReply && next_line()) {
+    status.events.push_back(text);
+  }
+  if (line >= first) {
+    job.cursor_line = line;
+    job.cursor_offset = offset;
+  }
+  status.next = since + status.events.size();
+  status.finished = status.events.size() < kMaxEventsPerReply ||
+                    in.peek() == std::ifstream::traits_type::eof();
+  return status;
+}
+
 void JobManager::on_message(const runtime::Envelope& message) {
   switch (message.kind) {
     case MessageKind::kSubmitJob: {
@@ -116,26 +308,48 @@ void JobManager::on_message(const runtime::Envelope& message) {
       submit(message, *request);
       return;
     }
-    case MessageKind::kStopJob:
-      if (auto stop = runtime::unpack_payload<StopJob>(message.payload)) {
-        forward_to_job(message, stop->job_id);
+    case MessageKind::kStopJob: {
+      auto stop = runtime::unpack_payload<StopJob>(message.payload);
+      if (!stop) return;
+      auto it = jobs_.find(stop->job_id);
+      if (it != jobs_.end() && it->second.finished) {
+        // As before the scheduler went away: stopping a finished job is no error.
+        if (message.correlation != 0) {
+          reply(message, SimpleReply{true, fmt::format("job {} already finished ({})",
+                                                       stop->job_id, it->second.info.state)});
+        }
+        return;
       }
+      forward_to_job(message, stop->job_id);
       return;
-    case MessageKind::kJobStatusRequest:
-      if (auto request = runtime::unpack_payload<JobStatusRequest>(message.payload)) {
-        forward_to_job(message, request->job_id);
+    }
+    case MessageKind::kJobStatusRequest: {
+      auto request = runtime::unpack_payload<JobStatusRequest>(message.payload);
+      if (!request) return;
+      auto it = jobs_.find(request->job_id);
+      if (it != jobs_.end() && it->second.finished) {
+        if (message.correlation != 0) {
+          reply(message, finished_job_status(it->second, request->since));
+        }
+        return;
       }
+      forward_to_job(message, request->job_id);
       return;
+    }
     case MessageKind::kJobStatusReply:
-      // A scheduler publishing its summary.
+      // A scheduler publishing its job's state.
       if (auto update = runtime::unpack_payload<JobStatusReply>(message.payload)) {
-        auto it = jobs_.find(update->job.id);  // a forgotten job stays forgotten
-        if (it != jobs_.end()) it->second = update->job;
+        on_job_update(message, *update);
+      }
+      return;
+    case MessageKind::kDown:
+      if (auto down = runtime::unpack_payload<runtime::Down>(message.payload)) {
+        on_scheduler_down(*down);
       }
       return;
     case MessageKind::kStatusRequest: {
       StatusReply status;
-      for (const auto& [id, job] : jobs_) status.jobs.push_back(job);
+      for (const auto& [id, job] : jobs_) status.jobs.push_back(job.info);
       reply(message, status);
       return;
     }
@@ -154,7 +368,7 @@ void JobManager::on_message(const runtime::Envelope& message) {
       }
       int jobs = 0;
       for (const auto& [id, job] : jobs_) {
-        if (job.state != "pending" && job.state != "running") continue;
+        if (job.finished || (job.info.state != "pending" && job.info.state != "running")) continue;
         tell(runtime::ActorAddress{"", scheduler_actor_name(id)}, DrainNode{node->id});
         ++jobs;
       }

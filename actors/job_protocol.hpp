@@ -123,7 +123,8 @@ struct Rendezvous {
   std::vector<std::int32_t> batches;  // the plan the generation starts with, by rank
   std::uint64_t plan_version = 0;
   bool leave = false;
-  MSGPACK_DEFINE(job_id, generation, rank, world, batches, plan_version, leave);
+  bool abandon_previous = false;  // a member was lost: stop waiting in the old group's collective
+  MSGPACK_DEFINE(job_id, generation, rank, world, batches, plan_version, leave, abandon_previous);
 };
 
 // scheduler -> the rank-0 leader: use these batches from the next step boundary on.
@@ -158,12 +159,17 @@ struct TrainerReport {
   double eval_loss = -1;
   bool synced = false;            // sent once per generation, right after the state sync
   double parameter_checksum = 0;  // with synced: sum of all parameters (equal on every rank)
+  bool left = false;              // the leader stopped leading `generation` (regroup, abandon)
   MSGPACK_DEFINE(job_id, trainer, generation, rank, step, total_steps, epoch, loss, batch, batches,
                  compute_time_s, step_time_s, allreduce_time_s, collective_failed, error,
-                 eval_accuracy, eval_loss, synced, parameter_checksum);
+                 eval_accuracy, eval_loss, synced, parameter_checksum, left);
 };
 
-// trainer -> scheduler at the end (success or a training error).
+// trainer -> scheduler: what this trainer did at the end of its part (a report, never a
+// decision: only the scheduler ends a job). `outcome`: "finished" (all steps done; rank 0 adds
+// evaluation and final checkpoint), "drained" (left at a step boundary), "error" (a training
+// error; `error` says which). Ignored when `generation` is superseded. Resent until the
+// scheduler answers with StopTrainer or a Rendezvous, so a lost one cannot hang the job.
 struct TrainerDone {
   static constexpr MessageKind kKind = MessageKind::kTrainerDone;
   std::string job_id;
@@ -175,7 +181,37 @@ struct TrainerDone {
   double test_accuracy = -1;
   double test_loss = -1;
   std::string checkpoint;  // path of the final checkpoint (rank 0)
-  MSGPACK_DEFINE(job_id, trainer, rank, step, ok, error, test_accuracy, test_loss, checkpoint);
+  std::int64_t generation = 0;
+  std::string outcome = "finished";
+  MSGPACK_DEFINE(job_id, trainer, rank, step, ok, error, test_accuracy, test_loss, checkpoint,
+                 generation, outcome);
+};
+
+// leader (rank 0 of `generation`) -> scheduler: may I commit steps of this generation? Sent when
+// a generation starts and again before the lease runs out; `seq` matches the grant to the
+// request (the leader counts its lease from when it sent the request).
+struct LeaseRequest {
+  static constexpr MessageKind kKind = MessageKind::kLeaseRequest;
+  std::string job_id;
+  std::string trainer;
+  std::int64_t generation = 0;
+  std::uint64_t seq = 0;
+  std::int64_t step = 0;  // the leader's committed steps when it asked
+  MSGPACK_DEFINE(job_id, trainer, generation, seq, step);
+};
+
+// scheduler -> leader: the answer. `granted` with `duration_ms` lets the leader commit until
+// (its send time of request `seq`) + duration; refused when the generation is superseded or
+// another leader's lease has not yet run out (`reason`).
+struct LeaseGrant {
+  static constexpr MessageKind kKind = MessageKind::kLeaseGrant;
+  std::int64_t generation = 0;
+  std::uint64_t seq = 0;
+  bool granted = false;
+  std::int64_t duration_ms = 0;
+  std::string reason;
+  bool superseded = false;  // refused for good (generation superseded, job ended): abandon now
+  MSGPACK_DEFINE(generation, seq, granted, duration_ms, reason, superseded);
 };
 
 // scheduler or agent -> trainer: leave now (job stopped, node leaving).
@@ -193,21 +229,29 @@ struct SetTrainerSpeed {
   MSGPACK_DEFINE(slowdown);
 };
 
-// agent -> scheduler: a trainer process exited before it said it was done.
-struct TrainerFailed {
-  static constexpr MessageKind kKind = MessageKind::kTrainerFailed;
+// agent -> scheduler: a trainer process exited (every exit, whatever its code), so that no
+// member can vanish unseen. exit_code: the process's code, or 128 + signal when a signal ended
+// it, or -1 when it never started (fork/exec failed). last_error: its last error lines.
+struct TrainerExited {
+  static constexpr MessageKind kKind = MessageKind::kTrainerExited;
   std::string job_id;
   std::string trainer;
   std::string node_id;
   std::string reason;
-  MSGPACK_DEFINE(job_id, trainer, node_id, reason);
+  std::int32_t exit_code = -1;
+  std::string last_error;
+  MSGPACK_DEFINE(job_id, trainer, node_id, reason, exit_code, last_error);
 };
 
 // trainer -> store: the key-value operations c10d needs for rendezvous (over the authenticated
 // runtime, so the collective rendezvous is no open door).
 struct StoreRequest {
   static constexpr MessageKind kKind = MessageKind::kStoreRequest;
-  enum Op : std::int32_t { kSet = 0, kGet, kAdd, kCheck, kWait, kDelete, kNumKeys, kCompareSet };
+  // kDeletePrefix (head-local, from schedulers): deletes every key starting with keys[0]; the
+  // reply's number is how many went.
+  enum Op : std::int32_t {
+    kSet = 0, kGet, kAdd, kCheck, kWait, kDelete, kNumKeys, kCompareSet, kDeletePrefix
+  };
   std::int32_t op = kSet;
   std::vector<std::string> keys;
   std::string value;     // kSet: the value; kCompareSet: the desired value

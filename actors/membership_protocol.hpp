@@ -165,4 +165,12 @@ struct SubscribeNodes {
   MSGPACK_DEFINE(snapshot);
 };
 
+// actor -> registry: stop sending me NodeEvents (a finished job's scheduler). The registry also
+// drops a local subscriber whose actor stops.
+struct UnsubscribeNodes {
+  static constexpr MessageKind kKind = MessageKind::kUnsubscribeNodes;
+  bool unused = false;
+  MSGPACK_DEFINE(unused);
+};
+
 }  // namespace omnilearn::actors

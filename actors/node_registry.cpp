@@ -1,5 +1,7 @@
 #include "actors/node_registry.hpp"
 
+#include <dirent.h>
+
 #include <spdlog/spdlog.h>
 
 #include "runtime/system_messages.hpp"
@@ -16,9 +18,28 @@ const char* event_name(NodeState to) {
   }
   return "unknown";
 }
+
+// Entries of a /proc/self directory (tasks: threads; fd: open descriptors), leaving out the
+// descriptor this listing itself holds open. 0 where /proc is not mounted.
+std::uint64_t count_proc_entries(const char* path) {
+  DIR* dir = ::opendir(path);
+  if (!dir) return 0;
+  const std::string own_fd = std::to_string(::dirfd(dir));
+  const bool listing_fds = std::string(path) == "/proc/self/fd";
+  std::uint64_t count = 0;
+  while (const dirent* entry = ::readdir(dir)) {
+    std::string name = entry->d_name;
+    if (name == "." || name == "..") continue;
+    if (listing_fds && name == own_fd) continue;
+    ++count;
+  }
+  ::closedir(dir);
+  return count;
+}
 }  // namespace
 
-NodeRegistry::NodeRegistry(MembershipConfig config) : table_(config) {}
+NodeRegistry::NodeRegistry(MembershipConfig config, HeadCounterSource head_counters)
+    : table_(config), head_counters_(std::move(head_counters)) {}
 
 void NodeRegistry::on_start() {
   spdlog::info("registry: heartbeat interval {} ms, dead after {} ms",
@@ -107,6 +128,7 @@ void NodeRegistry::on_message(const runtime::Envelope& message) {
         status.nodes.push_back(table_.info(record, now));
       }
       const auto& stats = system().transport_stats();
+      const auto system_stats = system().stats();
       status.counters = {
           {"messages_in", stats.messages_in.load()},
           {"messages_out", stats.messages_out.load()},
@@ -119,15 +141,23 @@ void NodeRegistry::on_message(const runtime::Envelope& message) {
           {"refused_peers", stats.refused_peers.load()},
           {"failed_handshakes", stats.failed_handshakes.load()},
           {"refused_registrations", refused_registrations_},
-          {"refused_in_flight", system().stats().refused_in_flight},
-          {"dead_letters", system().stats().dead_letters},
+          {"refused_in_flight", system_stats.refused_in_flight},
+          {"dead_letters", system_stats.dead_letters},
+          // What a long-lived head holds: none of these may grow with the number of jobs run.
+          {"actors", system_stats.actors},
+          {"threads", count_proc_entries("/proc/self/task")},
+          {"open_fds", count_proc_entries("/proc/self/fd")},
       };
+      if (head_counters_) {
+        for (const auto& [name, value] : head_counters_()) status.counters[name] = value;
+      }
       reply(message, status);
       return;
     }
     case MessageKind::kSubscribeNodes: {
-      subscribers_.insert(message.from);
-      monitor(message.from);
+      // Monitored so that a subscriber that stops without unsubscribing (a crashed scheduler)
+      // is dropped instead of collecting events as dead letters for the life of the head.
+      if (subscribers_.insert(message.from).second) monitor(message.from);
       if (message.correlation != 0) {
         StatusReply snapshot;
         for (const auto& record : table_.nodes()) snapshot.nodes.push_back(table_.info(record, now));
@@ -135,6 +165,10 @@ void NodeRegistry::on_message(const runtime::Envelope& message) {
       }
       return;
     }
+    case MessageKind::kUnsubscribeNodes:
+      subscribers_.erase(message.from);
+      if (message.correlation != 0) reply(message, SimpleReply{true, ""});
+      return;
     case MessageKind::kDown: {
       auto down = runtime::unpack_payload<runtime::Down>(message.payload);
       if (down) subscribers_.erase(runtime::ActorAddress{down->system, down->actor});

@@ -6,7 +6,14 @@
 
 namespace omnilearn::actors {
 
-StoreActor::StoreActor(StoreLimits limits) : limits_(limits) {}
+StoreActor::StoreActor(StoreLimits limits, std::shared_ptr<StoreStats> stats)
+    : limits_(limits), stats_(std::move(stats)) {}
+
+void StoreActor::publish_stats() {
+  if (!stats_) return;
+  stats_->keys.store(values_.size(), std::memory_order_relaxed);
+  stats_->waiting.store(parked_.size(), std::memory_order_relaxed);
+}
 
 bool StoreActor::all_present(const std::vector<std::string>& keys) const {
   for (const auto& key : keys) {
@@ -32,6 +39,7 @@ void StoreActor::wake_parked() {
       ++it;
     }
   }
+  publish_stats();
 }
 
 void StoreActor::on_message(const runtime::Envelope& message) {
@@ -54,13 +62,19 @@ void StoreActor::on_message(const runtime::Envelope& message) {
   if (adds_key && !values_.count(body->keys[0]) && values_.size() >= limits_.max_keys) {
     return fail("store is full");
   }
+  // The counts other threads read (StoreStats) are published before the reply goes out, so
+  // whoever got the reply sees them.
+  auto respond = [&](const StoreReply& answer) {
+    publish_stats();
+    this->reply(message, answer);
+  };
 
   StoreReply reply;
   reply.ok = true;
   switch (body->op) {
     case StoreRequest::kSet:
       values_[body->keys[0]] = body->value;
-      this->reply(message, reply);
+      respond(reply);
       wake_parked();
       return;
     case StoreRequest::kAdd: {
@@ -73,7 +87,7 @@ void StoreActor::on_message(const runtime::Envelope& message) {
       current += body->delta;
       values_[body->keys[0]] = std::to_string(current);
       reply.number = current;
-      this->reply(message, reply);
+      respond(reply);
       wake_parked();
       return;
     }
@@ -88,22 +102,43 @@ void StoreActor::on_message(const runtime::Envelope& message) {
       } else {
         reply.value = it->second;
       }
-      this->reply(message, reply);
+      respond(reply);
       wake_parked();
       return;
     }
     case StoreRequest::kCheck:
       reply.number = all_present(body->keys) ? 1 : 0;
-      this->reply(message, reply);
+      respond(reply);
       return;
     case StoreRequest::kDelete:
       reply.number = static_cast<std::int64_t>(values_.erase(body->keys[0]));
-      this->reply(message, reply);
+      respond(reply);
       return;
     case StoreRequest::kNumKeys:
       reply.number = static_cast<std::int64_t>(values_.size());
-      this->reply(message, reply);
+      respond(reply);
       return;
+    case StoreRequest::kDeletePrefix: {
+      // Only the head's own actors (a job's scheduler, the job manager) may clear a job's keys:
+      // a trainer of one job must not be able to wipe another job's rendezvous.
+      if (message.from.system != system().id()) {
+        return fail("delete-prefix is only accepted from actors on the head");
+      }
+      const auto& prefix = body->keys[0];
+      if (prefix.empty()) {
+        return fail("delete-prefix needs a non-empty prefix (an empty one would delete every "
+                    "job's keys); pass the job's, e.g. \"job/<id>/\"");
+      }
+      // Parked waiters on these keys are left alone: answered if a key is set again, otherwise
+      // at their timeout, as if nothing had happened.
+      auto first = values_.lower_bound(prefix);
+      auto last = first;
+      while (last != values_.end() && last->first.compare(0, prefix.size(), prefix) == 0) ++last;
+      reply.number = static_cast<std::int64_t>(std::distance(first, last));
+      values_.erase(first, last);
+      respond(reply);
+      return;
+    }
     case StoreRequest::kGet:
     case StoreRequest::kWait: {
       if (all_present(body->keys)) {
@@ -116,12 +151,15 @@ void StoreActor::on_message(const runtime::Envelope& message) {
       auto timer = after(timeout, [this, id] {
         auto it = parked_.find(id);
         if (it == parked_.end()) return;
+        auto request = std::move(it->second.request);
+        parked_.erase(it);
+        publish_stats();
         StoreReply expired;
         expired.error = "timeout";
-        this->reply(it->second.request, expired);
-        parked_.erase(it);
+        this->reply(request, expired);
       });
       parked_.emplace(id, Parked{message, *body, timer});
+      publish_stats();
       return;
     }
     default:

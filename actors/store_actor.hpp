@@ -3,8 +3,10 @@
 // counters), served by the head over the runtime instead of an open TCPStore port. Gets and
 // waits for missing keys are parked and answered when the keys arrive or their timeout runs out.
 
+#include <atomic>
 #include <chrono>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -19,9 +21,18 @@ struct StoreLimits {
   std::size_t max_parked = 4096;  // waiting requests
 };
 
+// What the store holds, published by the store's thread after every request, for any thread to
+// read (the registry puts it in `omnilearn status --json` counters): keys that nobody deletes
+// are how a long-lived head fills up (max_keys) and refuses every later rendezvous.
+struct StoreStats {
+  std::atomic<std::uint64_t> keys{0};
+  std::atomic<std::uint64_t> waiting{0};  // parked gets and waits
+};
+
 class StoreActor : public runtime::Actor {
  public:
-  explicit StoreActor(StoreLimits limits = {});
+  // `stats`, when given, is kept up to date (see StoreStats).
+  explicit StoreActor(StoreLimits limits = {}, std::shared_ptr<StoreStats> stats = nullptr);
   void on_message(const runtime::Envelope& message) override;
 
  private:
@@ -33,8 +44,10 @@ class StoreActor : public runtime::Actor {
   bool all_present(const std::vector<std::string>& keys) const;
   void answer(const runtime::Envelope& request, const StoreRequest& body);
   void wake_parked();
+  void publish_stats();
 
   StoreLimits limits_;
+  std::shared_ptr<StoreStats> stats_;
   std::map<std::string, std::string> values_;
   std::map<std::uint64_t, Parked> parked_;  // by a local id
   std::uint64_t next_parked_ = 0;

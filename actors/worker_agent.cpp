@@ -1,12 +1,15 @@
 #include "actors/worker_agent.hpp"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <thread>
+#include <utility>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -14,6 +17,93 @@
 #include "runtime/system_messages.hpp"
 
 namespace omnilearn::actors {
+namespace {
+
+constexpr std::size_t kKeptLines = 5;          // TrainerExited::last_error: the last 5 lines
+constexpr std::size_t kMaxKeptLineBytes = 1000;
+constexpr std::size_t kMaxPartialBytes = 1 << 16;  // a longer "line" is passed on in pieces
+
+void write_all(int fd, const char* data, std::size_t size) {
+  while (size > 0) {
+    ssize_t n = ::write(fd, data, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // our own stderr is gone: nothing better to do with the text
+    data += n;
+    size -= static_cast<std::size_t>(n);
+  }
+}
+
+}  // namespace
+
+WorkerAgent::StderrTail::StderrTail(int fd) : fd_(fd) {}
+
+WorkerAgent::StderrTail::~StderrTail() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+WorkerAgent::StderrTail::StderrTail(StderrTail&& other) noexcept
+    : fd_(std::exchange(other.fd_, -1)),
+      partial_(std::move(other.partial_)),
+      last_(std::move(other.last_)) {}
+
+WorkerAgent::StderrTail& WorkerAgent::StderrTail::operator=(StderrTail&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = std::exchange(other.fd_, -1);
+    partial_ = std::move(other.partial_);
+    last_ = std::move(other.last_);
+  }
+  return *this;
+}
+
+void WorkerAgent::StderrTail::take_line(std::string line) {
+  if (!line.empty() && line.back() == '\r') line.pop_back();
+  if (line.empty()) return;
+  if (line.size() > kMaxKeptLineBytes) line.resize(kMaxKeptLineBytes);
+  last_.push_back(std::move(line));
+  if (last_.size() > kKeptLines) last_.pop_front();
+}
+
+void WorkerAgent::StderrTail::drain(bool final) {
+  char buffer[1 << 14];
+  while (fd_ >= 0) {
+    ssize_t n = ::read(fd_, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && !final) return;
+    if (n <= 0) {  // end of file, an error, or (final) all the exited trainer wrote
+      ::close(fd_);
+      fd_ = -1;
+      break;
+    }
+    partial_.append(buffer, static_cast<std::size_t>(n));
+    // Whole lines only, in one write: the agent's own log lines go to the same stderr from
+    // other threads, and a trainer's line cut in two by one of them would be unreadable.
+    auto end = partial_.rfind('\n');
+    if (end == std::string::npos && partial_.size() >= kMaxPartialBytes) end = partial_.size() - 1;
+    if (end == std::string::npos) continue;
+    write_all(STDERR_FILENO, partial_.data(), end + 1);
+    std::size_t start = 0;
+    for (std::size_t nl; (nl = partial_.find('\n', start)) != std::string::npos && nl <= end;
+         start = nl + 1) {
+      take_line(partial_.substr(start, nl - start));
+    }
+    if (start <= end) take_line(partial_.substr(start, end + 1 - start));
+    partial_.erase(0, end + 1);
+  }
+  if (final && !partial_.empty()) {
+    partial_ += '\n';
+    write_all(STDERR_FILENO, partial_.data(), partial_.size());
+    partial_.pop_back();
+    take_line(std::move(partial_));
+    partial_.clear();
+  }
+}
+
+std::string WorkerAgent::StderrTail::last_lines() const {
+  std::string text;
+  for (const auto& line : last_) text += (text.empty() ? "" : "\n") + line;
+  return text;
+}
 
 WorkerAgent::WorkerAgent(WorkerOptions options, std::unique_ptr<CpuQuota> quota)
     : NodeAgent(options.agent), options_(std::move(options)), quota_(std::move(quota)) {}
@@ -26,24 +116,29 @@ void WorkerAgent::on_start() {
 }
 
 void WorkerAgent::on_stop() {
-  // Trainers first (they tell their schedulers nothing: the leave below says the node is gone),
-  // then the goodbye to the head.
+  // Trainers first, then the goodbye to the head. These exits are the one kind not reported as
+  // TrainerExited: the leave below says the node is gone, and a scheduler told of the exits
+  // first would place replacements on this very node before it learns that the node left.
   for (auto& [name, hosted] : hosted_) {
     if (hosted.pid > 0) ::kill(hosted.pid, SIGTERM);
   }
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
   for (auto& [name, hosted] : hosted_) {
     while (hosted.pid > 0) {
+      // Read while waiting: a trainer logging its way out must not block on a full pipe.
+      for (auto& [other, each] : hosted_) each.stderr_tail.drain();
       int status = 0;
       pid_t done = ::waitpid(hosted.pid, &status, WNOHANG);
       if (done == hosted.pid || done < 0) {
         hosted.pid = -1;
+        hosted.stderr_tail.drain(/*final=*/true);
         break;
       }
       if (std::chrono::steady_clock::now() > deadline) {
         ::kill(hosted.pid, SIGKILL);
         ::waitpid(hosted.pid, &status, 0);
         hosted.pid = -1;
+        hosted.stderr_tail.drain(/*final=*/true);
         break;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -75,12 +170,28 @@ void WorkerAgent::spawn(const SpawnTrainer& request) {
   std::vector<char*> argv;
   for (auto& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);
+  // The trainer's stderr goes through a pipe the agent reads (reap), so that when it dies the
+  // scheduler learns its last words, not only its exit code. Without a pipe it still runs, with
+  // the agent's stderr. Close-on-exec: other trainers started later must not hold this one's
+  // pipe open.
+  int stderr_pipe[2] = {-1, -1};
+  if (::pipe2(stderr_pipe, O_CLOEXEC) != 0) {
+    spdlog::warn("agent: no stderr pipe for trainer {} ({}); its TrainerExited will carry no "
+                 "last_error", request.trainer, std::strerror(errno));
+    stderr_pipe[0] = stderr_pipe[1] = -1;
+  }
+  static constexpr char kExecFailed[] = "omnilearn worker: cannot execute the trainer program ";
   pid_t parent = getpid();
   pid_t pid = ::fork();
   if (pid < 0) {
-    spdlog::error("agent: cannot start a trainer: fork failed: {}", std::strerror(errno));
+    int error = errno;
+    for (int fd : stderr_pipe) {
+      if (fd >= 0) ::close(fd);
+    }
+    spdlog::error("agent: cannot start a trainer: fork failed: {}", std::strerror(error));
     tell(runtime::ActorAddress{options().head_endpoint, request.scheduler},
-         TrainerFailed{request.job_id, request.trainer, state().node_id, "fork failed"});
+         TrainerExited{request.job_id, request.trainer, state().node_id,
+                       fmt::format("fork failed: {}", std::strerror(error)), -1, ""});
     return;
   }
   if (pid == 0) {
@@ -91,15 +202,27 @@ void WorkerAgent::spawn(const SpawnTrainer& request) {
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    if (stderr_pipe[1] >= 0) ::dup2(stderr_pipe[1], STDERR_FILENO);  // the copy stays open
     ::execv(argv[0], argv.data());
+    [[maybe_unused]] ssize_t written = ::write(STDERR_FILENO, kExecFailed, sizeof kExecFailed - 1);
+    written = ::write(STDERR_FILENO, argv[0], ::strlen(argv[0]));
+    written = ::write(STDERR_FILENO, "\n", 1);
     ::_exit(127);
+  }
+  if (stderr_pipe[1] >= 0) {
+    ::close(stderr_pipe[1]);
+    ::fcntl(stderr_pipe[0], F_SETFL, ::fcntl(stderr_pipe[0], F_GETFL) | O_NONBLOCK);
+    // The agent reads every 100 ms; a larger pipe keeps a burst of trainer output (a long
+    // traceback) from ever blocking the trainer meanwhile. Best effort: 64 KiB otherwise.
+    ::fcntl(stderr_pipe[0], F_SETPIPE_SZ, 1 << 20);
   }
   Hosted hosted;
   hosted.job_id = request.job_id;
   hosted.trainer = request.trainer;
   hosted.scheduler = request.scheduler;
   hosted.pid = pid;
-  hosted_[request.trainer] = hosted;
+  hosted.stderr_tail = StderrTail(stderr_pipe[0]);
+  hosted_[request.trainer] = std::move(hosted);
   spdlog::info("agent: started trainer {} for job {} (pid {})", request.trainer, request.job_id,
                pid);
 }
@@ -120,23 +243,37 @@ void WorkerAgent::on_forgotten() {
 void WorkerAgent::reap() {
   for (auto it = hosted_.begin(); it != hosted_.end();) {
     auto& hosted = it->second;
+    hosted.stderr_tail.drain();
     int status = 0;
     pid_t done = hosted.pid > 0 ? ::waitpid(hosted.pid, &status, WNOHANG) : -1;
     if (done == 0) {
       ++it;
       continue;
     }
-    bool clean = done == hosted.pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
-    if (!clean) {
-      std::string reason =
-          done != hosted.pid        ? "lost track of the process"
-          : WIFSIGNALED(status)     ? fmt::format("killed by signal {}", WTERMSIG(status))
-          : WEXITSTATUS(status) == 127 ? fmt::format("could not run {}", options_.trainer_binary)
-                                       : fmt::format("exited with code {}", WEXITSTATUS(status));
-      spdlog::warn("agent: trainer {} {}", hosted.trainer, reason);
-      tell(runtime::ActorAddress{options().head_endpoint, hosted.scheduler},
-           TrainerFailed{hosted.job_id, hosted.trainer, state().node_id, reason});
+    hosted.stderr_tail.drain(/*final=*/true);
+    // Every exit is reported, a clean one too: the scheduler decides what an exit means (a
+    // finished trainer, or a member that vanished), and none may go unseen.
+    std::int32_t exit_code = -1;
+    std::string reason;
+    if (done != hosted.pid) {
+      reason = "lost track of the process";
+    } else if (WIFSIGNALED(status)) {
+      exit_code = 128 + WTERMSIG(status);
+      reason = fmt::format("killed by signal {} ({})", WTERMSIG(status),
+                           ::strsignal(WTERMSIG(status)));
+    } else {
+      exit_code = WEXITSTATUS(status);
+      reason = exit_code == 127 ? fmt::format("could not run {}", options_.trainer_binary)
+                                : fmt::format("exited with code {}", exit_code);
     }
+    if (exit_code == 0) {
+      spdlog::info("agent: trainer {} {}", hosted.trainer, reason);
+    } else {
+      spdlog::warn("agent: trainer {} {}", hosted.trainer, reason);
+    }
+    tell(runtime::ActorAddress{options().head_endpoint, hosted.scheduler},
+         TrainerExited{hosted.job_id, hosted.trainer, state().node_id, reason, exit_code,
+                       hosted.stderr_tail.last_lines()});
     it = hosted_.erase(it);
   }
   after(std::chrono::milliseconds(100), [this] { reap(); });

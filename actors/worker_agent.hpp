@@ -1,11 +1,13 @@
 #pragma once
 // WorkerAgent: the node agent of `omnilearn worker`. On top of membership it hosts trainers:
 // starts a trainer process per SpawnTrainer, collects their per-step reports into the counters
-// its heartbeats carry, reports trainers that die, and applies the node's emulated resources
-// (slowdown factor, CPU quota) to itself and its trainers.
+// its heartbeats carry, reports every trainer exit to the trainer's scheduler (TrainerExited,
+// with the exit code and the last lines the trainer wrote to stderr), and applies the node's
+// emulated resources (slowdown factor, CPU quota) to itself and its trainers.
 
 #include <sys/types.h>
 
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -44,11 +46,37 @@ class WorkerAgent : public NodeAgent {
   void on_forgotten() override;
 
  private:
+  // The read end of a trainer's stderr: what it writes is passed on to the agent's stderr a
+  // line at a time, and its last lines are kept for TrainerExited::last_error.
+  class StderrTail {
+   public:
+    StderrTail() = default;
+    explicit StderrTail(int fd);
+    ~StderrTail();
+    StderrTail(StderrTail&& other) noexcept;
+    StderrTail& operator=(StderrTail&& other) noexcept;
+    StderrTail(const StderrTail&) = delete;
+    StderrTail& operator=(const StderrTail&) = delete;
+
+    // Reads whatever is there without blocking; closes the pipe at end of file. `final`: the
+    // trainer has exited, so a last line without a newline is complete, and the pipe is closed
+    // even if something else (a process the trainer started) still holds its write end.
+    void drain(bool final = false);
+    std::string last_lines() const;  // joined with newlines
+
+   private:
+    void take_line(std::string line);
+    int fd_ = -1;
+    std::string partial_;            // a line not yet ended
+    std::deque<std::string> last_;   // the last kKeptLines lines
+  };
+
   struct Hosted {
     std::string job_id;
     std::string trainer;
     std::string scheduler;
     pid_t pid = -1;
+    StderrTail stderr_tail;
     std::string system;  // the trainer's actor system, once it reported
     // Last report and the aggregate since the last heartbeat, at the current batch.
     TrainerReport last;

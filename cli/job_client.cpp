@@ -96,19 +96,26 @@ void print_summary(const Json& s) {
               static_cast<long long>(s.value("steps", 0)),
               static_cast<long long>(s.value("epochs", 0)), s.value("wall_time_s", 0.0),
               static_cast<long long>(s.value("generations", 0)));
-  if (s["final_test_accuracy"].is_number()) {
-    std::printf("test accuracy %.4f, test loss %.4f\n", s["final_test_accuracy"].get<double>(),
-                s["final_test_loss"].get<double>());
+  // A summary may lack any field (the head writes a short one for a job whose scheduler
+  // crashed): const operator[] on a missing key is undefined, so look fields up with field().
+  static const Json kNull;
+  auto field = [&s](const char* key) -> const Json& {
+    auto it = s.find(key);
+    return it != s.end() ? *it : kNull;
+  };
+  if (field("final_test_accuracy").is_number() && field("final_test_loss").is_number()) {
+    std::printf("test accuracy %.4f, test loss %.4f\n", field("final_test_accuracy").get<double>(),
+                field("final_test_loss").get<double>());
   }
   std::printf("%-18s %-12s %4s %6s %12s %12s\n", "WORKER", "NODE", "RANK", "BATCH", "SAMPLES/S",
               "COMPUTE-MS");
-  for (const auto& w : s["workers"]) {
+  for (const auto& w : field("workers")) {
     std::printf("%-18s %-12s %4d %6d %12.0f %12.2f\n", w.value("name", "").c_str(),
                 w.value("node", "").c_str(), w.value("rank", 0), w.value("final_batch", 0),
                 w.value("samples_per_s", 0.0), 1000 * w.value("compute_time_s", 0.0));
   }
-  if (s["speedup_estimate"].is_object()) {
-    const auto& e = s["speedup_estimate"];
+  if (field("speedup_estimate").is_object()) {
+    const auto& e = field("speedup_estimate");
     std::printf(
         "speed-up over uniform batches (from measured throughput): %.2fx (ideal %.2fx): "
         "slowest compute per step %.1f ms vs %.1f ms uniform\n",

@@ -9,12 +9,13 @@ std::string_view kind_name(MessageKind kind) {
     OL_KIND(kError) OL_KIND(kMonitor) OL_KIND(kDown) OL_KIND(kPing) OL_KIND(kPong) OL_KIND(kBlob)
     OL_KIND(kRegisterNode) OL_KIND(kRegisterNodeReply) OL_KIND(kHeartbeat)
     OL_KIND(kHeartbeatReply) OL_KIND(kLeaveNode) OL_KIND(kStatusRequest) OL_KIND(kStatusReply)
-    OL_KIND(kNodeEvent) OL_KIND(kSubscribeNodes) OL_KIND(kSubmitJob) OL_KIND(kSubmitJobReply)
+    OL_KIND(kNodeEvent) OL_KIND(kSubscribeNodes) OL_KIND(kUnsubscribeNodes) OL_KIND(kSubmitJob) OL_KIND(kSubmitJobReply)
     OL_KIND(kStopJob) OL_KIND(kDrainNode) OL_KIND(kSetNodeResources) OL_KIND(kJobProgress)
     OL_KIND(kFollowJob) OL_KIND(kSpawnTrainer) OL_KIND(kTrainerHello) OL_KIND(kRendezvous)
     OL_KIND(kTrainerReport) OL_KIND(kPlanUpdate) OL_KIND(kTrainerDone) OL_KIND(kStopTrainer)
     OL_KIND(kStoreRequest) OL_KIND(kStoreReply) OL_KIND(kSimpleReply) OL_KIND(kJobStatusRequest)
-    OL_KIND(kJobStatusReply) OL_KIND(kTrainerFailed) OL_KIND(kSetTrainerSpeed) OL_KIND(kTrainerHelloReply)
+    OL_KIND(kJobStatusReply) OL_KIND(kTrainerExited) OL_KIND(kSetTrainerSpeed) OL_KIND(kTrainerHelloReply)
+    OL_KIND(kLeaseRequest) OL_KIND(kLeaseGrant)
 #undef OL_KIND
     case MessageKind::kLastKind: break;
   }

@@ -28,6 +28,7 @@ enum class MessageKind : std::uint16_t {
   kStatusReply = 106,
   kNodeEvent = 107,
   kSubscribeNodes = 108,
+  kUnsubscribeNodes = 109,
   // jobs and scheduling (200..299)
   kSubmitJob = 200,
   kSubmitJobReply = 201,
@@ -48,9 +49,11 @@ enum class MessageKind : std::uint16_t {
   kSimpleReply = 216,
   kJobStatusRequest = 217,
   kJobStatusReply = 218,
-  kTrainerFailed = 219,
+  kTrainerExited = 219,  // was kTrainerFailed; now sent for every exit, with its code
   kSetTrainerSpeed = 220,
   kTrainerHelloReply = 221,
+  kLeaseRequest = 222,
+  kLeaseGrant = 223,
   kLastKind = 299,
 };
 

@@ -20,6 +20,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <future>
 #include <iterator>
 #include <map>
 #include <random>
@@ -129,6 +131,12 @@ struct Trainer::Impl {
   int generation = -1;
   std::chrono::milliseconds timeout{0};
   std::string broken;  // why the group is unusable; empty while it is healthy
+  std::function<bool()> abandon;  // set_abandon_check(): another thread says "give up now"
+  // Broken groups being destroyed off the training thread: a group whose collective was
+  // abandoned still has that collective queued, and its destructor waits for it (up to the
+  // group timeout). Finished ones are dropped when the next group is built; the rest are
+  // waited for when the trainer goes.
+  std::vector<std::future<void>> reaping;
 
   // Gradient buckets: gradients, then float buffers, then one element for the loss.
   std::vector<Slot> grad_slots;
@@ -202,14 +210,29 @@ struct Trainer::Impl {
     return CollectiveStatus{false, what};
   }
 
-  // Waits for `work` within the group timeout; a failure marks the group broken.
+  // Waits for `work` within the group timeout, or until the abandon check says to give up
+  // (checked every kAbandonSlice); a failure marks the group broken.
   CollectiveStatus wait(const c10::intrusive_ptr<c10d::Work>& work, const char* what) {
-    try {
-      work->wait(timeout);
-      return {};
-    } catch (const std::exception& e) {
-      return fail(std::string(what) + " failed in generation " + std::to_string(generation) + ": " +
-                  e.what());
+    constexpr std::chrono::milliseconds kAbandonSlice{50};
+    const Clock::time_point deadline = Clock::now() + timeout;
+    while (true) {
+      // Work::wait(0) waits forever: every slice is at least 1 ms.
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      left = std::max(left, std::chrono::milliseconds(1));
+      try {
+        work->wait(abandon ? std::min(left, kAbandonSlice) : left);
+        return {};
+      } catch (const std::exception& e) {
+        // A slice ran out (the work is still running) or the collective failed.
+        if (work->isCompleted() || Clock::now() >= deadline) {
+          return fail(std::string(what) + " failed in generation " + std::to_string(generation) +
+                      ": " + e.what());
+        }
+        if (abandon && abandon()) {
+          return fail(std::string(what) + " abandoned in generation " +
+                      std::to_string(generation) + ": a newer generation replaces it");
+        }
+      }
     }
   }
 
@@ -355,13 +378,27 @@ CollectiveStatus Trainer::join_group(c10::intrusive_ptr<c10d::Store> store, int 
 
 void Trainer::leave_group() {
   Impl& s = *impl_;
-  // The destructor waits for queued work; a hung op ends within the group timeout.
+  // The destructor waits for queued work; a hung op ends within the group timeout. A broken
+  // group may have one queued: it goes away on another thread, so that the next generation
+  // does not wait for it.
+  std::erase_if(s.reaping, [](const std::future<void>& f) {
+    return f.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  });
+  if (s.group && !s.broken.empty()) {
+    s.reaping.push_back(std::async(std::launch::async, [group = std::move(s.group)]() mutable {
+      group.reset();
+    }));
+  }
   s.group.reset();
   s.buckets.clear();
   s.rank = 0;
   s.world = 1;
   s.generation = -1;
   s.broken.clear();
+}
+
+void Trainer::set_abandon_check(std::function<bool()> abandon) {
+  impl_->abandon = std::move(abandon);
 }
 
 bool Trainer::in_group() const { return !impl_->alone(); }

@@ -17,6 +17,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -114,6 +115,11 @@ class Trainer {
                               const GroupOptions& options = {});
   // Drops the current group (if any); afterwards the trainer trains alone (world 1).
   void leave_group();
+  // `abandon` (called from the training thread, about every 50 ms while a collective waits)
+  // returning true makes that collective fail at once with "abandoned", leaving the group
+  // broken: how a trainer stops waiting on a peer that hangs (frozen, cut off) once the
+  // scheduler has formed a generation without it, instead of waiting for the group timeout.
+  void set_abandon_check(std::function<bool()> abandon);
   bool in_group() const;
   int rank() const;        // 0 without a group
   int world() const;       // 1 without a group

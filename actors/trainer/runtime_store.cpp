@@ -21,7 +21,15 @@ RuntimeStore::Reply RuntimeStore::call(int op, std::vector<std::string> keys, st
   request.delta = delta;
   request.timeout_ms = wait_timeout.count();
   // The ask outlives the store-side wait a little, so a store timeout arrives as an answer.
-  auto result = system_.ask(store_, request, wait_timeout + std::chrono::seconds(5)).get();
+  auto pending = system_.ask(store_, request, wait_timeout + std::chrono::seconds(5));
+  if (abandon_) {
+    while (pending.wait_for(std::chrono::milliseconds(50)) != std::future_status::ready) {
+      if (abandon_()) {
+        throw std::runtime_error("rendezvous abandoned: a newer generation replaces it");
+      }
+    }
+  }
+  auto result = pending.get();
   auto reply = result.as<StoreReply>();
   if (!reply) {
     throw std::runtime_error("rendezvous store unreachable: " +

@@ -6,6 +6,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <chrono>
+#include <functional>
 
 #include "runtime/actor_system.hpp"
 
@@ -29,6 +30,11 @@ class RuntimeStore : public c10d::Store {
   void wait(const std::vector<std::string>& keys) override;
   void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override;
 
+  // While an operation waits (a rendezvous waiting for its peers' keys), `abandon` is asked
+  // about every 50 ms; true makes it throw at once: the scheduler formed a newer generation,
+  // so this rendezvous will not complete. Set it before the store is shared with other threads.
+  void set_abandon_check(std::function<bool()> abandon) { abandon_ = std::move(abandon); }
+
  private:
   struct Reply {
     std::string value;
@@ -39,6 +45,7 @@ class RuntimeStore : public c10d::Store {
 
   runtime::ActorSystem& system_;
   runtime::ActorAddress store_;
+  std::function<bool()> abandon_;
 };
 
 }  // namespace omnilearn::actors

@@ -1,29 +1,30 @@
 // omnilearn-trainer: one data-parallel replica of a job, started by a node agent. Its actor
-// ("trainer") receives rendezvous, plans and stop requests; its training thread runs the step
-// loop of the elastic protocol (DESIGN.md "The elastic protocol"):
-//
-//   wait for Rendezvous{g, rank, world, plan} -> join group g -> adopt rank 0's state ->
-//   loop { rank 0 broadcasts [command, generation, plan version, batches...]; step; report }
-//
-// The leader's broadcast is the only place a new plan, a new generation or a stop takes
-// effect, so every rank changes at the same step boundary (DESIGN invariant 4). A collective
-// that fails leaves the replica at its last committed step; the trainer reports it and waits
-// for the next generation.
+// ("trainer") receives rendezvous, plans, leases and stop requests and queues them for the
+// training thread; the training thread is a thin driver of scheduler::ElasticMember, the
+// trainer's side of the elastic protocol as a pure state machine (scheduler/elastic_member.hpp):
+// it asks the machine what to do (join a group, sync, broadcast the control words, train a
+// step, finish, wait, exit), does it on the training::Trainer, and feeds the outcome back.
+// What the protocol decides lives in the machine, where the deterministic simulation
+// (tests/scheduler/elastic_simulation_test.cpp) checks it; this file only carries it out.
 #include <CLI/CLI.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/torch.h>
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <csignal>
 #include <condition_variable>
 #include <cstdio>
+#include <deque>
 #include <filesystem>
+#include <future>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <variant>
 
 #include <fmt/format.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -35,12 +36,14 @@
 #include "actors/trainer/runtime_store.hpp"
 #include "runtime/actor_system.hpp"
 #include "runtime/shutdown.hpp"
+#include "scheduler/elastic_member.hpp"
 #include "training/trainer.hpp"
 
 namespace omnilearn::actors {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+namespace proto = scheduler;
 
 struct TrainerArgs {
   std::string head;
@@ -55,36 +58,74 @@ struct TrainerArgs {
   bool insecure = false;
 };
 
+struct StopRequest {
+  std::string reason;
+  int signal = 0;  // set when a signal asked for it: the exit code is then 128 + signal
+};
+using Inbound = std::variant<proto::RendezvousOrder, proto::PlanOrder, proto::LeaseAnswer,
+                             StopRequest>;
+
 // What the actor thread hands the training thread; guarded by `mutex`.
 struct Control {
   std::mutex mutex;
   std::condition_variable changed;
-  std::map<std::int64_t, Rendezvous> rendezvous;  // by generation
-  std::optional<PlanUpdate> plan;
-  bool stop = false;
-  std::string stop_reason;
+  std::deque<Inbound> inbox;
   std::atomic<double> slowdown{1.0};
   std::atomic<bool> slowdown_changed{false};
+  // Collectives of generations below this one give up (the scheduler lost one of their members).
+  std::atomic<std::int64_t> abandon_below{0};
+  std::atomic<std::int64_t> newest_generation{0};  // the newest rendezvous received
+
+  void push(Inbound message) {
+    {
+      std::lock_guard lock(mutex);
+      inbox.push_back(std::move(message));
+    }
+    changed.notify_all();
+  }
 };
+
+proto::Millis now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch())
+      .count();
+}
 
 class TrainerActor : public runtime::Actor {
  public:
   explicit TrainerActor(Control& control) : control_(control) {}
   void on_message(const runtime::Envelope& message) override {
-    std::lock_guard lock(control_.mutex);
     switch (message.kind) {
       case MessageKind::kRendezvous:
         if (auto rv = runtime::unpack_payload<Rendezvous>(message.payload)) {
-          control_.rendezvous[rv->generation] = *rv;
+          std::int64_t newest = control_.newest_generation.load();
+          while (newest < rv->generation &&
+                 !control_.newest_generation.compare_exchange_weak(newest, rv->generation)) {
+          }
+          if (rv->abandon_previous) {
+            // Read by the training thread while it waits in a collective (abandon check).
+            std::int64_t seen = control_.abandon_below.load();
+            while (seen < rv->generation &&
+                   !control_.abandon_below.compare_exchange_weak(seen, rv->generation)) {
+            }
+          }
+          control_.push(proto::RendezvousOrder{rv->generation, rv->rank, rv->world, rv->batches,
+                                               rv->plan_version, rv->leave, rv->abandon_previous});
         }
         break;
       case MessageKind::kPlanUpdate:
-        if (auto plan = runtime::unpack_payload<PlanUpdate>(message.payload)) control_.plan = *plan;
+        if (auto plan = runtime::unpack_payload<PlanUpdate>(message.payload)) {
+          control_.push(proto::PlanOrder{plan->generation, plan->version, plan->batches});
+        }
+        break;
+      case MessageKind::kLeaseGrant:
+        if (auto grant = runtime::unpack_payload<LeaseGrant>(message.payload)) {
+          control_.push(proto::LeaseAnswer{grant->generation, grant->seq, grant->granted,
+                                           grant->duration_ms, grant->reason, grant->superseded});
+        }
         break;
       case MessageKind::kStopTrainer: {
         auto stop = runtime::unpack_payload<StopTrainer>(message.payload);
-        control_.stop = true;
-        control_.stop_reason = stop ? stop->reason : "stopped";
+        control_.push(StopRequest{stop ? stop->reason : "stopped", 0});
         break;
       }
       case MessageKind::kSetTrainerSpeed:
@@ -96,21 +137,18 @@ class TrainerActor : public runtime::Actor {
       default:
         break;
     }
-    control_.changed.notify_all();
   }
 
  private:
   Control& control_;
 };
 
-enum Command : std::int64_t { kContinue = 0, kRegroup = 1, kStop = 2 };
-
 class TrainingLoop {
  public:
   TrainingLoop(const TrainerArgs& args, runtime::ActorSystem& system, Control& control)
       : args_(args), system_(system), control_(control) {}
 
-  // Returns the process exit code: 0 when the job finished, was stopped or drained this trainer.
+  // Returns the process exit code: 0 when the scheduler ended the job or drained this trainer.
   int run() {
     auto hello = say_hello();
     if (!hello) return 3;
@@ -134,52 +172,239 @@ class TrainingLoop {
     }
     trainer_ = std::make_unique<training::Trainer>(config, data);
     trainer_->set_slowdown(control_.slowdown.load());
-    auto store = c10::make_intrusive<c10d::PrefixStore>(
-        "job/" + args_.job,
-        c10::make_intrusive<RuntimeStore>(system_, runtime::ActorAddress{args_.head, kStoreActor},
-                                          std::chrono::milliseconds(60000)));
+    trainer_->set_abandon_check(
+        [this] { return control_.abandon_below.load() > trainer_->generation(); });
+    auto runtime_store = c10::make_intrusive<RuntimeStore>(
+        system_, runtime::ActorAddress{args_.head, kStoreActor}, std::chrono::milliseconds(60000));
+    // A rendezvous that a newer generation has replaced will not complete: stop waiting for it.
+    runtime_store->set_abandon_check(
+        [this] { return control_.newest_generation.load() > joining_generation_; });
+    store_ = c10::make_intrusive<c10d::PrefixStore>("job/" + args_.job, runtime_store);
     spdlog::info("trainer {}: ready ({} samples, {} steps)", args_.trainer, N, total_steps_);
 
-    std::int64_t min_generation = 1;
+    proto::ElasticMemberOptions options;
+    options.total_steps = total_steps_;
+    // The leader waits for its lease less than its followers wait in the control broadcast, so
+    // that it releases them (kAbandon) before their collective times out.
+    options.lease_wait = collective_timeout_.count() / 2;
+    options.idle_limit = 120000 + static_cast<proto::Millis>(spec.elastic.grace_period_s * 1000);
+    proto::ElasticMember member(options, now_ms());
     while (true) {
-      auto rv = wait_for_rendezvous(min_generation, spec);
-      if (!rv) return stop_exit_code_;
-      generation_ = rv->generation;
-      min_generation = generation_ + 1;
-      if (rv->rank < 0) {
-        if (rv->leave) {
-          spdlog::info("trainer {}: drained at step {}; leaving", args_.trainer,
-                       trainer_->step_count());
-          send_done(true, "drained");
-          return 0;
-        }
-        continue;  // not in this generation: wait for a later one
+      feed_inbox(member);
+      const proto::MemberAction action = member.next(now_ms());
+      send(member);
+      if (const auto* exit = std::get_if<proto::ExitAction>(&action)) {
+        spdlog::info("trainer {}: exiting at step {}: {}", args_.trainer, trainer_->step_count(),
+                     exit->reason);
+        flush_sends();
+        return signal_ ? 128 + signal_ : exit->code;
       }
-      rank_ = rv->rank;
-      world_ = rv->world;
-      batches_ = rv->batches;
-      plan_version_ = rv->plan_version;
-      training::GroupOptions group;
-      group.gloo_hostname = args_.gloo_host;
-      auto status = trainer_->join_group(store, static_cast<int>(generation_), rank_, world_,
-                                         std::max(collective_timeout_, std::chrono::milliseconds(30000)),
-                                         group);
-      if (status) status = trainer_->sync_state_from_rank0();
-      if (!status) {
-        report_failure(status.error);
-        continue;
-      }
-      spdlog::info("trainer {}: generation {} rank {}/{} at step {}", args_.trainer, generation_,
-                   rank_, world_, trainer_->step_count());
-      report_synced();
-      auto outcome = train_generation(min_generation);
-      if (outcome == Outcome::kFinished) return finish();
-      if (outcome == Outcome::kStopped) return 0;
+      perform(action, member);
+      send(member);
     }
   }
 
  private:
-  enum class Outcome { kFinished, kStopped, kRegroup, kBroken };
+  void feed_inbox(proto::ElasticMember& member) {
+    std::deque<Inbound> inbox;
+    {
+      std::lock_guard lock(control_.mutex);
+      inbox.swap(control_.inbox);
+    }
+    for (auto& message : inbox) {
+      const proto::Millis now = now_ms();
+      if (auto* rv = std::get_if<proto::RendezvousOrder>(&message)) {
+        member.on_rendezvous(*rv, now);
+      } else if (auto* plan = std::get_if<proto::PlanOrder>(&message)) {
+        member.on_plan(*plan);
+      } else if (auto* lease = std::get_if<proto::LeaseAnswer>(&message)) {
+        member.on_lease(*lease, now);
+      } else if (auto* stop = std::get_if<StopRequest>(&message)) {
+        if (stop->signal) signal_ = stop->signal;
+        spdlog::info("trainer {}: told to stop ({})", args_.trainer, stop->reason);
+        member.on_stop(stop->reason);
+      }
+    }
+  }
+
+  // The replica the machine's actions run on: this process's training::Trainer.
+  class TorchReplica : public proto::Replica {
+   public:
+    explicit TorchReplica(TrainingLoop& loop) : loop_(loop) {}
+    Outcome join(std::int64_t generation, std::int32_t rank, std::int32_t world) override {
+      training::GroupOptions group;
+      group.gloo_hostname = loop_.args_.gloo_host;
+      loop_.joining_generation_ = generation;
+      return outcome(loop_.trainer_->join_group(
+          loop_.store_, static_cast<int>(generation), rank, world,
+          std::max(loop_.collective_timeout_, std::chrono::milliseconds(30000)), group));
+    }
+    Outcome sync(std::int64_t* step, std::uint64_t* checksum) override {
+      int root = 0;
+      auto status = loop_.trainer_->sync_state_from_most_advanced(&root);
+      if (status) {
+        loop_.checksum_ = 0;
+        for (const auto& named : loop_.trainer_->named_parameters()) {
+          loop_.checksum_ += named.second.to(torch::kDouble).sum().item<double>();
+        }
+        spdlog::info("trainer {}: synced at step {} (state from rank {})", loop_.args_.trainer,
+                     loop_.trainer_->step_count(), root);
+      }
+      *step = loop_.trainer_->step_count();
+      *checksum = 0;  // the report carries the parameter sum instead (checksum_)
+      return outcome(status);
+    }
+    Outcome control(std::vector<std::int64_t>& words) override {
+      if (loop_.control_.slowdown_changed.exchange(false)) {
+        loop_.trainer_->set_slowdown(loop_.control_.slowdown);
+      }
+      loop_.boundary_ = Clock::now();
+      return outcome(loop_.trainer_->broadcast_control(words));
+    }
+    Outcome step(const std::vector<std::int32_t>& batches, std::int64_t* step) override {
+      loop_.last_batches_.assign(batches.begin(), batches.end());
+      loop_.last_ = loop_.trainer_->step(loop_.last_batches_);
+      loop_.last_step_time_ = std::chrono::duration<double>(Clock::now() - loop_.boundary_).count();
+      *step = loop_.last_.step;
+      return {loop_.last_.committed, loop_.last_.error};
+    }
+    Outcome finish() override {
+      auto eval = loop_.trainer_->evaluate();
+      loop_.final_accuracy_ = eval.accuracy;
+      loop_.final_loss_ = eval.loss;
+      std::string error;
+      loop_.final_checkpoint_ = loop_.save_checkpoint(&error);
+      spdlog::info("trainer {}: done at step {}: test accuracy {:.4f}, loss {:.4f}",
+                   loop_.args_.trainer, loop_.trainer_->step_count(), eval.accuracy, eval.loss);
+      loop_.exit_before_done_if_asked();
+      if (!error.empty()) return {false, "final checkpoint failed: " + error};
+      return {};
+    }
+
+   private:
+    static Outcome outcome(const training::CollectiveStatus& status) {
+      return {status.ok, status.error};
+    }
+    TrainingLoop& loop_;
+  };
+
+  void perform(const proto::MemberAction& action, proto::ElasticMember& member) {
+    if (const auto* wait = std::get_if<proto::WaitAction>(&action)) {
+      const auto delay = std::chrono::milliseconds(std::max<proto::Millis>(0, wait->until - now_ms()));
+      std::unique_lock lock(control_.mutex);
+      control_.changed.wait_for(lock, delay, [&] { return !control_.inbox.empty(); });
+      return;
+    }
+    TorchReplica replica(*this);
+    proto::carry_out(action, replica, member, now_ms);
+    // Evaluation and periodic checkpoints are the leader's, after a committed step.
+    if (std::holds_alternative<proto::StepAction>(action) && last_.committed && member.rank() == 0) {
+      after_leader_step();
+    }
+  }
+
+  // Fault injection for the end-to-end tests (tests/integration/job_leader_faults_test.cpp):
+  // with OMNILEARN_FAULT_EXIT_BEFORE_DONE=FILE, the first leader to finish (the one that
+  // creates FILE) exits with code 0 without its TrainerDone, as a process that dies or whose
+  // message is lost at that moment would. The job must still end, through a survivor.
+  void exit_before_done_if_asked() {
+    const char* marker = std::getenv("OMNILEARN_FAULT_EXIT_BEFORE_DONE");
+    if (!marker || !*marker) return;
+    const int fd = ::open(marker, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
+    if (fd < 0) return;
+    ::close(fd);
+    spdlog::warn("trainer {}: fault injection: exiting before TrainerDone", args_.trainer);
+    std::_Exit(0);
+  }
+
+  void after_leader_step() {
+    eval_accuracy_ = eval_loss_ = -1;
+    if (eval_every_ > 0 && last_.step % eval_every_ == 0 && last_.step < total_steps_) {
+      auto eval = trainer_->evaluate();
+      eval_accuracy_ = eval.accuracy;
+      eval_loss_ = eval.loss;
+    }
+    if (checkpoint_every_ > 0 && last_.step % checkpoint_every_ == 0) {
+      std::string error;
+      save_checkpoint(&error);
+    }
+  }
+
+  // Carries what the machine wants sent.
+  void send(proto::ElasticMember& member) {
+    const runtime::ActorAddress scheduler{args_.head, args_.scheduler};
+    for (auto& message : member.take_outbox()) {
+      if (const auto* report = std::get_if<proto::MemberReport>(&message)) {
+        TrainerReport r;
+        r.job_id = args_.job;
+        r.trainer = args_.trainer;
+        r.generation = report->generation;
+        r.rank = report->rank;
+        r.step = report->step;
+        r.total_steps = total_steps_;
+        r.error = report->error;
+        switch (report->kind) {
+          case proto::MemberReport::Kind::kSynced:
+            r.synced = true;
+            r.parameter_checksum = checksum_;
+            system_.tell(scheduler, r);
+            break;
+          case proto::MemberReport::Kind::kLeft:
+            r.left = true;
+            system_.tell(scheduler, r);
+            break;
+          case proto::MemberReport::Kind::kBroken:
+            spdlog::warn("trainer {}: generation {} broke at step {}: {}", args_.trainer,
+                         report->generation, report->step, report->error);
+            r.collective_failed = true;
+            system_.tell(scheduler, r);
+            break;
+          case proto::MemberReport::Kind::kStep:
+            r.epoch = last_.cursor.epoch;
+            r.loss = last_.loss;
+            r.batch = static_cast<std::int32_t>(last_.samples);
+            r.batches.assign(last_batches_.begin(), last_batches_.end());
+            r.compute_time_s = last_.compute_time_s;
+            r.step_time_s = last_step_time_;
+            r.allreduce_time_s = last_.allreduce_time_s;
+            if (report->rank == 0) {
+              r.eval_accuracy = eval_accuracy_;
+              r.eval_loss = eval_loss_;
+            }
+            // Every step to the agent (heartbeat counters); the leader's to the scheduler.
+            system_.tell(runtime::ActorAddress{args_.agent, kAgentActor}, r);
+            if (report->rank == 0) system_.tell(scheduler, r);
+            break;
+        }
+      } else if (const auto* ask = std::get_if<proto::LeaseAsk>(&message)) {
+        system_.tell(scheduler, LeaseRequest{args_.job, args_.trainer, ask->generation, ask->seq,
+                                             ask->step});
+      } else if (const auto* done = std::get_if<proto::MemberDone>(&message)) {
+        TrainerDone d;
+        d.job_id = args_.job;
+        d.trainer = args_.trainer;
+        d.rank = done->rank;
+        d.step = done->step;
+        d.ok = done->ok;
+        d.error = done->error;
+        d.generation = done->generation;
+        d.outcome = proto::to_string(done->outcome);
+        if (done->outcome == proto::MemberDone::Outcome::kFinished && done->rank == 0) {
+          d.test_accuracy = final_accuracy_;
+          d.test_loss = final_loss_;
+          d.checkpoint = final_checkpoint_;
+        }
+        // Asked, not told: if the process exits next, the message must have left first.
+        pending_.push_back(system_.ask(scheduler, d, std::chrono::seconds(2)));
+        while (pending_.size() > 4) pending_.pop_front();
+      }
+    }
+  }
+
+  void flush_sends() {
+    for (auto& f : pending_) f.wait_for(std::chrono::seconds(2));
+    pending_.clear();
+  }
 
   std::optional<TrainerHelloReply> say_hello() {
     TrainerHello hello{args_.job, args_.trainer, args_.node, static_cast<std::int32_t>(getpid()),
@@ -201,152 +426,8 @@ class TrainingLoop {
     return std::nullopt;
   }
 
-  // Waits for a rendezvous of generation >= min_generation (the newest one wins) or a stop.
-  std::optional<Rendezvous> wait_for_rendezvous(std::int64_t min_generation, const JobSpec& spec) {
-    auto limit = std::chrono::seconds(120) +
-                 std::chrono::seconds(static_cast<long>(spec.elastic.grace_period_s));
-    std::unique_lock lock(control_.mutex);
-    bool got = control_.changed.wait_for(lock, limit, [&] {
-      if (control_.stop) return true;
-      auto it = control_.rendezvous.lower_bound(min_generation);
-      return it != control_.rendezvous.end();
-    });
-    if (control_.stop) {
-      spdlog::info("trainer {}: stopping ({})", args_.trainer, control_.stop_reason);
-      stop_exit_code_ = 0;
-      return std::nullopt;
-    }
-    if (!got) {
-      spdlog::error("trainer {}: no new generation for {} s; giving up", args_.trainer,
-                    limit.count());
-      stop_exit_code_ = 4;
-      return std::nullopt;
-    }
-    auto rv = control_.rendezvous.rbegin()->second;  // the newest
-    control_.rendezvous.erase(control_.rendezvous.begin(), control_.rendezvous.upper_bound(rv.generation));
-    return rv;
-  }
-
-  // The leader's view of what should happen at this boundary.
-  std::vector<std::int64_t> leader_words() {
-    std::vector<std::int64_t> words(3 + world_, 0);
-    std::lock_guard lock(control_.mutex);
-    words[1] = generation_;
-    words[2] = static_cast<std::int64_t>(plan_version_);
-    if (control_.stop) {
-      words[0] = kStop;
-    } else if (!control_.rendezvous.empty() && control_.rendezvous.rbegin()->first > generation_) {
-      words[0] = kRegroup;
-      words[1] = control_.rendezvous.rbegin()->first;
-    } else if (control_.plan && control_.plan->generation == generation_ &&
-               control_.plan->version > plan_version_ &&
-               static_cast<int>(control_.plan->batches.size()) == world_) {
-      batches_ = control_.plan->batches;
-      plan_version_ = control_.plan->version;
-      words[2] = static_cast<std::int64_t>(plan_version_);
-    }
-    for (int r = 0; r < world_; ++r) words[3 + r] = batches_[r];
-    return words;
-  }
-
-  Outcome train_generation(std::int64_t& min_generation) {
-    while (trainer_->step_count() < total_steps_) {
-      if (control_.slowdown_changed.exchange(false)) trainer_->set_slowdown(control_.slowdown);
-      auto started = Clock::now();
-      std::vector<std::int64_t> words =
-          rank_ == 0 ? leader_words() : std::vector<std::int64_t>(3 + world_, 0);
-      auto status = trainer_->broadcast_control(words);
-      if (!status) {
-        report_failure(status.error);
-        return Outcome::kBroken;
-      }
-      if (words[0] == kStop) {
-        spdlog::info("trainer {}: stopped by the leader at step {}", args_.trainer,
-                     trainer_->step_count());
-        return Outcome::kStopped;
-      }
-      if (words[0] == kRegroup) {
-        min_generation = words[1];
-        return Outcome::kRegroup;
-      }
-      std::vector<int> batches(world_);
-      for (int r = 0; r < world_; ++r) batches[r] = static_cast<int>(words[3 + r]);
-      batches_.assign(batches.begin(), batches.end());
-      plan_version_ = static_cast<std::uint64_t>(words[2]);
-      auto result = trainer_->step(batches);
-      if (!result.committed) {
-        report_failure(result.error);
-        return Outcome::kBroken;
-      }
-      double step_time = std::chrono::duration<double>(Clock::now() - started).count();
-      report_step(result, batches, step_time);
-    }
-    return Outcome::kFinished;
-  }
-
-  void report_step(const training::StepResult& result, const std::vector<int>& batches,
-                   double step_time) {
-    TrainerReport report;
-    report.job_id = args_.job;
-    report.trainer = args_.trainer;
-    report.generation = generation_;
-    report.rank = rank_;
-    report.step = result.step;
-    report.total_steps = total_steps_;
-    report.epoch = result.cursor.epoch;
-    report.loss = result.loss;
-    report.batch = static_cast<std::int32_t>(result.samples);
-    report.batches.assign(batches.begin(), batches.end());
-    report.compute_time_s = result.compute_time_s;
-    report.step_time_s = step_time;
-    report.allreduce_time_s = result.allreduce_time_s;
-    if (rank_ == 0) {
-      if (eval_every_ > 0 && result.step % eval_every_ == 0 && result.step < total_steps_) {
-        auto eval = trainer_->evaluate();
-        report.eval_accuracy = eval.accuracy;
-        report.eval_loss = eval.loss;
-      }
-      if (checkpoint_every_ > 0 && result.step % checkpoint_every_ == 0) save_checkpoint();
-    }
-    // Every step to the agent (heartbeat counters); the leader's to the scheduler (progress).
-    system_.tell(runtime::ActorAddress{args_.agent, kAgentActor}, report);
-    if (rank_ == 0) system_.tell(runtime::ActorAddress{args_.head, args_.scheduler}, report);
-  }
-
-  // Lets the scheduler (and tests) see that every rank of a generation starts from one state.
-  void report_synced() {
-    TrainerReport report;
-    report.job_id = args_.job;
-    report.trainer = args_.trainer;
-    report.generation = generation_;
-    report.rank = rank_;
-    report.step = trainer_->step_count();
-    report.total_steps = total_steps_;
-    report.synced = true;
-    double sum = 0;
-    for (const auto& named : trainer_->named_parameters()) {
-      sum += named.second.to(torch::kDouble).sum().item<double>();
-    }
-    report.parameter_checksum = sum;
-    system_.tell(runtime::ActorAddress{args_.head, args_.scheduler}, report);
-  }
-
-  void report_failure(const std::string& error) {
-    spdlog::warn("trainer {}: generation {} broke at step {}: {}", args_.trainer, generation_,
-                 trainer_->step_count(), error);
-    TrainerReport report;
-    report.job_id = args_.job;
-    report.trainer = args_.trainer;
-    report.generation = generation_;
-    report.rank = rank_;
-    report.step = trainer_->step_count();
-    report.total_steps = total_steps_;
-    report.collective_failed = true;
-    report.error = error;
-    system_.tell(runtime::ActorAddress{args_.head, args_.scheduler}, report);
-  }
-
-  std::string save_checkpoint() {
+  // Writes a checkpoint of the committed state; returns its path, or "" with *error set.
+  std::string save_checkpoint(std::string* error) {
     std::error_code ec;
     std::filesystem::create_directories(checkpoint_dir_, ec);
     auto path = (std::filesystem::path(checkpoint_dir_) /
@@ -357,49 +438,34 @@ class TrainingLoop {
       return path;
     } catch (const std::exception& e) {
       spdlog::error("trainer {}: checkpoint failed: {}", args_.trainer, e.what());
+      *error = e.what();
       return "";
     }
-  }
-
-  int finish() {
-    double accuracy = -1, loss = -1;
-    std::string checkpoint;
-    if (rank_ == 0) {
-      auto eval = trainer_->evaluate();
-      accuracy = eval.accuracy;
-      loss = eval.loss;
-      checkpoint = save_checkpoint();
-      spdlog::info("trainer {}: done at step {}: test accuracy {:.4f}, loss {:.4f}", args_.trainer,
-                   trainer_->step_count(), accuracy, loss);
-    }
-    send_done(true, "", accuracy, loss, checkpoint);
-    return 0;
-  }
-
-  void send_done(bool ok, const std::string& error, double accuracy = -1, double loss = -1,
-                 const std::string& checkpoint = "") {
-    TrainerDone done{args_.job, args_.trainer, rank_, trainer_ ? trainer_->step_count() : 0,
-                     ok, error, accuracy, loss, checkpoint};
-    // Asked, not told: the process exits right after, and the message must leave first.
-    system_.ask(runtime::ActorAddress{args_.head, args_.scheduler}, done, std::chrono::seconds(2))
-        .wait_for(std::chrono::seconds(2));
   }
 
   const TrainerArgs& args_;
   runtime::ActorSystem& system_;
   Control& control_;
   std::unique_ptr<training::Trainer> trainer_;
+  c10::intrusive_ptr<c10d::Store> store_;
   std::string checkpoint_dir_;
   std::chrono::milliseconds collective_timeout_{10000};
   std::int64_t total_steps_ = 0;
   std::int64_t eval_every_ = 0;
   std::int64_t checkpoint_every_ = 0;
-  std::int64_t generation_ = 0;
-  int rank_ = -1;
-  int world_ = 0;
-  std::vector<std::int32_t> batches_;
-  std::uint64_t plan_version_ = 0;
-  int stop_exit_code_ = 0;
+  int signal_ = 0;
+  std::int64_t joining_generation_ = 0;  // training thread only (the store's abandon check)
+
+  // The last step, for its report.
+  training::StepResult last_;
+  std::vector<int> last_batches_;
+  Clock::time_point boundary_;
+  double last_step_time_ = 0;
+  double eval_accuracy_ = -1, eval_loss_ = -1;
+  double checksum_ = 0;
+  double final_accuracy_ = -1, final_loss_ = -1;
+  std::string final_checkpoint_;
+  std::deque<std::future<runtime::AskResult>> pending_;
 };
 
 }  // namespace
@@ -455,8 +521,15 @@ int main(int argc, char** argv) {
       actors::TrainingLoop training(args, system, control);
       exit_code = training.run();
     } catch (const std::exception& e) {
+      // A training error (bad data, a failed load): its text goes to the scheduler; the exit
+      // code goes to the agent, which reports the exit, so the job sees it either way.
       spdlog::error("trainer {}: {}", args.trainer, e.what());
-      actors::TrainerDone done{args.job, args.trainer, -1, 0, false, e.what(), -1, -1, ""};
+      actors::TrainerDone done;
+      done.job_id = args.job;
+      done.trainer = args.trainer;
+      done.ok = false;
+      done.error = e.what();
+      done.outcome = "error";
       system.ask(runtime::ActorAddress{args.head, args.scheduler}, done, std::chrono::seconds(2))
           .wait_for(std::chrono::seconds(2));
       exit_code = 1;
@@ -465,17 +538,13 @@ int main(int argc, char** argv) {
   while (exit_code.load() < 0) {
     if (int signal = runtime::wait_for_shutdown_signal(std::chrono::milliseconds(100))) {
       spdlog::info("trainer {}: signal {}; stopping", args.trainer, signal);
-      {
-        std::lock_guard lock(control.mutex);
-        control.stop = true;
-        control.stop_reason = "signal";
-      }
-      control.changed.notify_all();
-      // A blocked collective cannot be interrupted; give the loop a moment, then leave anyway.
+      control.push(actors::StopRequest{"signal " + std::to_string(signal), signal});
+      // A blocked collective cannot be interrupted; give the loop a moment, then leave anyway,
+      // with the signal's exit code: a signalled trainer did not succeed.
       for (int i = 0; i < 20 && exit_code.load() < 0; ++i) {
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
       }
-      if (exit_code.load() < 0) std::_Exit(0);
+      if (exit_code.load() < 0) std::_Exit(128 + signal);
     }
   }
   loop.join();

@@ -113,13 +113,13 @@ def one_repeat(omnilearn, workdir, index, env):
         joined_at = time.time()
         workers["w4"] = start(["worker", "--name", "w4", "--address", address], "w4")
         ready = wait_event(run_dir, lambda e: e.get("event") == "trainer_ready"
-                           and e.get("trainer", "").startswith("w4"), 120)
+                           and "-w4-t" in e.get("trainer", ""), 120)
         first = wait_event(run_dir, lambda e: e.get("event") == "step" and len(e["batches"]) == 4,
                            120)
         # The scheduler places a trainer right after the node registers: the spawn event marks
         # the end of the join itself.
         spawn = wait_event(run_dir, lambda e: e.get("event") == "spawn"
-                           and e.get("trainer", "").startswith("w4"), 5)
+                           and "-w4-t" in e.get("trainer", ""), 5)
         join = {"total_s": first["time"] - joined_at, "to_spawn_s": spawn["time"] - joined_at,
                 "spawn_to_ready_s": ready["time"] - spawn["time"],
                 "ready_to_step_s": first["time"] - ready["time"]}

@@ -192,6 +192,81 @@ TEST_F(Registry, StatusCountsTheHeadsTraffic) {
   }
 }
 
+TEST_F(Registry, StatusCountsWhatTheHeadHolds) {
+  auto counters = status().counters;
+  EXPECT_EQ(counters.at("actors"), 2u) << "the registry and the fixture's subscriber";
+  EXPECT_GE(counters.at("threads"), 3u) << "two actor threads, the timer and I/O threads";
+  EXPECT_GE(counters.at("open_fds"), 3u);
+  EXPECT_FALSE(counters.count("store_keys")) << "only the head's counter source adds those";
+
+  runtime::ActorSystem head_with_store;
+  MembershipConfig config;
+  head_with_store.spawn<NodeRegistry>(kRegistryActor, config, [] {
+    return std::map<std::string, std::uint64_t>{{"store_keys", 7}};
+  });
+  auto reply = head_with_store.ask(ActorAddress{"", kRegistryActor}, StatusRequest{}, 5s).get();
+  ASSERT_TRUE(reply.as<StatusReply>()) << reply.error;
+  EXPECT_EQ(reply.as<StatusReply>()->counters.at("store_keys"), 7u);
+}
+
+TEST_F(Registry, AnUnsubscribedActorGetsNoMoreEvents) {
+  auto leaver = testing::spawn_probe(head, "leaver");
+  auto answered = std::make_shared<std::promise<bool>>();
+  leaver.run([answered](testing::ProbeActor& self) {
+    self.ask(ActorAddress{"", kRegistryActor}, SubscribeNodes{}, 5s,
+             [&self, answered](runtime::AskResult subscribed) {
+               if (!subscribed.as<StatusReply>()) return answered->set_value(false);
+               self.ask(ActorAddress{"", kRegistryActor}, UnsubscribeNodes{}, 5s,
+                        [answered](runtime::AskResult result) {
+                          answered->set_value(result.as<SimpleReply>().has_value());
+                        });
+             });
+  });
+  auto done = answered->get_future();
+  ASSERT_EQ(done.wait_for(10s), std::future_status::ready);
+  ASSERT_TRUE(done.get()) << "SubscribeNodes then UnsubscribeNodes must both be answered";
+
+  runtime::ActorSystem node;
+  RegisterNode request;
+  request.name = "after-unsubscribe";
+  ASSERT_TRUE(node.ask(ActorAddress{head_endpoint, kRegistryActor}, request, 5s)
+                  .get()
+                  .as<RegisterNodeReply>());
+  ASSERT_TRUE(next_event("after-unsubscribe", 5s)) << "the remaining subscriber hears of it";
+  status();  // the registry has finished publishing that event
+  EXPECT_FALSE(leaver.queue->pop_as<NodeEvent>(0ms)) << "the unsubscribed actor does not";
+}
+
+TEST_F(Registry, ASubscriberThatStopsIsDropped) {
+  auto subscribed = std::make_shared<std::promise<bool>>();
+  head.spawn("short-lived", std::make_unique<testing::FunctionActor>(
+                                [](testing::FunctionActor&, const runtime::Envelope&) {},
+                                [subscribed](testing::FunctionActor& self) {
+                                  self.ask(ActorAddress{"", kRegistryActor}, SubscribeNodes{}, 5s,
+                                           [subscribed](runtime::AskResult result) {
+                                             subscribed->set_value(
+                                                 result.as<StatusReply>().has_value());
+                                           });
+                                }));
+  auto done = subscribed->get_future();
+  ASSERT_EQ(done.wait_for(10s), std::future_status::ready);
+  ASSERT_TRUE(done.get());
+  // stop() returns after the actor's Down was handed to the registry, so the registry handles
+  // the Down before the registration below.
+  head.stop("short-lived", "crashed: test");
+  const auto dead_letters = status().counters.at("dead_letters");
+
+  runtime::ActorSystem node;
+  RegisterNode request;
+  request.name = "after-stop";
+  ASSERT_TRUE(node.ask(ActorAddress{head_endpoint, kRegistryActor}, request, 5s)
+                  .get()
+                  .as<RegisterNodeReply>());
+  ASSERT_TRUE(next_event("after-stop", 5s));
+  EXPECT_EQ(status().counters.at("dead_letters"), dead_letters)
+      << "an event was sent to the stopped subscriber: it was not dropped";
+}
+
 TEST(Agent, ReRegistersWhenTheHeadForgetsIt) {
   MembershipConfig config;
   config.heartbeat_interval = 50ms;

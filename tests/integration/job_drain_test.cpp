@@ -22,7 +22,7 @@ const std::string kJob = synthetic_elastic_job("e2e-drain", kSteps, 21);
 
 bool has_trainer_of(const Json& members, const std::string& node) {
   for (const auto& m : members) {
-    if (m.get<std::string>().rfind(node + "-t", 0) == 0) return true;
+    if (m.get<std::string>().find("-" + node + "-t") != std::string::npos) return true;
   }
   return false;
 }
@@ -37,7 +37,7 @@ TEST_F(JobDrain, ADrainedNodeLeavesAtAStepBoundaryAndNoStepIsLost) {
   // Drain a follower (rank 1): its share must move to the others.
   const auto victim_trainer = first_generation.at("members")[1].get<std::string>();
   const auto victim = trainer_nodes(run.events()).at(victim_trainer);
-  const auto victim_pids = trainer_processes(cluster.address(), victim + "-t");
+  const auto victim_pids = trainer_processes(cluster.address(), run.id() + "-" + victim + "-t");
   ASSERT_EQ(victim_pids.size(), 1u) << describe(victim_pids);
 
   auto drain = run_omnilearn({"drain", victim, "--address", cluster.address()}, 20s);

@@ -28,7 +28,7 @@ double unix_now() {
 
 bool has_trainer_of(const Json& members, const std::string& node) {
   for (const auto& m : members) {
-    if (m.get<std::string>().rfind(node + "-t", 0) == 0) return true;
+    if (m.get<std::string>().find("-" + node + "-t") != std::string::npos) return true;
   }
   return false;
 }
@@ -47,7 +47,7 @@ void JobKill::kill_rank_and_check(int rank) {
   const auto& first_generation = first_generation_;
   const auto victim_trainer = first_generation.at("members")[rank].get<std::string>();
   const auto victim = trainer_nodes(run.events()).at(victim_trainer);
-  const auto victim_pids = trainer_processes(cluster.address(), victim + "-t");
+  const auto victim_pids = trainer_processes(cluster.address(), run.id() + "-" + victim + "-t");
   ASSERT_EQ(victim_pids.size(), 1u) << describe(victim_pids);
 
   // A dead peer's socket must fail a survivor's collective, not kill it: Gloo writes to peers'
@@ -62,7 +62,7 @@ void JobKill::kill_rank_and_check(int rank) {
   std::vector<ProcessInfo> orphans;
   EXPECT_TRUE(wait_until(
       [&] {
-        orphans = trainer_processes(cluster.address(), victim + "-t");
+        orphans = trainer_processes(cluster.address(), run.id() + "-" + victim + "-t");
         return orphans.empty();
       },
       3s))

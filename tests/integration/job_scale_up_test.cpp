@@ -75,7 +75,7 @@ TEST_F(JobScaleUp, AFourthWorkerJoinsReceivesTheStateAndTrains) {
 
   auto has_joiner = [](const Json& members) {
     for (const auto& m : members) {
-      if (m.get<std::string>().rfind("w4-t", 0) == 0) return true;
+      if (m.get<std::string>().find("-w4-t") != std::string::npos) return true;
     }
     return false;
   };
@@ -129,7 +129,7 @@ TEST_F(JobScaleUp, AFourthWorkerJoinsReceivesTheStateAndTrains) {
   }
   bool joiner_synced = false;
   for (const auto& e : synced) {
-    joiner_synced |= e.at("trainer").get<std::string>().rfind("w4-t", 0) == 0;
+    joiner_synced |= e.at("trainer").get<std::string>().find("-w4-t") != std::string::npos;
   }
   EXPECT_TRUE(joiner_synced) << "the joiner reported its synced state";
 

@@ -106,7 +106,7 @@ std::vector<ProcessInfo> processes_with_argument(const std::string& needle);
 std::string describe(const std::vector<ProcessInfo>& processes);
 
 // Processes started by `omnilearn-trainer` for the trainer names starting with `prefix`
-// (trainers are named "<node>-t<N>").
+// (trainers are named "<job id>-<node>-t<N>", unique in the cluster).
 std::vector<ProcessInfo> trainer_processes(const std::string& cluster_address,
                                            const std::string& trainer_prefix);
 

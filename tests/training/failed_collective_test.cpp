@@ -3,6 +3,7 @@
 // step and cursor exactly as they were; the group then needs a new generation.
 #include <ATen/Parallel.h>
 
+#include <atomic>
 #include <latch>
 
 #include "tests/training/test_support.hpp"
@@ -81,6 +82,62 @@ TEST(FailedCollective, TimedOutAllReduceCommitsNothing) {
     const StepResult redo = t.step({32, 32});
     EXPECT_TRUE(redo.committed) << redo.error;
     EXPECT_EQ(t.step_count(), 3);
+  });
+}
+
+}  // namespace
+}  // namespace omnilearn::training
+
+namespace omnilearn::training {
+namespace {
+
+// The scheduler formed a generation without a hung peer: the others stop waiting for it when
+// told (the abandon check), not at the group timeout; the step commits nothing, and a new
+// generation forms at once on the same trainers (the abandoned group is torn down elsewhere).
+TEST(FailedCollective, AnAbandonedCollectiveGivesUpAndANewGroupForms) {
+  at::set_num_threads(1);
+  const TrainerConfig config = testing::synthetic_config(600);
+  const DatasetPair data = load_datasets(config.data);
+  testing::LoopbackStore store;
+  // As in the trainer: collectives of generations below this one give up.
+  std::atomic<int> abandon_below{0};
+  std::latch hung(1);
+  testing::run_ranks(3, [&](int rank) {
+    Trainer t(config, data);
+    t.set_abandon_check([&] { return abandon_below.load() > t.generation(); });
+    // A group timeout far beyond the test's own: only the abandon check can end the wait.
+    ASSERT_TRUE(t.join_group(store.client(), 0, rank, 3, 600s, testing::loopback()).ok);
+    ASSERT_TRUE(t.sync_state_from_rank0().ok);
+    ASSERT_TRUE(t.step({10, 10, 10}).committed);
+    if (rank == 2) {
+      hung.wait();  // a frozen peer: in the group, never in the next collective
+      return;
+    }
+    const Snapshot before(t);
+    std::thread trigger;
+    if (rank == 0) trigger = std::thread([&] {
+      std::this_thread::sleep_for(300ms);
+      abandon_below = 1;  // what a Rendezvous of generation 1 with abandon_previous does
+    });
+    const StepResult r = t.step({10, 10, 10});
+    if (trigger.joinable()) trigger.join();
+    EXPECT_FALSE(r.committed);
+    EXPECT_NE(r.error.find("abandoned"), std::string::npos) << r.error;
+    expect_same(before, Snapshot(t));
+    // The survivors form generation 1 and train; the hung group goes away on its own.
+    struct Release {  // the hung rank leaves whatever happens here
+      std::latch& hung;
+      int rank;
+      ~Release() {
+        if (rank == 0) hung.count_down();
+      }
+    } release{hung, rank};
+    const CollectiveStatus joined = t.join_group(store.client(), 1, rank, 2, 30s, testing::loopback());
+    ASSERT_TRUE(joined.ok) << joined.error;
+    const CollectiveStatus synced = t.sync_state_from_most_advanced();
+    ASSERT_TRUE(synced.ok) << synced.error;
+    const StepResult next = t.step({15, 15});
+    EXPECT_TRUE(next.committed) << next.error;
   });
 }
 
