@@ -637,9 +637,24 @@ void SchedulerActor::on_message(const runtime::Envelope& message) {
         if (exited->exit_code != 0 && !exited->last_error.empty()) {
           last_trainer_error_ = exited->trainer + ": " + exited->last_error;
         }
-        drive([&] {
-          job_.trainer_exited(exited->trainer, exited->exit_code, exited->reason, now());
-        });
+        // Why a trainer went, for events.jsonl and --follow/logs; before drive(), which may end
+        // the job because of it. Exits after the end (trainers told to stop) are no news.
+        if (!finished_) {
+          emit(Json{{"time", unix_time()},
+                    {"event", "trainer_exited"},
+                    {"trainer", exited->trainer},
+                    {"node", job_.node_name(exited->node_id)},
+                    {"exit_code", exited->exit_code},
+                    {"reason", exited->reason},
+                    {"last_error", exited->last_error}}
+                   .dump());
+        }
+        // The reason the job may fail with: what ended the process and what it last said.
+        std::string why = exited->reason;
+        if (exited->exit_code != 0 && !exited->last_error.empty()) {
+          why += (why.empty() ? "" : ": ") + exited->last_error;
+        }
+        drive([&] { job_.trainer_exited(exited->trainer, exited->exit_code, why, now()); });
       }
       return;
     case MessageKind::kDrainNode: {

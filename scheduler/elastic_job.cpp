@@ -95,7 +95,7 @@ void ElasticJob::tick(Millis now) {
     }
   }
   for (const auto& name : late) trainer_gone(name, "did not start in time", now, true);
-  if (!late.empty()) place_trainers(now);
+  place_trainers(now);  // replaces the late, and places on nodes whose start back-off ended
 
   if (forming_ && now - formed_at_ > options_.form_timeout) {
     // The generation did not train: members that never synced in it are written off (a stuck
@@ -232,7 +232,7 @@ void ElasticJob::place_trainers(Millis now) {
     return count;
   };
   for (auto& [id, node] : nodes_) {
-    if (!node.alive || node.draining) continue;
+    if (!node.alive || node.draining || now < node.no_spawn_before) continue;
     int on_node = 0;
     for (const auto& [name, t] : trainers_) on_node += t.view.node == id && t.view.phase != Phase::kGone;
     while (on_node < options_.slots && active() < options_.max_workers) {
@@ -268,8 +268,32 @@ bool ElasticJob::hello(const std::string& trainer, Millis now) {
 void ElasticJob::trainer_exited(const std::string& trainer, int exit_code,
                                 const std::string& reason, Millis now) {
   Trainer* t = find(trainer);
-  if (!t) return;
+  if (!t || t->exited) return;
   t->exited = true;
+  if (!finished_ && exit_code != 0 && t->synced_generation < 0 && t->view.phase != Phase::kGone) {
+    // It never got as far as training: a failed start. Back off on its node; fail the job
+    // once starts keep failing everywhere (a bad model path, data missing on every worker).
+    ++start_failures_;
+    last_start_failure_ = trainer + ": " + (reason.empty() ? "exited with code " +
+                                                                 std::to_string(exit_code)
+                                                           : reason);
+    auto node = nodes_.find(t->view.node);
+    if (node != nodes_.end()) {
+      Node& n = node->second;
+      ++n.start_failures;
+      Millis backoff = options_.backoff_initial;
+      for (int i = 1; i < n.start_failures && backoff < options_.spawn_backoff_max; ++i) backoff *= 2;
+      n.no_spawn_before = now + std::min(backoff, options_.spawn_backoff_max);
+    }
+    if (start_failures_ >= options_.max_start_failures) {
+      trainer_gone(trainer, reason.empty() ? "exited with code " + std::to_string(exit_code) : reason,
+                   now, false);
+      finish("failed", "trainers cannot start: " + std::to_string(start_failures_) +
+                           " failed in a row; the last: " + last_start_failure_,
+             now);
+      return;
+    }
+  }
   // A process that is gone holds no lease: its successor need not wait for it to run out.
   if (trainer == lease_holder_) lease_released_ = true;
   if (finished_ || t->view.phase == Phase::kGone) return;
@@ -496,6 +520,9 @@ void ElasticJob::report(const std::string& trainer, const MemberReport& r, Milli
   // (holds_state). [fix: elastic simulation seed 53]
   if (r.kind == MemberReport::Kind::kSynced) {
     t->synced_generation = std::max(t->synced_generation, r.generation);
+    start_failures_ = 0;  // trainers do start
+    auto node = nodes_.find(t->view.node);
+    if (node != nodes_.end()) node->second.start_failures = 0;
   }
   // The lease holder synced in a newer generation, or left or broke the one it led: it commits
   // nothing more there, so its successor need not wait for the lease to run out.

@@ -44,6 +44,12 @@ struct ElasticJobOptions {
   Millis probe_timeout = 1000;             // how long a liveness probe may take
   Millis backoff_initial = 500;            // after a generation failed to form
   Millis backoff_max = 8000;
+  // A trainer that exits with an error before it ever synced failed to start (a missing model
+  // file, a crash while loading): its node gets another after a back-off (backoff_initial,
+  // doubling, at most spawn_backoff_max), and after this many such failures in a row, with no
+  // trainer starting in between, the job fails with the last one's reason.
+  std::int32_t max_start_failures = 6;
+  Millis spawn_backoff_max = 30000;
 };
 
 // What the adapter must do. Commands addressed to a trainer carry its name.
@@ -170,6 +176,8 @@ class ElasticJob {
     std::string name;
     bool alive = true;
     bool draining = false;
+    std::int32_t start_failures = 0;  // trainers that failed to start here, in a row
+    Millis no_spawn_before = 0;       // back-off after a failed start
   };
   struct Trainer {
     TrainerView view;
@@ -225,6 +233,8 @@ class ElasticJob {
   std::int64_t dropped_below_ = 1; // rendezvous keys of generations < this are gone
 
   std::map<std::string, std::string> unreachable_error_;  // why a probe failed, until acted on
+  std::int32_t start_failures_ = 0;  // trainers that failed to start, in a row, job-wide
+  std::string last_start_failure_;
 
   // Lease: one generation at a time may commit.
   std::int64_t lease_generation_ = 0;

@@ -224,14 +224,9 @@ MemberAction ElasticMember::leader_boundary(Millis now) {
     // say so: the scheduler must form the next generation (nothing else tells it the group
     // ended while every member is still reachable). [fix: elastic simulation seed 280]
     lease_wait_since_.reset();
-    MemberReport r;
-    r.kind = MemberReport::Kind::kBroken;
-    r.generation = generation_;
-    r.rank = rank_;
-    r.step = step_;
-    r.error = "no lease for generation " + std::to_string(generation_) + " within " +
-              std::to_string(options_.lease_wait) + " ms";
-    outbox_.push_back(std::move(r));
+    report(MemberReport::Kind::kBroken, "no lease for generation " + std::to_string(generation_) +
+                                            " within " + std::to_string(options_.lease_wait) +
+                                            " ms");
     sent_words_ = {kAbandon, generation_};
     return ControlAction{sent_words_};
   }
@@ -249,14 +244,20 @@ MemberAction ElasticMember::leader_boundary(Millis now) {
 // ---------------------------------------------------------------------------------------------
 // Outcomes
 
-void ElasticMember::broken(const std::string& error, Millis now) {
+void ElasticMember::report(MemberReport::Kind kind, const std::string& error,
+                           std::uint64_t checksum) {
   MemberReport r;
-  r.kind = MemberReport::Kind::kBroken;
+  r.kind = kind;
   r.generation = generation_;
   r.rank = rank_;
   r.step = step_;
   r.error = error;
+  r.checksum = checksum;
   outbox_.push_back(std::move(r));
+}
+
+void ElasticMember::broken(const std::string& error, Millis now) {
+  report(MemberReport::Kind::kBroken, error);
   phase_ = Phase::kIdle;
   step_due_ = false;
   idle_since_ = now;
@@ -275,13 +276,7 @@ void ElasticMember::synced(bool ok, const std::string& error, std::int64_t step,
   step_ = step;
   phase_ = Phase::kTraining;
   last_step_ms_ = 0;
-  MemberReport r;
-  r.kind = MemberReport::Kind::kSynced;
-  r.generation = generation_;
-  r.rank = rank_;
-  r.step = step_;
-  r.checksum = checksum;
-  outbox_.push_back(std::move(r));
+  report(MemberReport::Kind::kSynced, "", checksum);
   if (rank_ == 0 && step_ < options_.total_steps) ask_lease(now);
 }
 
@@ -310,12 +305,7 @@ void ElasticMember::control_done(bool ok, const std::string& error,
     case kRegroup:
     case kAbandon:
       if (rank_ == 0) {
-        MemberReport r;
-        r.kind = MemberReport::Kind::kLeft;
-        r.generation = generation_;
-        r.rank = rank_;
-        r.step = step_;
-        outbox_.push_back(std::move(r));
+        report(MemberReport::Kind::kLeft);
       }
       // This group ends here. A leader that was stopped exits on the next call; the others
       // wait for (or already hold) the next rendezvous.
@@ -333,12 +323,7 @@ void ElasticMember::step_done(bool ok, const std::string& error, std::int64_t st
   if (!ok) return broken(error, now);
   step_ = step;
   last_step_ms_ = std::max<Millis>(0, now - boundary_at_);
-  MemberReport r;
-  r.kind = MemberReport::Kind::kStep;
-  r.generation = generation_;
-  r.rank = rank_;
-  r.step = step_;
-  outbox_.push_back(std::move(r));
+  report(MemberReport::Kind::kStep);
 }
 
 void ElasticMember::finish_done(bool ok, const std::string& error, Millis now) {

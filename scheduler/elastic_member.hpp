@@ -123,10 +123,16 @@ class ElasticMember {
   const std::vector<std::int32_t>& batches() const { return batches_; }
   std::uint64_t plan_version() const { return plan_version_; }
   bool lease_valid(Millis now) const { return lease_generation_ == generation_ && now < lease_until_; }
+  // Whether a step whose all-reduce just completed may be committed: the leader's lease must
+  // still hold (it was checked at the boundary, but the step may have outlasted it, e.g. a
+  // leader frozen mid-step); followers follow the leader's data.
+  bool may_commit(Millis now) const { return rank_ != 0 || lease_valid(now); }
 
  private:
   MemberAction idle(Millis now);
   MemberAction leader_boundary(Millis now);
+  // Queues a report about the current generation, rank and step.
+  void report(MemberReport::Kind kind, const std::string& error = "", std::uint64_t checksum = 0);
   void broken(const std::string& error, Millis now);
   void ask_lease(Millis now);
   void send_done(MemberDone::Outcome outcome, bool ok, const std::string& error, Millis now);

@@ -121,6 +121,8 @@ struct Trainer::Impl {
   std::unique_ptr<Optimizer> optimizer;
   EpochSampler sampler;
   int64_t step = 0;
+  int64_t commit_generation = -1;  // generation of the group that committed the last step
+  std::function<bool()> commit_gate;  // set_commit_gate()
   Cursor cursor;
   std::atomic<double> slowdown{1.0};
 
@@ -320,6 +322,10 @@ CollectiveStatus Trainer::join_group(c10::intrusive_ptr<c10d::Store> store, int 
         " must be in [0, world) with world >= 1, world = " + std::to_string(world));
   }
   if (generation < 0) throw std::invalid_argument("join_group: generation must be >= 0");
+  if (world > 4096) {
+    throw std::invalid_argument("join_group: at most 4096 ranks (the state election packs the "
+                                "rank into 12 bits), got " + std::to_string(world));
+  }
   if (timeout.count() <= 0) throw std::invalid_argument("join_group: timeout must be > 0");
   leave_group();
   Impl& s = *impl_;
@@ -397,6 +403,8 @@ void Trainer::leave_group() {
   s.broken.clear();
 }
 
+void Trainer::set_commit_gate(std::function<bool()> gate) { impl_->commit_gate = std::move(gate); }
+
 void Trainer::set_abandon_check(std::function<bool()> abandon) {
   impl_->abandon = std::move(abandon);
 }
@@ -413,14 +421,23 @@ CollectiveStatus Trainer::sync_state_from_most_advanced(int* root) {
   if (root) *root = 0;
   if (s.alone()) return {};
   if (CollectiveStatus u = s.usable(); !u) return u;
-  // One all-reduce finds the most committed steps and, on a tie, the lowest rank holding them.
-  constexpr int64_t kRankSpace = int64_t{1} << 20;
+  // One all-reduce finds the most committed steps; on a tie, the state committed by the newest
+  // generation (a superseded group's straggler may have committed the same step number: the
+  // newer one is the job's, as in Raft's "last log term"); then the lowest rank. Packed into
+  // one integer for MAX: step (31 bits), commit generation + 1 (20 bits), 4095 - rank (12).
+  constexpr int64_t kRankBits = 12, kGenerationBits = 20;
   const auto longs = at::TensorOptions().dtype(at::kLong).device(s.device);
-  at::Tensor key = at::full({1}, s.step * kRankSpace + (kRankSpace - 1 - s.rank), longs);
+  const int64_t generation_field =
+      std::min<int64_t>(s.commit_generation + 1, (int64_t{1} << kGenerationBits) - 1);
+  const int64_t packed = (s.step << (kRankBits + kGenerationBits)) |
+                         (generation_field << kRankBits) |
+                         ((int64_t{1} << kRankBits) - 1 - s.rank);
+  at::Tensor key = at::full({1}, packed, longs);
   if (CollectiveStatus st = s.allreduce({key}, c10d::ReduceOp::MAX, "state holder election"); !st) {
     return st;
   }
-  const int chosen = static_cast<int>(kRankSpace - 1 - key.to(at::kCPU).item<int64_t>() % kRankSpace);
+  const int64_t rank_field = key.to(at::kCPU).item<int64_t>() & ((int64_t{1} << kRankBits) - 1);
+  const int chosen = static_cast<int>((int64_t{1} << kRankBits) - 1 - rank_field);
   if (root) *root = chosen;
   return sync_state_from(chosen);
 }
@@ -438,7 +455,8 @@ CollectiveStatus Trainer::sync_state_from(int root) {
   // 1. Header: the root's counters and layout; every rank checks the layout matches its own.
   const std::vector<int64_t> fingerprint = s.layout_fingerprint();
   std::vector<int64_t> header_words = fingerprint;
-  header_words.insert(header_words.end(), {s.step, s.cursor.epoch, s.cursor.position});
+  header_words.insert(header_words.end(),
+                      {s.step, s.cursor.epoch, s.cursor.position, s.commit_generation});
   at::Tensor header = at::tensor(header_words, at::TensorOptions().dtype(at::kLong)).to(s.device);
   if (CollectiveStatus st = s.broadcast(header, "state header broadcast", root); !st) return st;
   header = header.to(at::kCPU);
@@ -457,7 +475,7 @@ CollectiveStatus Trainer::sync_state_from(int root) {
                                                "from the root's; state not synced"};
   }
   const size_t n = fingerprint.size();
-  const int64_t step = h[n], epoch = h[n + 1], position = h[n + 2];
+  const int64_t step = h[n], epoch = h[n + 1], position = h[n + 2], commit_generation = h[n + 3];
 
   // 2. Float state (parameters, BatchNorm statistics, optimizer state) in bucket-sized chunks,
   // then integer buffers. Copied into the live tensors only once everything has arrived.
@@ -492,6 +510,7 @@ CollectiveStatus Trainer::sync_state_from(int root) {
   }
   s.step = step;
   s.cursor = Cursor{epoch, position};
+  s.commit_generation = commit_generation;
   return {};
 }
 
@@ -617,6 +636,15 @@ StepResult Trainer::step(const std::vector<int>& batches) {
       result.error = st.error;
       return result;
     }
+    if (s.commit_gate && !s.commit_gate()) {
+      // The all-reduce completed, but the protocol may not commit now (a leader whose lease ran
+      // out while the step ran). Nothing changes; the group is out of step: broken.
+      for (size_t i = 0; i < s.buffers.size(); ++i) s.buffers[i].second.copy_(saved_buffers[i]);
+      result.error = s.fail("commit refused in generation " + std::to_string(s.generation) +
+                            ": the elastic protocol did not allow it (lease ran out)")
+                         .error;
+      return result;
+    }
     for (const Slot& slot : s.grad_slots) {
       slot.tensor.mutable_grad().view({-1}).copy_(
           s.buckets[slot.bucket].narrow(0, slot.offset, slot.tensor.numel()));
@@ -634,6 +662,7 @@ StepResult Trainer::step(const std::vector<int>& batches) {
 
   s.optimizer->step(scheduled_lr(s.config.optimizer, s.step), s.step + 1);
   s.step += 1;
+  if (!s.alone()) s.commit_generation = s.generation;
   s.cursor = s.sampler.advance(s.cursor, global);
   result.committed = true;
   result.loss = global_loss;

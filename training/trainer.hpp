@@ -120,6 +120,11 @@ class Trainer {
   // broken: how a trainer stops waiting on a peer that hangs (frozen, cut off) once the
   // scheduler has formed a generation without it, instead of waiting for the group timeout.
   void set_abandon_check(std::function<bool()> abandon);
+  // `gate` (training thread) is asked after a step's all-reduce succeeded and before anything
+  // changes; false makes the step uncommitted ("commit refused") and the group broken. The
+  // elastic protocol's leader refuses when its lease ran out while the step ran, so that a
+  // leader frozen or cut off mid-step never commits outside its lease.
+  void set_commit_gate(std::function<bool()> gate);
   bool in_group() const;
   int rank() const;        // 0 without a group
   int world() const;       // 1 without a group
@@ -129,9 +134,10 @@ class Trainer {
   // schedule position) equal rank 0's. Fails, changing nothing, if a peer fails or if the ranks'
   // model/optimizer/data layouts differ.
   CollectiveStatus sync_state_from_rank0();
-  // The same from the rank that committed the most steps (the lowest such rank on a tie), which
-  // it stores in *root: after a fault the survivors may be a step apart (an all-reduce can
-  // complete on some ranks and fail on others), and the furthest one holds every committed step.
+  // The same from the rank that committed the most steps (on a tie, the one whose last step was
+  // committed by the newest generation, then the lowest rank), which it stores in *root: after
+  // a fault the survivors may be a step apart (an all-reduce can complete on some ranks and
+  // fail on others), and the furthest one holds every committed step.
   CollectiveStatus sync_state_from_most_advanced(int* root = nullptr);
 
   // Rank 0's `words` replace every other rank's `words` (any length up to 1 << 20). This is how

@@ -189,6 +189,7 @@ class TrainingLoop {
     options.lease_wait = collective_timeout_.count() / 2;
     options.idle_limit = 120000 + static_cast<proto::Millis>(spec.elastic.grace_period_s * 1000);
     proto::ElasticMember member(options, now_ms());
+    trainer_->set_commit_gate([&member] { return member.may_commit(now_ms()); });
     while (true) {
       feed_inbox(member);
       const proto::MemberAction action = member.next(now_ms());

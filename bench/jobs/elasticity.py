@@ -23,6 +23,8 @@ import sys
 import tempfile
 import time
 
+from run_dir import events, kill_process_groups, wait_event
+
 JOB = """[job]
 name = "bench-elastic"
 [model]
@@ -49,28 +51,7 @@ max_workers = 4
 """
 
 
-def events(run_dir):
-    path = os.path.join(run_dir, "events.jsonl")
-    if not os.path.exists(path):
-        return []
-    out = []
-    with open(path) as f:
-        for line in f:
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                pass  # a line being written
-    return out
 
-
-def wait_event(run_dir, predicate, timeout):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        for e in events(run_dir):
-            if predicate(e):
-                return e
-        time.sleep(0.05)
-    raise RuntimeError("timed out waiting for an event")
 
 
 def one_repeat(omnilearn, workdir, index, env):
@@ -149,12 +130,7 @@ def one_repeat(omnilearn, workdir, index, env):
         kill["abandoned_in_flight_steps"] = summary.get("abandoned_in_flight_steps")
         return join, kill
     finally:
-        for p in procs:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            p.wait()
+        kill_process_groups(procs)
 
 
 def main():

@@ -11,7 +11,8 @@ workers) submitted with `omnilearn submit`; once it trains with all three, one f
   partition    the victim's link to the head and the others down for 4 s
   drain        `omnilearn drain` of the victim (no failure: it leaves at a step boundary)
 Measured from the fault to the first step committed by a generation without the victim (the
-head's events.jsonl; fault times are taken here, on the same clock), and the summary's
+head's events.jsonl; fault times are taken here, on the same clock), the longest pause between
+two committed steps in that time (what the job actually lost), and the summary's
 lost_steps and superseded_steps (steps a cut-off leader committed before its lease ran out;
 each step is still committed by one generation only). The leader's and a follower's node are
 chosen by name: trainers of the first generation are ranked by node name.
@@ -28,6 +29,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+from run_dir import events, kill_process_groups, wait_event
 
 JOB = """[job]
 name = "bench-faults"
@@ -82,27 +85,7 @@ def link(up):
     sh("ip", "-n", FAR_NS, "link", "set", "olf", "up" if up else "down")
 
 
-def events(run_dir):
-    path = os.path.join(run_dir, "events.jsonl")
-    out = []
-    if os.path.exists(path):
-        with open(path) as f:
-            for line in f:
-                try:
-                    out.append(json.loads(line))
-                except json.JSONDecodeError:
-                    pass  # a line being written
-    return out
 
-
-def wait_event(run_dir, predicate, timeout):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        for e in events(run_dir):
-            if predicate(e):
-                return e
-        time.sleep(0.05)
-    raise RuntimeError("timed out waiting for an event")
 
 
 def one_cell(omnilearn, workdir, fault, role, index, env):
@@ -207,19 +190,21 @@ def one_cell(omnilearn, workdir, fault, role, index, env):
             if e.get("event") in ("step", "superseded_step"):
                 owners.setdefault(e["step"], set()).add(e["generation"])
         doubled = sum(1 for gens in owners.values() if len(gens) > 1)
+        # The longest pause in commits (any generation's, a superseded leader's included) from
+        # the fault to 5 steps after the job resumed without the victim: how long training
+        # actually stood still. A frozen agent whose trainer runs on pauses nothing until the
+        # generation is replaced.
+        commits = sorted(e["time"] for e in events(run_dir)
+                         if e.get("event") in ("step", "superseded_step")
+                         and fault_at <= e["time"] and e["step"] <= resumed["step"] + 5)
+        pause = max((b - a for a, b in zip([fault_at] + commits, commits)), default=0.0)
         return {"fault": fault, "role": role, "recovery_s": resumed["time"] - fault_at,
-                "step_at_fault": first["step"], "resumed_step": resumed["step"],
+                "longest_pause_s": pause, "resumed_step": resumed["step"],
                 "lost_steps": summary.get("lost_steps"),
                 "superseded_steps": summary.get("superseded_steps"),
                 "steps_in_two_generations": doubled}
     finally:
-        for p in procs.values():
-            try:
-                os.killpg(p.pid, signal.SIGCONT)
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            p.wait()
+        kill_process_groups(procs.values())
         delete_network()
 
 
@@ -244,15 +229,17 @@ def main():
                     results.append(r)
                     print(json.dumps(r), flush=True)
     print()
-    print("| fault | victim | fault -> next committed step (s) | lost steps | superseded steps "
-          "| steps in two generations |")
-    print("|---|---|---|---|---|---|")
+    print("| fault | victim | fault -> first step without it (s) | longest pause in commits (s) "
+          "| lost steps | superseded steps | steps in two generations |")
+    print("|---|---|---|---|---|---|---|")
     for fault in args.faults.split(","):
         for role in ("leader", "follower"):
             cell = [r for r in results if r["fault"] == fault and r["role"] == role]
             rec = [r["recovery_s"] for r in cell]
+            pause = [r["longest_pause_s"] for r in cell]
             print(f"| {fault} | {role} | {statistics.median(rec):.2f} "
-                  f"[{min(rec):.2f}..{max(rec):.2f}] | {[r['lost_steps'] for r in cell]} | "
+                  f"[{min(rec):.2f}..{max(rec):.2f}] | {statistics.median(pause):.2f} "
+                  f"[{min(pause):.2f}..{max(pause):.2f}] | {[r['lost_steps'] for r in cell]} | "
                   f"{[r['superseded_steps'] for r in cell]} | "
                   f"{[r['steps_in_two_generations'] for r in cell]} |")
 

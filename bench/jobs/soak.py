@@ -25,6 +25,8 @@ import sys
 import tempfile
 import time
 
+from run_dir import kill_process_groups
+
 JOB = """[job]
 name = "soak"
 [model]
@@ -164,12 +166,7 @@ def main():
             print(f"{args.jobs} jobs in {time.time() - started:.0f} s, median "
                   f"{statistics.median(durations):.2f} s a job (submit to summary.json)")
         finally:
-            for p in procs:
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                p.wait()
+            kill_process_groups(procs)
 
 
 if __name__ == "__main__":

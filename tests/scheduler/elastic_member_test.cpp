@@ -57,6 +57,9 @@ TEST(ElasticMember, LeaderCommitsOnlyUnderALease) {
   // The lease counts from when the request was sent (time 0), not from when it arrived.
   EXPECT_TRUE(m.lease_valid(999));
   EXPECT_FALSE(m.lease_valid(1000));
+  // A step that outlasts the lease (the leader frozen mid-step) is not committed.
+  EXPECT_TRUE(m.may_commit(999));
+  EXPECT_FALSE(m.may_commit(1000));
 }
 
 TEST(ElasticMember, LeaderThatCannotRenewAbandonsTheGenerationWithoutEndingIt) {

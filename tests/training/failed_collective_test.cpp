@@ -143,3 +143,52 @@ TEST(FailedCollective, AnAbandonedCollectiveGivesUpAndANewGroupForms) {
 
 }  // namespace
 }  // namespace omnilearn::training
+
+namespace omnilearn::training {
+namespace {
+
+// The leader's lease ran out while a step ran: the gate refuses the commit on that rank, which
+// changes nothing and leaves the group broken; the next generation adopts the state committed
+// by the newest generation when step counts tie.
+TEST(FailedCollective, ACommitGateRefusesAStepAndTheNewestGenerationsStateWins) {
+  at::set_num_threads(1);
+  const TrainerConfig config = testing::synthetic_config(600);
+  const DatasetPair data = load_datasets(config.data);
+  testing::LoopbackStore store;
+  std::vector<int64_t> steps(2);
+  std::vector<int> roots(2, -1);
+  std::vector<std::vector<NamedTensor>> params(2);
+  testing::run_ranks(2, [&](int rank) {
+    Trainer t(config, data);
+    ASSERT_TRUE(t.join_group(store.client(), 0, rank, 2, 30s, testing::loopback()).ok);
+    ASSERT_TRUE(t.sync_state_from_rank0().ok);
+    if (rank == 0) t.set_commit_gate([] { return false; });
+    const Snapshot before(t);
+    const StepResult r = t.step({10, 10});
+    if (rank == 0) {
+      EXPECT_FALSE(r.committed);
+      EXPECT_NE(r.error.find("commit refused"), std::string::npos) << r.error;
+      expect_same(before, Snapshot(t));
+      // The leader goes on alone in generation 1 and commits step 1 there.
+      t.set_commit_gate({});
+      ASSERT_TRUE(t.join_group(store.client(), 1, 0, 1, 30s, testing::loopback()).ok);
+      ASSERT_TRUE(t.step({20}).committed);
+    } else {
+      EXPECT_TRUE(r.committed) << r.error;  // rank 1 committed step 1 in generation 0
+    }
+    // Both hold one step; generation 1's wins whatever the ranks.
+    ASSERT_TRUE(t.join_group(store.client(), 2, 1 - rank, 2, 30s, testing::loopback()).ok);
+    const CollectiveStatus synced = t.sync_state_from_most_advanced(&roots[static_cast<size_t>(rank)]);
+    ASSERT_TRUE(synced.ok) << synced.error;
+    steps[static_cast<size_t>(rank)] = t.step_count();
+    params[static_cast<size_t>(rank)] = t.named_parameters();
+  });
+  EXPECT_EQ(steps[0], 1);
+  EXPECT_EQ(steps[1], 1);
+  EXPECT_EQ(roots[0], 1) << "old rank 0 is rank 1 of generation 2 and holds generation 1's step";
+  EXPECT_EQ(roots[1], 1);
+  testing::expect_equal(params[0], params[1], "replicas after the sync");
+}
+
+}  // namespace
+}  // namespace omnilearn::training

@@ -1,0 +1,93 @@
+// ElasticJob, the scheduler's side of the elastic protocol, one rule at a time with a fake
+// clock (plain numbers). The simulation (elastic_simulation_test.cpp) checks the rules together.
+#include "scheduler/elastic_job.hpp"
+
+#include <gtest/gtest.h>
+
+namespace omnilearn::scheduler {
+namespace {
+
+ElasticJob make_job(ElasticJobOptions o) {
+  return ElasticJob(o, [](const std::vector<std::string>& members) {
+    GenerationPlan plan;
+    plan.batches.assign(members.size(), static_cast<std::int32_t>(64 / members.size()));
+    plan.version = 1;
+    return plan;
+  });
+}
+
+template <class C>
+std::vector<C> commands_of(ElasticJob& job) {
+  std::vector<C> out;
+  for (auto& command : job.take_commands()) {
+    if (auto* c = std::get_if<C>(&command)) out.push_back(*c);
+  }
+  return out;
+}
+
+// A trainer that cannot start (a model file missing on the worker, say) is retried with a
+// back-off, and a job whose trainers keep failing to start fails with the reason instead of
+// staying pending.
+TEST(ElasticJob, TrainersThatCannotStartAreRetriedWithBackOffThenFailTheJob) {
+  ElasticJobOptions o;
+  o.min_workers = 1;
+  o.max_workers = 1;
+  o.total_steps = 10;
+  o.backoff_initial = 500;
+  o.max_start_failures = 4;
+  ElasticJob job = make_job(o);
+  job.node_up("n1", "w1", 0);
+  job.start(0);
+  Millis now = 0;
+  std::vector<Millis> spawned_at;
+  for (int attempt = 0; attempt < 10 && !job.finished(); ++attempt) {
+    auto spawns = commands_of<SpawnCommand>(job);
+    if (spawns.empty()) {
+      now += 100;
+      job.tick(now);
+      --attempt;
+      continue;
+    }
+    ASSERT_EQ(spawns.size(), 1u);
+    spawned_at.push_back(now);
+    job.trainer_exited(spawns[0].trainer, 1, "cannot open model.pt: no such file", now + 10);
+  }
+  ASSERT_TRUE(job.finished());
+  EXPECT_EQ(job.state(), "failed");
+  EXPECT_NE(job.reason().find("trainers cannot start"), std::string::npos) << job.reason();
+  EXPECT_NE(job.reason().find("cannot open model.pt"), std::string::npos) << job.reason();
+  ASSERT_EQ(spawned_at.size(), 4u);
+  // 500, 1000, 2000 ms between attempts (+ the tick granularity).
+  EXPECT_GE(spawned_at[1] - spawned_at[0], 500);
+  EXPECT_GE(spawned_at[2] - spawned_at[1], 1000);
+  EXPECT_GE(spawned_at[3] - spawned_at[2], 2000);
+}
+
+// Only the current generation's leader reporting its last step ends a job as succeeded: a
+// drained leader's done is not the end (issue 11: drain of rank 0 ended a job early).
+TEST(ElasticJob, ADrainedLeadersDoneDoesNotEndTheJob) {
+  ElasticJobOptions o;
+  o.min_workers = 1;
+  o.max_workers = 2;
+  o.total_steps = 100;
+  ElasticJob job = make_job(o);
+  job.node_up("n1", "w1", 0);
+  job.node_up("n2", "w2", 0);
+  job.start(0);
+  auto spawns = commands_of<SpawnCommand>(job);
+  ASSERT_EQ(spawns.size(), 2u);
+  for (const auto& s : spawns) EXPECT_TRUE(job.hello(s.trainer, 1));
+  auto rendezvous = commands_of<RendezvousCommand>(job);
+  ASSERT_EQ(rendezvous.size(), 2u);
+  const std::string leader = job.members()[0];
+  MemberDone drained;
+  drained.outcome = MemberDone::Outcome::kDrained;
+  drained.generation = job.generation();
+  drained.rank = 0;
+  drained.step = 37;
+  job.done(leader, drained, 10);
+  EXPECT_FALSE(job.finished()) << job.state();
+}
+
+}  // namespace
+}  // namespace omnilearn::scheduler
