@@ -160,9 +160,10 @@ struct TrainerReport {
   bool synced = false;            // sent once per generation, right after the state sync
   double parameter_checksum = 0;  // with synced: sum of all parameters (equal on every rank)
   bool left = false;              // the leader stopped leading `generation` (regroup, abandon)
+  std::string checkpoint;         // a checkpoint this step wrote (rank 0), on its node's disk
   MSGPACK_DEFINE(job_id, trainer, generation, rank, step, total_steps, epoch, loss, batch, batches,
                  compute_time_s, step_time_s, allreduce_time_s, collective_failed, error,
-                 eval_accuracy, eval_loss, synced, parameter_checksum, left);
+                 eval_accuracy, eval_loss, synced, parameter_checksum, left, checkpoint);
 };
 
 // trainer -> scheduler: what this trainer did at the end of its part (a report, never a

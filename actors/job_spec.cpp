@@ -1,6 +1,7 @@
 #include "actors/job_spec.hpp"
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -10,6 +11,8 @@
 
 #include <fmt/format.h>
 #include <toml++/toml.h>
+
+#include "training/user_files.hpp"
 
 namespace omnilearn::actors {
 
@@ -177,9 +180,72 @@ void located(const Section& section, F&& check) {
   }
 }
 
+// The same for a check about one key's value (a file it names), located at that key.
+template <class F>
+void located_at(const Section& section, const std::string& key, F&& check) {
+  try {
+    check();
+  } catch (const std::invalid_argument& e) {
+    section.fail(key, e.what());
+  } catch (const training::DatasetError& e) {
+    section.fail(key, e.what());
+  } catch (const training::ModelError& e) {
+    section.fail(key, e.what());
+  }
+}
+
+// A relative path in a job file is relative to the job file's directory (`source`'s).
+std::string resolve_path(const std::string& source, const std::string& path) {
+  namespace fs = std::filesystem;
+  if (path.empty() || fs::path(path).is_absolute()) return path;
+  const fs::path dir = fs::path(source).parent_path();
+  return dir.empty() ? path : (dir / path).lexically_normal().string();
+}
+
+// [data] keys of a "tensors" dataset, with the fields they fill.
+std::vector<std::pair<const char*, std::string*>> tensor_keys(training::TensorFilesSpec& t) {
+  return {{"train", &t.train},     {"train_x", &t.train_x}, {"train_y", &t.train_y},
+          {"test", &t.test},       {"test_x", &t.test_x},   {"test_y", &t.test_y}};
+}
+
+// What `omnilearn submit` can check of a tensors dataset without LibTorch: the files exist, the
+// torch.save archives look like archives, and .npy pairs follow the rules in full (types,
+// shapes, labels). Each error is located at the key naming the file it is about.
+void check_tensor_files_here(const Section& data, const training::TensorFilesSpec& t,
+                             const std::string& loss) {
+  std::optional<training::SplitFacts> facts[2];
+  const std::pair<std::string, const std::string*> splits[2] = {{"train", &t.train},
+                                                                {"test", &t.test}};
+  for (int i = 0; i < 2; ++i) {
+    const auto& [split, file] = splits[i];
+    if (!file->empty()) {
+      located_at(data, split, [&] { training::check_torch_save_file(*file); });
+      continue;
+    }
+    training::SplitFacts f;
+    const std::string x_key = split + "_x", y_key = split + "_y";
+    const std::string& x_file = i == 0 ? t.train_x : t.test_x;
+    const std::string& y_file = i == 0 ? t.train_y : t.test_y;
+    located_at(data, x_key, [&] { f.x = training::npy_facts(x_file, /*read_values=*/false); });
+    located_at(data, y_key, [&] { f.y = training::npy_facts(y_file, /*read_values=*/true); });
+    try {
+      training::check_split(f, loss, t.classes);
+    } catch (const training::DatasetError& e) {
+      // Located at the key of the file the message is about.
+      const bool about_x = std::string_view(e.what()).starts_with(f.x.origin + ":");
+      data.fail(about_x ? x_key : y_key, e.what());
+    }
+    facts[i] = f;
+  }
+  if (facts[0] && facts[1]) {
+    located_at(data, "test_x",
+               [&] { training::check_splits(*facts[0], *facts[1], loss, t.classes); });
+  }
+}
+
 }  // namespace
 
-JobSpec parse_job_spec(std::string_view toml_text, const std::string& source) {
+JobSpec parse_job_spec(std::string_view toml_text, const std::string& source, FileChecks checks) {
   toml::table root;
   try {
     root = toml::parse(toml_text, source);
@@ -235,6 +301,7 @@ JobSpec parse_job_spec(std::string_view toml_text, const std::string& source) {
   spec.train.seed = static_cast<std::uint64_t>(seed);
   train.integer("eval_every", spec.train.eval_every, 0);
   train.integer("threads", spec.train.threads, 1, 256);
+  train.string("loss", spec.train.loss, {"cross_entropy", "mse"});
   auto& opt = spec.optimizer;
   train.string("optimizer", opt.kind, {"sgd", "adam", "adamw"});
   train.number("lr", opt.lr, 0, 1e3, true);
@@ -261,7 +328,26 @@ JobSpec parse_job_spec(std::string_view toml_text, const std::string& source) {
   train.finish();
 
   auto model = section("model");
-  model.string("kind", spec.model.kind, {"mlp", "cnn", "resnet"});
+  model.string("kind", spec.model.kind, {"mlp", "cnn", "resnet", "torchscript"});
+  const bool script = spec.model.kind == "torchscript";
+  if (script) {
+    for (const char* key : {"hidden", "channels", "fc", "blocks_per_stage"}) {
+      if (model.has(key)) {
+        model.fail(key, "only for the built-in models (a torchscript model's layers are in its "
+                        "file)");
+      }
+    }
+    if (!model.has("path")) {
+      model.fail_section("missing key 'path' (the file written by "
+                         "torch.jit.script(model).save(path))");
+    }
+  } else if (model.has("path")) {
+    model.fail("path", fmt::format("only for kind = \"torchscript\" (kind is \"{}\")",
+                                   spec.model.kind));
+  }
+  model.string("path", spec.model.path);
+  if (script && spec.model.path.empty()) model.fail("path", "expected a file name");
+  spec.model.path = resolve_path(source, spec.model.path);
   model.int_list("hidden", spec.model.hidden, 1);
   model.int_list("channels", spec.model.channels, 1);
   model.int_list("fc", spec.model.fc, 1);
@@ -269,16 +355,50 @@ JobSpec parse_job_spec(std::string_view toml_text, const std::string& source) {
   spec.model.seed = spec.train.seed;
   located(model, [&] { training::validate(spec.model); });
   model.finish();
+  if (script && checks == FileChecks::kLocal) {
+    located_at(model, "path", [&] { training::check_torchscript_file(spec.model.path); });
+  }
+  located_at(train, "loss", [&] { training::validate_loss(spec.train.loss, spec.model); });
 
   auto data = section("data");
-  data.string("dataset", spec.data.dataset, {"fashion-mnist", "synthetic"});
-  data.string("path", spec.data.path);
-  data.integer("train_size", spec.data.synthetic.train_size, 1);
-  data.integer("test_size", spec.data.synthetic.test_size, 1);
-  data.integer("classes", spec.data.synthetic.num_classes, 2, 1000);
+  data.string("dataset", spec.data.dataset, {"fashion-mnist", "synthetic", "tensors"});
+  const bool tensors = spec.data.dataset == "tensors";
+  if (tensors) {
+    for (const char* key : {"path", "train_size", "test_size"}) {
+      if (data.has(key)) {
+        data.fail(key, "not for dataset = \"tensors\" (its files are train and test, or "
+                       "train_x, train_y, test_x and test_y)");
+      }
+    }
+    for (auto [key, field] : tensor_keys(spec.data.tensors)) {
+      data.string(key, *field);
+      *field = resolve_path(source, *field);
+    }
+    data.integer("classes", spec.data.tensors.classes, 2, 1 << 24);
+  } else {
+    for (auto [key, field] : tensor_keys(spec.data.tensors)) {
+      if (data.has(key)) {
+        data.fail(key, fmt::format("only for dataset = \"tensors\" (dataset is \"{}\")",
+                                   spec.data.dataset));
+      }
+    }
+    data.string("path", spec.data.path);
+    spec.data.path = resolve_path(source, spec.data.path);
+    data.integer("train_size", spec.data.synthetic.train_size, 1);
+    data.integer("test_size", spec.data.synthetic.test_size, 1);
+    data.integer("classes", spec.data.synthetic.num_classes, 2, 1000);
+  }
   spec.data.seed = spec.train.seed;
   located(data, [&] { training::validate(spec.data); });
+  if (spec.train.loss == "mse" && !tensors) {
+    train.fail("loss", fmt::format("loss = \"mse\" needs [data] dataset = \"tensors\" with "
+                                   "floating-point targets; \"{}\" has class labels",
+                                   spec.data.dataset));
+  }
   data.finish();
+  if (tensors && checks == FileChecks::kLocal) {
+    check_tensor_files_here(data, spec.data.tensors, spec.train.loss);
+  }
 
   auto controller = section("controller");
   auto& config = spec.controller.config;
@@ -337,12 +457,12 @@ JobSpec parse_job_spec(std::string_view toml_text, const std::string& source) {
   return spec;
 }
 
-JobSpec load_job_spec(const std::string& path) {
+JobSpec load_job_spec(const std::string& path, FileChecks checks) {
   std::ifstream in(path);
   if (!in) throw JobSpecError(path, 0, 0, "cannot read the job file (does it exist?)");
   std::stringstream text;
   text << in.rdbuf();
-  return parse_job_spec(text.str(), path);
+  return parse_job_spec(text.str(), path, checks);
 }
 
 }  // namespace omnilearn::actors

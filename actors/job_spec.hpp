@@ -19,6 +19,7 @@ struct TrainSection {
   std::uint64_t seed = 0;
   std::int64_t eval_every = 0;  // steps between evaluations on the test set (0: only at the end)
   int threads = 1;              // intra-op threads per trainer
+  std::string loss = training::kDefaultLoss;  // "cross_entropy" | "mse"
 };
 
 struct ControllerSection {
@@ -68,10 +69,20 @@ class JobSpecError : public std::runtime_error {
   std::string message_;
 };
 
-// Parses and validates a job. `source` names the text in errors ("jobs/mlp.toml").
+// Which files a parse opens besides the job file itself.
+enum class FileChecks {
+  kNone,   // the head and the trainers: files are checked where they are used
+  kLocal,  // the submitting machine: the model and data files a job names must exist here, and
+           // what can be read without LibTorch (.npy headers and labels) must be valid
+};
+
+// Parses and validates a job. `source` names the text in errors ("jobs/mlp.toml"); relative
+// file paths in the job (model.path, data.path, data.train, ...) are resolved against its
+// directory, so a job submitted to a cluster should be sent with an absolute `source`.
 // Throws JobSpecError ("jobs/mlp.toml:12:7: [train] global_batch: expected ...").
-JobSpec parse_job_spec(std::string_view toml_text, const std::string& source);
+JobSpec parse_job_spec(std::string_view toml_text, const std::string& source,
+                       FileChecks checks = FileChecks::kNone);
 // Reads the file first; a missing file is a JobSpecError at line 0.
-JobSpec load_job_spec(const std::string& path);
+JobSpec load_job_spec(const std::string& path, FileChecks checks = FileChecks::kNone);
 
 }  // namespace omnilearn::actors

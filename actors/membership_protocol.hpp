@@ -52,8 +52,21 @@ struct RegisterNode {
   std::string name;
   NodeResources resources;
   std::string version;
-  MSGPACK_DEFINE(name, resources, version);
+  // Which machine the node runs on (local_machine_id()): a name alive on another machine is
+  // refused, the same name from the same machine is a restart. Empty (an older agent): treated
+  // as the same machine, as before.
+  std::string machine_id;
+  // The incarnation this agent process last held (0: none yet). An agent forgotten by the head
+  // (frozen, cut off) that comes back after a newer process took over its name is refused
+  // instead of taking the name back.
+  std::uint64_t previous_incarnation = 0;
+  MSGPACK_DEFINE(name, resources, version, machine_id, previous_incarnation);
 };
+
+// RegisterNodeReply::refusal: why a registration was refused.
+inline constexpr const char* kRefusedNameTaken = "name-taken";  // choose another name
+inline constexpr const char* kRefusedFull = "cluster-full";     // --max-nodes live nodes
+inline constexpr const char* kRefusedBadName = "bad-name";
 
 struct RegisterNodeReply {
   static constexpr MessageKind kKind = MessageKind::kRegisterNodeReply;
@@ -63,8 +76,9 @@ struct RegisterNodeReply {
   std::int32_t heartbeat_interval_ms = 500;
   std::int32_t heartbeat_timeout_ms = 3000;
   std::string error;  // when refused: why, and what to do
+  std::string refusal;  // when refused: kRefused* (empty from an older head)
   MSGPACK_DEFINE(accepted, node_id, incarnation, heartbeat_interval_ms, heartbeat_timeout_ms,
-                 error);
+                 error, refusal);
 };
 
 struct Heartbeat {

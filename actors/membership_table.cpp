@@ -30,6 +30,7 @@ RegisterNodeReply MembershipTable::register_node(const RegisterNode& request,
   reply.heartbeat_timeout_ms = static_cast<std::int32_t>(config_.heartbeat_timeout.count());
   if (request.name.empty() || request.name.size() > 128) {
     reply.error = "node name must be 1 to 128 characters";
+    reply.refusal = kRefusedBadName;
     return reply;
   }
   // A retried registration from the same live process keeps its identity.
@@ -43,13 +44,41 @@ RegisterNodeReply MembershipTable::register_node(const RegisterNode& request,
       return reply;
     }
   }
+  // A live name belongs to its process: another machine cannot take it over, and neither can
+  // the process it replaced.
+  for (const auto& [id, record] : nodes_) {
+    if (record.name != request.name ||
+        (record.state != NodeState::kAlive && record.state != NodeState::kSuspect)) {
+      continue;
+    }
+    if (request.previous_incarnation > 0 && record.incarnation > request.previous_incarnation) {
+      reply.error = fmt::format(
+          "the node name '{}' now belongs to a newer worker (node {}, incarnation {}) that "
+          "started while this one (incarnation {}) was out of touch with the head; stop this "
+          "one, or restart it with another --name",
+          request.name, record.id, record.incarnation, request.previous_incarnation);
+      reply.refusal = kRefusedNameTaken;
+      return reply;
+    }
+    if (!request.machine_id.empty() && !record.machine_id.empty() &&
+        request.machine_id != record.machine_id) {
+      reply.error = fmt::format(
+          "the node name '{}' is taken by a live worker on another machine (node {}); start "
+          "this one with another --name, or stop that one first (a name is free again once "
+          "its worker leaves or is declared dead)",
+          request.name, record.id);
+      reply.refusal = kRefusedNameTaken;
+      return reply;
+    }
+  }
   if (live_count() >= config_.max_nodes) {
     reply.error = fmt::format("the cluster is full ({} live nodes; the head's --max-nodes)",
                               config_.max_nodes);
+    reply.refusal = kRefusedFull;
     return reply;
   }
   // Any older incarnation of this name that is still considered alive is superseded: the same
-  // name from a new process means the old process is gone.
+  // name from a new process on the same machine means the old process is gone.
   for (auto& [id, record] : nodes_) {
     if (record.name == request.name &&
         (record.state == NodeState::kAlive || record.state == NodeState::kSuspect)) {
@@ -65,6 +94,7 @@ RegisterNodeReply MembershipTable::register_node(const RegisterNode& request,
   } while (nodes_.count(record.id));
   record.name = request.name;
   record.system = system;
+  record.machine_id = request.machine_id;
   record.incarnation = ++incarnations_[request.name];
   record.resources = request.resources;
   record.last_heard = now;

@@ -31,6 +31,7 @@ struct NodeRecord {
   std::string id;
   std::string name;
   std::string system;  // the node agent's actor-system id
+  std::string machine_id;  // RegisterNode::machine_id ("" from an older agent)
   std::uint64_t incarnation = 0;
   NodeState state = NodeState::kAlive;
   NodeResources resources;
@@ -54,9 +55,12 @@ class MembershipTable {
 
   // A node registers from actor system `system`. While that same system is alive or suspect the
   // call is idempotent (a retried registration); otherwise it is a new incarnation of `name`
-  // with a fresh id; a live older incarnation of the same name is declared dead (its process
-  // is gone). Refused (reply.accepted = false) beyond max_nodes. The state changes it made are
-  // appended to `changes`.
+  // with a fresh id; a live older incarnation of the same name on the same machine is declared
+  // dead (the machine restarted its worker: the old process is gone). Refused (reply.accepted =
+  // false, reply.refusal says why): a name that is alive on another machine (machine ids both
+  // known and different), a request whose previous incarnation a newer live one of the name
+  // has superseded (a forgotten process coming back after its replacement started), a bad name,
+  // and beyond max_nodes. The state changes it made are appended to `changes`.
   RegisterNodeReply register_node(const RegisterNode& request, const std::string& system,
                                   TimePoint now, std::vector<StateChange>* changes = nullptr);
 

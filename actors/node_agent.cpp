@@ -3,10 +3,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <thread>
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 namespace omnilearn::actors {
@@ -18,12 +20,14 @@ void NodeAgent::on_start() { register_with_head(); }
 void NodeAgent::register_with_head() {
   state_.registered = false;
   std::uint64_t epoch = ++registration_epoch_;
-  RegisterNode request{options_.name, options_.resources, "0.1.0"};
+  RegisterNode request{options_.name, options_.resources, OMNILEARN_VERSION, options_.machine_id,
+                       last_incarnation_};
   ask(registry(), request, options_.register_timeout, [this, epoch](runtime::AskResult result) {
     if (epoch != registration_epoch_) return;
     auto reply = result.as<RegisterNodeReply>();
     if (reply && reply->accepted) {
       state_ = AgentState{true, reply->node_id, reply->incarnation};
+      last_incarnation_ = reply->incarnation;
       heartbeat_interval_ = std::chrono::milliseconds(std::max(10, reply->heartbeat_interval_ms));
       heartbeat_timeout_ = std::chrono::milliseconds(std::max(50, reply->heartbeat_timeout_ms));
       register_attempts_ = 0;
@@ -37,7 +41,7 @@ void NodeAgent::register_with_head() {
     }
     ++register_attempts_;
     if (reply) {
-      spdlog::error("agent: the head refused this node: {}", reply->error);
+      on_refused(*reply);
     } else if (register_attempts_ == 1 || register_attempts_ % 10 == 0) {
       spdlog::warn("agent: cannot register with the head at {} ({}); retrying",
                    options_.head_endpoint, result.error.empty() ? "bad reply" : result.error);
@@ -90,6 +94,10 @@ void NodeAgent::send_heartbeat() {
   });
 }
 
+void NodeAgent::on_refused(const RegisterNodeReply& reply) {
+  spdlog::error("agent: the head refused this node: {}", reply.error);
+}
+
 void NodeAgent::on_message(const runtime::Envelope& message) { on_other_message(message); }
 
 void NodeAgent::on_stop() {
@@ -121,6 +129,25 @@ NodeResources probe_local_resources() {
     ++resources.gpus;
   }
   return resources;
+}
+
+std::string local_machine_id() {
+  if (const char* forced = std::getenv("OMNILEARN_MACHINE_ID"); forced && *forced) return forced;
+  std::string id;
+  for (const char* path : {"/etc/machine-id", "/var/lib/dbus/machine-id"}) {
+    std::ifstream in(path);
+    if (in >> id && !id.empty()) break;
+    id.clear();
+  }
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
+  // FNV-1a, 64 bits: stable across builds and platforms (std::hash is not), and it keeps the
+  // machine id, which systemd asks programs not to reveal, on this machine.
+  std::uint64_t hash = 14695981039346656037ull;
+  for (char c : "omnilearn-machine:" + id + "/" + host) {
+    hash = (hash ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  }
+  return fmt::format("{:016x}", hash);
 }
 
 void probe_usage(NodeUsage& usage) {

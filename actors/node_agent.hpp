@@ -15,6 +15,7 @@ namespace omnilearn::actors {
 struct AgentOptions {
   std::string head_endpoint;  // "tcp://host:port"
   std::string name;
+  std::string machine_id;  // local_machine_id(); "" says nothing (the head then assumes a restart)
   NodeResources resources;
   std::chrono::milliseconds register_timeout{2000};
   std::chrono::milliseconds leave_timeout{1000};
@@ -42,6 +43,9 @@ class NodeAgent : public runtime::Actor {
   virtual void fill_usage(NodeUsage& usage) {}
   // Called after every (re-)registration with the new identity.
   virtual void on_registered(const AgentState& state) {}
+  // The head refused a registration (reply.refusal says why); the agent tries again after a
+  // back-off whatever this does. The default logs the head's reason.
+  virtual void on_refused(const RegisterNodeReply& reply);
   // The head no longer knows this incarnation: it declared the node dead (a freeze, a partition)
   // or it restarted. Whatever the node ran for the head's jobs has been written off there; the
   // node registers again as a new incarnation right after.
@@ -59,6 +63,7 @@ class NodeAgent : public runtime::Actor {
 
   AgentOptions options_;
   AgentState state_;
+  std::uint64_t last_incarnation_ = 0;  // the last one the head gave this process (0: none)
   std::uint64_t registration_epoch_ = 0;  // stale replies from an older registration are ignored
   std::uint64_t sequence_ = 0;
   int register_attempts_ = 0;
@@ -72,5 +77,12 @@ class NodeAgent : public runtime::Actor {
 NodeResources probe_local_resources();
 // Fills load average and this process's resident memory.
 void probe_usage(NodeUsage& usage);
+
+// Identifies this machine for RegisterNode::machine_id: a hash of /etc/machine-id (or
+// /var/lib/dbus/machine-id) and the host name, so that containers cloned from one image (same
+// machine id, different host names) count as different machines and the id itself is not sent.
+// $OMNILEARN_MACHINE_ID, when set, is used as is: for tests that emulate several machines on
+// one host.
+std::string local_machine_id();
 
 }  // namespace omnilearn::actors

@@ -428,6 +428,11 @@ void SchedulerActor::on_report(const TrainerReport& report) {
     event["test_accuracy"] = report.eval_accuracy;
     event["test_loss"] = report.eval_loss;
   }
+  if (!report.checkpoint.empty()) {
+    checkpoints_.push_back({report.step, report.checkpoint, node_of(report.trainer)});
+    event["checkpoint"] = report.checkpoint;
+    event["checkpoint_node"] = checkpoints_.back().node;
+  }
   emit(event.dump());
   if (interval_due()) maybe_replan();
   if (step_ % 20 == 0) publish_info();
@@ -466,6 +471,25 @@ void SchedulerActor::finished(const std::string& state, const std::string& reaso
   // Nothing more to hear about nodes; the JobManager keeps the summary and stops this actor.
   tell(runtime::ActorAddress{"", kRegistryActor}, UnsubscribeNodes{});
   publish_info();
+}
+
+std::string SchedulerActor::node_of(const std::string& trainer) const {
+  const auto trainers = job_.trainers();
+  auto it = trainers.find(trainer);
+  return it == trainers.end() ? "" : job_.node_name(it->second.node);
+}
+
+nlohmann::json SchedulerActor::checkpoints_json() const {
+  Json out = Json::array();
+  for (const auto& c : checkpoints_) {
+    out.push_back({{"step", c.step}, {"path", c.path}, {"node", c.node}});
+  }
+  if (!final_checkpoint_.empty()) {
+    out.push_back({{"step", std::max(step_, job_.committed_step())},
+                   {"path", final_checkpoint_},
+                   {"node", final_checkpoint_node_}});
+  }
+  return out;
 }
 
 JobInfo SchedulerActor::info() const {
@@ -555,6 +579,8 @@ std::string SchedulerActor::summary_json() const {
               {"final_test_loss", final_loss_ >= 0 ? Json(final_loss_) : Json()},
               {"final_train_loss", loss_},
               {"checkpoint", final_checkpoint_},
+              {"checkpoint_node", final_checkpoint_node_},
+              {"checkpoints", checkpoints_json()},
               {"policy", std::string(scheduler::to_string(options_.spec.controller.config.policy))},
               {"global_batch", options_.spec.train.global_batch},
               {"workers", workers},
@@ -628,6 +654,7 @@ void SchedulerActor::on_message(const runtime::Envelope& message) {
         final_accuracy_ = done->test_accuracy;
         final_loss_ = done->test_loss;
         final_checkpoint_ = done->checkpoint;
+        final_checkpoint_node_ = node_of(done->trainer);
       }
       drive([&] { job_.done(done->trainer, d, now()); });
       return;

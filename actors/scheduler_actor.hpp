@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "actors/job_protocol.hpp"
 #include "actors/job_spec.hpp"
 #include "runtime/actor_system.hpp"
@@ -98,6 +100,16 @@ class SchedulerActor : public runtime::Actor {
   double final_accuracy_ = -1;
   double final_loss_ = -1;
   std::string final_checkpoint_;
+  std::string final_checkpoint_node_;
+  // Every checkpoint the job wrote: where it is (a trainer writes on its own node's disk).
+  struct CheckpointRecord {
+    std::int64_t step = 0;
+    std::string path;
+    std::string node;
+  };
+  std::vector<CheckpointRecord> checkpoints_;
+  std::string node_of(const std::string& trainer) const;
+  nlohmann::json checkpoints_json() const;
   std::string last_trainer_error_;       // the last training error a trainer reported
   std::string reason_;                   // the job's end, as written in the summary
   std::int64_t superseded_steps_ = 0;    // steps a superseded leader reported (see on_report)

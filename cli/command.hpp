@@ -1,8 +1,10 @@
 #pragma once
 // How a subcommand of `omnilearn` plugs into the one binary: each command file defines one
 // add_*_command function that registers its flags and a callback on the shared CLI11 app.
-// Errors a user can fix (bad value, unreachable head) are thrown as CliError: main prints the
-// message on one line and exits with its code (2 for usage and connection errors).
+// Errors are thrown as CliError: main prints the message on one line and exits with its code.
+// Exit codes, the same for every command: 0 success; 1 the head answered no (refused a job, no
+// such job or node) or the job followed failed or was stopped; 2 bad input (flags, job file,
+// address, cluster file, a worker name another machine holds) or an unreachable head.
 
 #include <stdexcept>
 #include <string>
@@ -28,7 +30,7 @@ void add_head_command(CLI::App& app, int& exit_code);
 void add_worker_command(CLI::App& app, int& exit_code);
 void add_status_command(CLI::App& app, int& exit_code);
 void add_simulate_command(CLI::App& app, int& exit_code);
-// submit, stop, drain, node set
+// submit, logs, stop, drain, node set
 void add_job_commands(CLI::App& app, int& exit_code);
 void add_run_command(CLI::App& app, int& exit_code);
 

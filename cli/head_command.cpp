@@ -6,7 +6,6 @@
 #include <filesystem>
 #include <optional>
 
-#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "actors/cluster_file.hpp"
@@ -14,6 +13,7 @@
 #include "actors/membership_protocol.hpp"
 #include "cli/command.hpp"
 #include "cli/common.hpp"
+#include "runtime/advertised_address.hpp"
 #include "runtime/shutdown.hpp"
 
 namespace omnilearn::cli {
@@ -21,6 +21,7 @@ namespace {
 
 struct HeadFlags {
   std::string host = "127.0.0.1";
+  std::string advertise_address;  // HOST[:PORT] written into the cluster file; default below
   int port = 7070;
   int heartbeat_interval_ms = 500;
   int heartbeat_timeout_ms = 3000;
@@ -45,6 +46,14 @@ int run_head(const HeadFlags& flags) {
   }
   if (flags.insecure && !flags.cluster_file.empty()) {
     throw CliError("--insecure and --cluster-file contradict each other: choose one");
+  }
+  std::optional<runtime::HostPort> advertise;
+  if (!flags.advertise_address.empty()) {
+    try {
+      advertise = runtime::parse_advertise_address(flags.advertise_address);
+    } catch (const std::invalid_argument& e) {
+      throw CliError(std::string("--advertise-address: ") + e.what());
+    }
   }
   // Credentials before the first socket: a restarted head keeps its cluster's keys, so its
   // workers and clients need nothing new.
@@ -80,10 +89,33 @@ int run_head(const HeadFlags& flags) {
   head.max_jobs = static_cast<std::size_t>(flags.max_jobs);
   actors::spawn_head_actors(system, head);
 
-  std::string advertised = flags.host == "0.0.0.0" || flags.host == "*" ? local_hostname()
-                                                                          : flags.host;
+  // What workers and clients are told (the cluster file's address): --advertise-address, else
+  // the interface listened on, else (all interfaces) the host name.
+  std::string advertised = flags.host;
+  if (advertise) {
+    advertised = advertise->host;
+  } else if (runtime::is_wildcard_host(flags.host)) {
+    advertised = local_hostname();
+  }
+  std::uint16_t advertised_port = advertise && advertise->port != 0 ? advertise->port : port;
+  // "tcp://HOST:PORT" less the scheme: HOST:PORT, an IPv6 host in brackets.
+  const std::string address = runtime::tcp_endpoint({advertised, advertised_port}).substr(6);
+  runtime::AdvertiseCheck check;
+  check.who = "the head";
+  check.flag = "--advertise-address";
+  check.advertised = advertised;
+  check.resolved = runtime::resolve_host(advertised);
+  check.others_connect = !runtime::is_loopback_host(flags.host);
+  check.bind_host = flags.host;
+  check.suggestions = runtime::non_loopback_interface_addresses();
+  if (auto warning = runtime::advertise_warning(check)) {
+    std::fprintf(stderr, "WARNING: %s\n", warning->c_str());
+  }
+  if (advertised != flags.host || advertised_port != port) {
+    spdlog::info("head: bound to {}:{}, advertised as {}", flags.host, port, address);
+  }
   if (cluster) {
-    cluster->address = fmt::format("{}:{}", advertised, port);
+    cluster->address = address;
     try {
       actors::write_cluster_file(path, *cluster);
     } catch (const actors::ClusterFileError& e) {
@@ -91,7 +123,7 @@ int run_head(const HeadFlags& flags) {
     }
     auto shown = std::filesystem::absolute(path).string();
     // "listening" comes after the file is written: whoever waits for it may read the file.
-    std::printf("omnilearn head listening on %s:%u\n", advertised.c_str(), port);
+    std::printf("omnilearn head listening on %s\n", address.c_str());
     std::printf("cluster file: %s (mode 0600; whoever holds it can join and submit jobs)\n",
                 shown.c_str());
     std::printf("workers join with: omnilearn worker --cluster-file %s\n", shown.c_str());
@@ -99,9 +131,8 @@ int run_head(const HeadFlags& flags) {
                 "cluster.toml (then `omnilearn worker` and `omnilearn status` find it)\n",
                 shown.c_str());
   } else {
-    std::printf("omnilearn head listening on %s:%u\n", advertised.c_str(), port);
-    std::printf("workers join with: omnilearn worker --insecure --address %s:%u\n",
-                advertised.c_str(), port);
+    std::printf("omnilearn head listening on %s\n", address.c_str());
+    std::printf("workers join with: omnilearn worker --insecure --address %s\n", address.c_str());
   }
   std::fflush(stdout);
 
@@ -118,6 +149,10 @@ void add_head_command(CLI::App& app, int& exit_code) {
   auto* command = app.add_subcommand("head", "Start the head node of a cluster");
   command->add_option("--host", flags->host, "Interface to listen on (0.0.0.0: all)")
       ->capture_default_str();
+  command->add_option("--advertise-address", flags->advertise_address,
+                      "HOST[:PORT] that workers and clients on other machines reach the head at, "
+                      "written into the cluster file (default: --host, or the host name when "
+                      "--host is 0.0.0.0; the port defaults to the one listened on)");
   command->add_option("--port", flags->port, "Port for actor messages (0: any free port)")
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();

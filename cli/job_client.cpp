@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/job_protocol.hpp"
+#include "runtime/system_messages.hpp"
 
 namespace omnilearn::cli {
 namespace {
@@ -69,11 +70,33 @@ class EventPrinter {
                   static_cast<long long>(e.value("step", 0)), list(e["batches"]).c_str(),
                   times.c_str());
     } else if (kind == "trainer_gone") {
+      // Gone because it exited: the trainer_exited lines just before said so, and why.
+      if (e.value("trainer", "") == last_exited_ &&
+          e.value("reason", "").rfind(last_exited_reason_, 0) == 0) {
+        return;
+      }
       std::printf("trainer %s gone at step %lld: %s\n", e.value("trainer", "").c_str(),
                   static_cast<long long>(e.value("step", 0)), e.value("reason", "").c_str());
     } else if (kind == "drain") {
       std::printf("draining trainer %s (node %s) at step %lld\n", e.value("trainer", "").c_str(),
                   e.value("node", "").c_str(), static_cast<long long>(e.value("step", 0)));
+    } else if (kind == "trainer_exited") {
+      // Why a trainer went: its exit and, for a failure, the last lines it wrote to stderr.
+      std::string reason = e.value("reason", "");
+      if (reason.empty()) reason = fmt::format("exited with code {}", e.value("exit_code", -1));
+      std::printf("trainer %s %s\n", e.value("trainer", "").c_str(), reason.c_str());
+      last_exited_ = e.value("trainer", "");
+      last_exited_reason_ = reason;
+      const std::string last_error = e.value("last_error", "");
+      if (e.value("exit_code", -1) != 0 && !last_error.empty()) {
+        std::size_t start = 0;
+        while (start < last_error.size()) {
+          auto end = last_error.find('\n', start);
+          if (end == std::string::npos) end = last_error.size();
+          std::printf("    | %s\n", last_error.substr(start, end - start).c_str());
+          start = end + 1;
+        }
+      }
     } else if (kind == "recovered") {
       std::printf("training again at step %lld, %.2f s after the failure\n",
                   static_cast<long long>(e.value("step", 0)), e.value("recovery_s", 0.0));
@@ -87,6 +110,8 @@ class EventPrinter {
 
  private:
   double last_step_print_ = 0;
+  std::string last_exited_;  // the trainer of the last trainer_exited event, and its reason
+  std::string last_exited_reason_;
 };
 
 void print_summary(const Json& s) {
@@ -129,13 +154,27 @@ void print_summary(const Json& s) {
 }  // namespace
 
 int follow_job(runtime::ActorSystem& system, const runtime::ActorAddress& jobs,
-               const std::string& job_id, std::chrono::milliseconds head_timeout) {
+               const std::string& job_id, std::chrono::milliseconds head_timeout,
+               const FollowOptions& options) {
   EventPrinter printer;
   std::uint64_t since = 0;
+  bool answered = options.head_answered;
   auto last_answer = std::chrono::steady_clock::now();
   while (true) {
     auto answer = system.ask(jobs, actors::JobStatusRequest{job_id, since}, head_timeout).get();
     auto status = answer.as<actors::JobStatusReply>();
+    if (!status && answer.ok()) {
+      // The head answered with an error: the job is unknown (or was forgotten, --max-jobs).
+      auto error = runtime::unpack_payload<runtime::ErrorReply>(answer.reply.payload);
+      if (error && error->code == "no-such-job") {
+        throw CliError(error->message + " (omnilearn status lists the jobs the head knows)", 1);
+      }
+    }
+    if (!status && !answered) {
+      throw CliError("cannot read job " + job_id + ": no answer from the head at " + jobs.system +
+                     " (" + answer.error + handshake_hint(system) +
+                     "); is `omnilearn head` running there?");
+    }
     if (!status) {
       // The head may be busy or restarting; give up only after a long silence.
       if (std::chrono::steady_clock::now() - last_answer > std::chrono::seconds(30)) {
@@ -145,18 +184,34 @@ int follow_job(runtime::ActorSystem& system, const runtime::ActorAddress& jobs,
       std::this_thread::sleep_for(std::chrono::milliseconds(500));
       continue;
     }
+    answered = true;
     last_answer = std::chrono::steady_clock::now();
     for (const auto& line : status->events) {
+      if (options.json) {
+        std::printf("%s\n", line.c_str());
+        continue;
+      }
       auto event = Json::parse(line, nullptr, false);
       if (!event.is_discarded()) printer.print(event);
     }
+    std::fflush(stdout);
     since = status->next;
     if (status->finished) {
       auto summary = Json::parse(status->summary_json, nullptr, false);
-      if (!summary.is_discarded()) print_summary(summary);
+      if (!summary.is_discarded()) {
+        if (options.json) {
+          std::printf("%s\n", summary.dump().c_str());
+          std::fflush(stdout);
+        } else {
+          print_summary(summary);
+        }
+      }
       return status->job.state == "succeeded" ? 0 : 1;
     }
-    if (status->events.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    if (status->events.empty()) {
+      if (!options.follow) return 0;
+      std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    }
   }
 }
 

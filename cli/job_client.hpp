@@ -23,9 +23,21 @@ Reply ask_or_fail(runtime::ActorSystem& system, const runtime::ActorAddress& to,
                  handshake_hint(system) + "); is `omnilearn head` running there?");
 }
 
-// Prints the job's events as they come until it finishes; returns 0 if it succeeded.
-// `quiet_steps`: print every step (false) or a step line every few seconds (true).
+// How follow_job shows a job.
+struct FollowOptions {
+  bool follow = true;  // until the job ends; false: the events there are now, then return
+  bool json = false;   // events.jsonl's lines as they are, then summary.json on one line
+  // The head answered this client already (submit): a silent head is then waited for (30 s),
+  // not at once an unreachable one.
+  bool head_answered = true;
+};
+
+// Prints the job's events from its first (one line each, steps thinned to about one a second)
+// and, once it has finished, its summary. Returns 0 if the job succeeded or, not following,
+// has not finished yet; 1 if it failed or was stopped. Throws CliError: no such job (exit 1),
+// no answer from the head at all (2), contact lost while following (1).
 int follow_job(runtime::ActorSystem& system, const runtime::ActorAddress& jobs,
-               const std::string& job_id, std::chrono::milliseconds head_timeout);
+               const std::string& job_id, std::chrono::milliseconds head_timeout,
+               const FollowOptions& options = {});
 
 }  // namespace omnilearn::cli

@@ -3,14 +3,40 @@
 
 #include <cstdio>
 #include <exception>
+#include <optional>
+#include <string>
 
 #include "cli/command.hpp"
 #include "cli/common.hpp"
 
+namespace {
+
+// The word that names no command, with the commands before it ("node frob"), or nullopt.
+// CLI11 reports an unknown command as a missing one ("A subcommand is required") without
+// naming the word; only the levels that require a command are checked, and an option ends the
+// check (CLI11 judges options itself).
+std::optional<std::string> unknown_command(const CLI::App& app, int argc, char** argv) {
+  const CLI::App* current = &app;
+  std::string path;
+  for (int i = 1; i < argc && current->get_require_subcommand_min() > 0; ++i) {
+    std::string word = argv[i];
+    if (word.empty() || word.front() == '-') return std::nullopt;
+    path += (path.empty() ? "" : " ") + word;
+    try {
+      current = current->get_subcommand(word);
+    } catch (const CLI::OptionNotFound&) {
+      return path;
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"OmniLearn: elastic, heterogeneity-aware training on an actor runtime"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "omnilearn 0.1.0");
+  app.set_version_flag("--version", "omnilearn " OMNILEARN_VERSION);
   // Logs always go to stderr, so stdout stays machine-readable (status --json, submit).
   omnilearn::cli::setup_logging();
   int exit_code = 0;
@@ -20,6 +46,11 @@ int main(int argc, char** argv) {
   omnilearn::cli::add_job_commands(app, exit_code);
   omnilearn::cli::add_run_command(app, exit_code);
   omnilearn::cli::add_simulate_command(app, exit_code);
+  if (auto word = unknown_command(app, argc, argv)) {
+    std::fprintf(stderr, "omnilearn: error: unknown command '%s'; see omnilearn --help\n",
+                 word->c_str());
+    return 2;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

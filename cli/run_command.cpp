@@ -225,12 +225,16 @@ int run_local(const RunFlags& flags) {
   }
 
   runtime::ActorAddress jobs{"", actors::kJobsActor};
-  auto answer = system.ask(jobs, actors::SubmitJob{toml, flags.job, flags.run_dir},
+  // Absolute: the trainers resolve the job's relative file paths against it.
+  auto answer = system.ask(jobs,
+                           actors::SubmitJob{toml, std::filesystem::absolute(flags.job).string(),
+                                             flags.run_dir},
                            std::chrono::seconds(5))
                     .get();
   auto submitted = answer.as<actors::SubmitJobReply>();
   if (!submitted || !submitted->accepted) {
-    throw CliError("the job was refused: " + (submitted ? submitted->error : answer.error));
+    // Refused by the embedded head: exit 1, as `submit` refused by a head.
+    throw CliError("the job was refused: " + (submitted ? submitted->error : answer.error), 1);
   }
   std::printf("job %s, run directory %s\n", submitted->job_id.c_str(),
               submitted->run_dir.c_str());

@@ -1,7 +1,9 @@
 // omnilearn worker: a node agent that joins a head and hosts the actors it is given.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <atomic>
+#include <mutex>
 #include <unistd.h>
 
 #include <cstdio>
@@ -12,6 +14,7 @@
 #include "actors/worker_agent.hpp"
 #include "cli/command.hpp"
 #include "cli/common.hpp"
+#include "runtime/advertised_address.hpp"
 #include "runtime/shutdown.hpp"
 
 namespace omnilearn::cli {
@@ -25,7 +28,7 @@ struct WorkerFlags {
   int join_timeout_s = 60;
   double slowdown = 1.0;
   double cpu_quota = 0;
-  std::string gloo_host;
+  std::string advertise_address;  // --advertise-address, or its older name --gloo-host
 };
 
 // omnilearn-trainer sits next to this binary (both are built into bin/); $OMNILEARN_TRAINER
@@ -49,18 +52,34 @@ std::map<std::string, std::string> parse_labels(const std::vector<std::string>& 
   return labels;
 }
 
+// What the main thread learns from the agent: whether it has registered, and whether the head
+// refused its name (the main thread then exits; the agent would otherwise retry forever).
+struct AgentOutcome {
+  std::atomic<bool> registered{false};
+  std::mutex mutex;
+  std::string name_taken;  // the head's reason; guarded by mutex
+};
+
 // Watches the agent's registration from outside the actor (the main thread only reads).
 class WatchedAgent : public actors::WorkerAgent {
  public:
   WatchedAgent(actors::WorkerOptions options, std::unique_ptr<actors::CpuQuota> quota,
-               std::shared_ptr<std::atomic<bool>> registered)
-      : WorkerAgent(std::move(options), std::move(quota)), registered_(std::move(registered)) {}
+               std::shared_ptr<AgentOutcome> outcome)
+      : WorkerAgent(std::move(options), std::move(quota)), outcome_(std::move(outcome)) {}
 
  protected:
-  void on_registered(const actors::AgentState&) override { registered_->store(true); }
+  void on_registered(const actors::AgentState&) override { outcome_->registered.store(true); }
+  void on_refused(const actors::RegisterNodeReply& reply) override {
+    if (reply.refusal != actors::kRefusedNameTaken) {
+      WorkerAgent::on_refused(reply);
+      return;
+    }
+    std::lock_guard lock(outcome_->mutex);
+    outcome_->name_taken = reply.error;
+  }
 
  private:
-  std::shared_ptr<std::atomic<bool>> registered_;
+  std::shared_ptr<AgentOutcome> outcome_;
 };
 
 int run_worker(const WorkerFlags& flags) {
@@ -71,15 +90,36 @@ int run_worker(const WorkerFlags& flags) {
   auto& options = worker.agent;
   options.head_endpoint = runtime::tcp_endpoint(head);
   options.name = flags.name.empty() ? local_hostname() : flags.name;
+  options.machine_id = actors::local_machine_id();
   options.resources = actors::probe_local_resources();
   if (flags.cpus > 0) options.resources.cpus = flags.cpus;
   options.resources.labels = parse_labels(flags.labels);
   worker.trainer_binary = trainer_binary();
   worker.slowdown = flags.slowdown;
-  bool loopback_head = head.host == "localhost" || head.host.rfind("127.", 0) == 0 || head.host == "::1";
-  worker.gloo_host = !flags.gloo_host.empty() ? flags.gloo_host
-                     : loopback_head          ? "127.0.0.1"
-                                              : "";
+  // The head's host resolving to loopback means the head is on this machine (a one-machine
+  // cluster, or a head bound to all interfaces whose host name is 127.0.1.1).
+  auto head_addresses = runtime::resolve_host(head.host);
+  bool loopback_head =
+      runtime::is_loopback_host(head.host) ||
+      (!head_addresses.empty() &&
+       std::all_of(head_addresses.begin(), head_addresses.end(), runtime::is_loopback_host));
+  // Empty: the trainers' Gloo picks the address the host name resolves to.
+  worker.gloo_host = !flags.advertise_address.empty() ? flags.advertise_address
+                     : loopback_head                  ? "127.0.0.1"
+                                                      : "";
+  runtime::AdvertiseCheck check;
+  check.who = "this worker";
+  check.flag = "--advertise-address";
+  check.advertised = worker.gloo_host.empty() ? local_hostname() : worker.gloo_host;
+  check.resolved = runtime::resolve_host(check.advertised);
+  check.others_connect = !loopback_head;
+  check.suggestions = runtime::non_loopback_interface_addresses();
+  if (auto warning = runtime::advertise_warning(check)) {
+    std::fprintf(stderr,
+                 "WARNING: %s (trainers on other machines connect there for the "
+                 "collectives)\n",
+                 warning->c_str());
+  }
   if (::access(worker.trainer_binary.c_str(), X_OK) != 0) {
     throw CliError("cannot run the trainer program " + worker.trainer_binary +
                    " (build the omnilearn-trainer target, or set OMNILEARN_TRAINER)");
@@ -98,20 +138,27 @@ int run_worker(const WorkerFlags& flags) {
   runtime::ActorSystem system(access.system_options());
   // Trainers on this machine connect here (loopback only: they are this agent's children).
   worker.local_endpoint = system.listen("tcp://127.0.0.1:0");
-  auto registered = std::make_shared<std::atomic<bool>>(false);
-  system.spawn<WatchedAgent>(actors::kAgentActor, worker, std::move(quota), registered);
+  auto outcome = std::make_shared<AgentOutcome>();
+  system.spawn<WatchedAgent>(actors::kAgentActor, worker, std::move(quota), outcome);
   std::printf("omnilearn worker '%s' joining %s:%u\n", options.name.c_str(), head.host.c_str(),
               head.port);
   std::fflush(stdout);
+  // A name the head gives to another worker ends this one, before or after it joined: two
+  // processes must not take turns at one name.
+  auto check_name = [&] {
+    std::lock_guard lock(outcome->mutex);
+    if (!outcome->name_taken.empty()) throw CliError(outcome->name_taken);
+  };
 
   // Until the first registration succeeds a missing head is a user error with a bounded wait;
   // afterwards the agent keeps reconnecting on its own (head restarts, network blips).
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(flags.join_timeout_s);
-  while (!registered->load()) {
+  while (!outcome->registered.load()) {
     if (int signal = runtime::wait_for_shutdown_signal(std::chrono::milliseconds(50))) {
       spdlog::info("worker: signal {} received before joining; exiting", signal);
       return 0;
     }
+    check_name();
     if (flags.join_timeout_s > 0 && std::chrono::steady_clock::now() > deadline) {
       throw CliError("could not reach the head at " + head.host + ":" + std::to_string(head.port) +
                      " within " + std::to_string(flags.join_timeout_s) +
@@ -121,7 +168,10 @@ int run_worker(const WorkerFlags& flags) {
   }
   std::printf("omnilearn worker '%s' joined\n", options.name.c_str());
   std::fflush(stdout);
-  int signal = runtime::wait_for_shutdown_signal(std::chrono::hours(24 * 365 * 100));
+  int signal = 0;
+  while ((signal = runtime::wait_for_shutdown_signal(std::chrono::milliseconds(200))) == 0) {
+    check_name();
+  }
   spdlog::info("worker: signal {} received, leaving the cluster", signal);
   system.shutdown();  // the agent's on_stop tells the head it is leaving
   return 0;
@@ -144,9 +194,11 @@ void add_worker_command(CLI::App& app, int& exit_code) {
                       "Emulate a smaller machine: CPU quota (in CPUs) for this node's trainers "
                       "(needs a writable cgroup)")
       ->check(CLI::PositiveNumber);
-  command->add_option("--gloo-host", flags->gloo_host,
-                      "Address other nodes reach this node's collectives at (default: "
-                      "127.0.0.1 for a loopback head, else the host name's address)");
+  command->add_option("--advertise-address,--gloo-host", flags->advertise_address,
+                      "Address of this machine that trainers on other machines reach its "
+                      "trainers' collectives (Gloo) at; they listen there (default: 127.0.0.1 "
+                      "for a head on this machine, else the host name's address). --gloo-host "
+                      "is its older name");
   command->add_option("--join-timeout-s", flags->join_timeout_s,
                       "Give up if the head cannot be reached this long at start (0: never)")
       ->check(CLI::NonNegativeNumber)

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything OmniLearn needs to build, test and run, from Debian packages only
-# (clang and its runtime are for the libFuzzer targets, scripts/fuzz.sh).
+# (clang and its runtime are for the libFuzzer targets, scripts/fuzz.sh; python3-torch and
+# python3-numpy, the same LibTorch 1.13 for /usr/bin/python3, for examples/torchscript and the
+# tests that save users' models and tensors from Python).
 # Idempotent: packages already present are skipped by apt-get. Needs root (or sudo).
 set -euo pipefail
 
@@ -12,6 +14,7 @@ packages=(
   libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libtorch-dev libgloo-dev
+  python3-torch python3-numpy
   dataset-fashion-mnist
   zlib1g-dev
   iproute2 procps

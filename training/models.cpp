@@ -6,6 +6,8 @@
 #include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/pooling.h>
+#include <torch/csrc/jit/api/module.h>
+#include <torch/csrc/jit/serialization/import.h>
 
 #include <cmath>
 #include <stdexcept>
@@ -143,6 +145,98 @@ torch::nn::Sequential make_model(const ModelSpec& spec, const std::vector<int64_
   }
   initialize(model, spec.seed, spec.kind == "resnet");
   return model;
+}
+
+Model::Model(torch::nn::Sequential sequential) : sequential_(std::move(sequential)) {}
+Model::Model(std::shared_ptr<torch::jit::Module> script) : script_(std::move(script)) {}
+Model::~Model() = default;
+Model::Model(Model&&) noexcept = default;
+Model& Model::operator=(Model&&) noexcept = default;
+
+at::Tensor Model::forward(const at::Tensor& x) {
+  if (!script_) return sequential_->forward(x);
+  const c10::IValue out = script_->forward({x});
+  if (!out.isTensor()) {
+    throw ModelError("the TorchScript model's forward returned a " + out.tagKind() +
+                     "; it must return one tensor (the logits or predictions)");
+  }
+  return out.toTensor();
+}
+
+void Model::set_training(bool on) {
+  if (script_) {
+    script_->train(on);
+  } else {
+    sequential_->train(on);
+  }
+}
+
+std::vector<NamedTensor> Model::named_parameters() const {
+  std::vector<NamedTensor> out;
+  if (script_) {
+    for (const auto& item : script_->named_parameters(/*recurse=*/true)) {
+      out.emplace_back(item.name, item.value);
+    }
+  } else {
+    for (const auto& item : sequential_->named_parameters()) {
+      out.emplace_back(item.key(), item.value());
+    }
+  }
+  return out;
+}
+
+std::vector<NamedTensor> Model::named_buffers() const {
+  std::vector<NamedTensor> out;
+  if (script_) {
+    for (const auto& item : script_->named_buffers(/*recurse=*/true)) {
+      out.emplace_back(item.name, item.value);
+    }
+  } else {
+    for (const auto& item : sequential_->named_buffers()) {
+      out.emplace_back(item.key(), item.value());
+    }
+  }
+  return out;
+}
+
+void Model::to(const at::Device& device, at::ScalarType dtype) {
+  if (!script_) {
+    sequential_->to(device, dtype);
+    return;
+  }
+  // Not jit::Module::to(dtype): it converts integer buffers too (num_batches_tracked would
+  // become a double). set_data keeps each tensor's identity, so the module sees the change.
+  torch::NoGradGuard no_grad;
+  for (auto list : {named_parameters(), named_buffers()}) {
+    for (auto& [name, t] : list) {
+      const at::Tensor moved = t.is_floating_point() ? t.to(device, dtype) : t.to(device);
+      if (!moved.is_same(t)) t.set_data(moved);
+    }
+  }
+}
+
+Model load_torchscript(const std::string& path) {
+  check_torchscript_file(path);
+  auto module = std::make_shared<torch::jit::Module>();
+  try {
+    *module = torch::jit::load(path, c10::Device(c10::kCPU));
+  } catch (const std::exception& e) {
+    std::string why = e.what();
+    why = why.substr(0, why.find('\n'));
+    throw ModelError(path + ": cannot load it as a TorchScript module (" + why +
+                     "): save it with torch.jit.script(model).save(path)");
+  }
+  if (!module->find_method("forward")) {
+    throw ModelError(path + ": the TorchScript module has no forward method");
+  }
+  return Model(std::move(module));
+}
+
+Model build_model(const ModelSpec& spec, const std::vector<int64_t>& input_shape,
+                  int64_t num_classes) {
+  validate(spec);
+  if (spec.kind == "torchscript") return load_torchscript(spec.path);
+  return Model(make_model(spec, input_shape, num_classes));
 }
 
 }  // namespace omnilearn::training

@@ -1,6 +1,7 @@
 #pragma once
-// Model zoo. Every model is a torch::nn::Sequential whose parameter names are those of the
-// equivalent torch.nn.Sequential in PyTorch, so a state dict saved here loads there:
+// Model zoo, and users' own models. A built-in model is a torch::nn::Sequential whose parameter
+// names are those of the equivalent torch.nn.Sequential in PyTorch, so a state dict saved here
+// loads there:
 //
 //   mlp    Flatten, [Linear, ReLU]*, Linear                         -> "1.weight", "3.bias", ...
 //   cnn    Conv2d(C,c0,5,padding=2), ReLU, MaxPool2d(2), Conv2d(c0,c1,5), ReLU, MaxPool2d(2),
@@ -13,13 +14,26 @@
 //
 // BatchNorm makes a rank's update depend on its own slice, so the exact-equivalence invariant
 // holds for mlp and cnn only; the Trainer averages resnet's running statistics across ranks.
+//
+// A "torchscript" model is any PyTorch module saved with torch.jit.script(model).save(path) (or
+// torch.jit.trace): loaded with torch::jit::load, its parameters and buffers keep the names
+// Python's named_parameters()/named_buffers() give them ("conv1.weight"), so the checkpoint's
+// state dict loads back into the same module with load_state_dict.
 
 #include <torch/nn/modules/container/sequential.h>
 
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <vector>
 
+#include "training/optimizer.hpp"  // NamedTensor
 #include "training/specs.hpp"
+#include "training/user_files.hpp"  // ModelError
+
+namespace torch::jit {
+struct Module;
+}
 
 namespace omnilearn::training {
 
@@ -29,5 +43,43 @@ namespace omnilearn::training {
 // spec is invalid or the input is too small for the model.
 torch::nn::Sequential make_model(const ModelSpec& spec, const std::vector<int64_t>& input_shape,
                                  int64_t num_classes);
+
+// The network a Trainer trains: a built-in Sequential or a TorchScript module, behind one
+// interface. Parameters and buffers are listed in the module's own order, which is the same on
+// every rank that builds the same spec (for TorchScript, the order of the attributes in the
+// archive, as in Python). Called from the one thread that owns the Trainer.
+class Model {
+ public:
+  explicit Model(torch::nn::Sequential sequential);
+  explicit Model(std::shared_ptr<torch::jit::Module> script);
+  ~Model();
+  Model(Model&&) noexcept;
+  Model& operator=(Model&&) noexcept;
+
+  // The output for a batch. Throws ModelError if a TorchScript forward returns no tensor.
+  at::Tensor forward(const at::Tensor& x);
+  // Training mode (BatchNorm uses batch statistics, dropout is on) or evaluation mode.
+  void set_training(bool on);
+  // The live tensors (not copies), in model order, with PyTorch's names.
+  std::vector<NamedTensor> named_parameters() const;
+  std::vector<NamedTensor> named_buffers() const;
+  // Moves parameters and buffers to `device` and floating-point ones to `dtype`.
+  void to(const at::Device& device, at::ScalarType dtype);
+  bool is_torchscript() const { return script_ != nullptr; }
+
+ private:
+  torch::nn::Sequential sequential_{nullptr};
+  std::shared_ptr<torch::jit::Module> script_;
+};
+
+// Loads a module saved with torch.jit.save, on the CPU. Throws ModelError naming the file when
+// it is missing, is not a TorchScript archive, or has no forward method.
+Model load_torchscript(const std::string& path);
+
+// The model `spec` names: make_model for the built-in kinds, load_torchscript for
+// "torchscript" (which takes its input shape and outputs from the file; the Trainer checks them
+// against the data). Throws std::invalid_argument or ModelError.
+Model build_model(const ModelSpec& spec, const std::vector<int64_t>& input_shape,
+                  int64_t num_classes);
 
 }  // namespace omnilearn::training

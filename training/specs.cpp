@@ -5,6 +5,7 @@
 #include <numbers>
 #include <sstream>
 #include <stdexcept>
+#include <tuple>
 
 namespace omnilearn::training {
 namespace {
@@ -44,8 +45,13 @@ void validate(const ModelSpec& spec) {
     if (spec.blocks_per_stage < 1) {
       fail("model.blocks_per_stage must be >= 1, got " + std::to_string(spec.blocks_per_stage));
     }
+  } else if (spec.kind == "torchscript") {
+    if (spec.path.empty()) {
+      fail("model.path must name the TorchScript file (torch.jit.script(model).save(path))");
+    }
   } else {
-    fail("model.kind must be \"mlp\", \"cnn\" or \"resnet\", got \"" + spec.kind + "\"");
+    fail("model.kind must be \"mlp\", \"cnn\", \"resnet\" or \"torchscript\", got \"" +
+         spec.kind + "\"");
   }
 }
 
@@ -113,8 +119,32 @@ void validate(const DataSpec& spec) {
     if (spec.path.empty()) fail("data.path must name the Fashion-MNIST directory");
     return;
   }
+  if (spec.dataset == "tensors") {
+    const TensorFilesSpec& t = spec.tensors;
+    for (auto [split, file, x, y] : {std::tuple{"train", &t.train, &t.train_x, &t.train_y},
+                                     std::tuple{"test", &t.test, &t.test_x, &t.test_y}}) {
+      const std::string s = split;
+      if (!file->empty() && (!x->empty() || !y->empty())) {
+        fail("data." + s + " and data." + s + "_x / " + s + "_y both name the " + s +
+             " split; give one torch.save file or one pair of .npy files");
+      }
+      if (file->empty() && (x->empty() != y->empty())) {
+        fail("data." + s + (x->empty() ? "_y" : "_x") + " needs data." + s +
+             (x->empty() ? "_x" : "_y") + ": .npy inputs and labels come in pairs");
+      }
+      if (file->empty() && x->empty()) {
+        fail("a tensors dataset needs data." + s + " (a torch.save({\"x\": X, \"y\": Y}) file) " +
+             "or data." + s + "_x and data." + s + "_y (.npy files)");
+      }
+    }
+    if (t.classes < 0 || t.classes == 1) {
+      fail("data.classes must be >= 2 (or 0: from the labels), got " + std::to_string(t.classes));
+    }
+    return;
+  }
   if (spec.dataset != "synthetic") {
-    fail("data.dataset must be \"fashion-mnist\" or \"synthetic\", got \"" + spec.dataset + "\"");
+    fail("data.dataset must be \"fashion-mnist\", \"synthetic\" or \"tensors\", got \"" +
+         spec.dataset + "\"");
   }
   const SyntheticSpec& s = spec.synthetic;
   const std::pair<const char*, int64_t> fields[] = {{"train_size", s.train_size},
@@ -129,6 +159,15 @@ void validate(const DataSpec& spec) {
   }
   if (s.num_classes < 2) {
     fail("data.synthetic.num_classes must be >= 2, got " + std::to_string(s.num_classes));
+  }
+}
+
+void validate_loss(const std::string& loss, const ModelSpec& model) {
+  if (loss == "cross_entropy") return;
+  if (loss != "mse") fail("loss must be \"cross_entropy\" or \"mse\", got \"" + loss + "\"");
+  if (model.kind != "torchscript") {
+    fail("loss = \"mse\" needs model.kind = \"torchscript\": the built-in models are "
+         "classifiers");
   }
 }
 

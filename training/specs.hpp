@@ -13,14 +13,18 @@ namespace omnilearn::training {
 inline constexpr const char* kDefaultFashionMnistPath = "/usr/share/datasets/fashion-mnist";
 
 // Which network to build. Names of parameters follow the equivalent torch.nn.Sequential so a
-// checkpoint loads in PyTorch (see models.hpp for the exact module layout).
+// checkpoint loads in PyTorch (see models.hpp for the exact module layout); a "torchscript"
+// model keeps the names its Python module gives them.
 struct ModelSpec {
-  std::string kind = "mlp";                  // "mlp" | "cnn" | "resnet"
+  std::string kind = "mlp";                  // "mlp" | "cnn" | "resnet" | "torchscript"
   std::vector<int64_t> hidden = {256, 128};  // mlp: widths of the hidden layers (may be empty)
   std::vector<int64_t> channels = {6, 16};   // cnn: the two conv widths; resnet: stage widths
   std::vector<int64_t> fc = {120, 84};       // cnn: widths of the fully connected layers
   int64_t blocks_per_stage = 1;              // resnet: residual blocks per stage
   uint64_t seed = 0;                         // initialization seed: equal seeds, equal weights
+  // torchscript: a module saved with torch.jit.save (its weights are the initial ones; `seed`
+  // does not apply). The job parser resolves a relative path against the job file's directory.
+  std::string path;
 };
 
 // Learning-rate schedule over committed steps, after an optional linear warmup.
@@ -56,19 +60,41 @@ struct SyntheticSpec {
   int64_t num_classes = 10;
 };
 
+// The files of a "tensors" dataset. Each split is either one file written with
+// torch.save({"x": X, "y": Y}, path) or a pair of NumPy .npy files (x and y); X is [N, ...]
+// (float32/float64; uint8, scaled by 1/255; int32/int64, passed as int64), Y is [N] class
+// indices (cross_entropy) or [N, ...] floating-point targets (mse).
+struct TensorFilesSpec {
+  std::string train;    // torch.save file of the training split ...
+  std::string train_x;  // ... or its .npy pair
+  std::string train_y;
+  std::string test;
+  std::string test_x;
+  std::string test_y;
+  int64_t classes = 0;  // cross_entropy: labels lie in [0, classes); 0: the largest label + 1
+};
+
 // Which data to train on and the seed of the per-epoch shuffling (and of the synthetic rule).
 struct DataSpec {
-  std::string dataset = "fashion-mnist";  // "fashion-mnist" | "synthetic"
+  std::string dataset = "fashion-mnist";  // "fashion-mnist" | "synthetic" | "tensors"
   std::string path = kDefaultFashionMnistPath;
   SyntheticSpec synthetic;
+  TensorFilesSpec tensors;
   uint64_t seed = 0;
 };
+
+// What the model's output is compared with: "cross_entropy" (class labels; every model) or
+// "mse" (floating-point targets; torchscript models on a tensors dataset).
+inline constexpr const char* kDefaultLoss = "cross_entropy";
 
 // Each throws std::invalid_argument naming the field and what was expected.
 void validate(const ModelSpec& spec);
 void validate(const ScheduleSpec& spec);
 void validate(const OptimizerSpec& spec);
 void validate(const DataSpec& spec);
+// The loss's name, and that the model can train with it (whether the data can is a question
+// for its files: check_splits in user_files.hpp).
+void validate_loss(const std::string& loss, const ModelSpec& model);
 
 // Learning rate for the step that follows `committed_steps` committed steps (pure function).
 double scheduled_lr(const OptimizerSpec& spec, int64_t committed_steps);

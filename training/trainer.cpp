@@ -24,6 +24,7 @@
 #include <future>
 #include <iterator>
 #include <map>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -113,8 +114,9 @@ struct Trainer::Impl {
   TrainerConfig config;
   DatasetPair data;
   at::Device device{at::kCPU};
-  torch::nn::Sequential model{nullptr};
+  std::optional<Model> model;
   std::vector<NamedTensor> params;        // live parameters, model order
+  std::vector<NamedTensor> trainable;     // those that require grad: what the optimizer updates
   std::vector<NamedTensor> buffers;       // live buffers, model order
   std::vector<at::Tensor> float_buffers;  // averaged across ranks each step (BatchNorm stats)
   std::vector<at::Tensor> int_buffers;    // counters (num_batches_tracked)
@@ -163,6 +165,7 @@ struct Trainer::Impl {
   static int64_t checked_train_size(DatasetPair& d, const TrainerConfig& cfg) {
     validate(cfg.model);
     validate(cfg.optimizer);
+    validate_loss(cfg.loss, cfg.model);
     if (!d.train || !d.test) d = load_datasets(cfg.data);
     return d.train->size();
   }
@@ -173,18 +176,86 @@ struct Trainer::Impl {
       throw std::invalid_argument("bucket_bytes must be >= 1024, got " +
                                   std::to_string(config.bucket_bytes));
     }
-    model = make_model(config.model, data.train->sample_shape(), data.train->num_classes);
-    model->to(device, real());
-    model->train();
-    for (const auto& item : model->named_parameters())
-      params.emplace_back(item.key(), item.value());
-    for (const auto& item : model->named_buffers()) {
-      buffers.emplace_back(item.key(), item.value());
-      (item.value().is_floating_point() ? float_buffers : int_buffers).push_back(item.value());
+    // The data must fit the loss (a file's wrong label is reported here, naming the file).
+    const SplitFacts train_facts = data.train->facts();
+    const int64_t classes = check_splits(
+        train_facts, data.test->facts(), config.loss,
+        config.data.dataset == "tensors" ? config.data.tensors.classes : data.train->num_classes);
+    const bool script = config.model.kind == "torchscript";
+    const bool pixels = train_facts.x.dtype == "uint8" || train_facts.x.dtype == "float32" ||
+                        train_facts.x.dtype == "float64";
+    if (!script && (train_facts.x.shape.size() != 4 || !pixels)) {
+      throw DatasetError(train_facts.x.origin + ": the built-in models take images [N, C, H, W] "
+                         "of uint8 or floating-point pixels; this holds " + train_facts.x.dtype +
+                         " " + c10::str(data.train->inputs.sizes()) +
+                         ": use model.kind = \"torchscript\" for other inputs");
     }
-    for (auto& [name, p] : params) p.mutable_grad() = at::zeros_like(p);
-    optimizer = std::make_unique<Optimizer>(config.optimizer, params);
+    model.emplace(build_model(config.model, data.train->sample_shape(), classes));
+    model->to(device, real());
+    model->set_training(true);
+    params = model->named_parameters();
+    for (const auto& [name, p] : params) {
+      if (p.requires_grad()) trainable.emplace_back(name, p);
+    }
+    if (trainable.empty()) {
+      throw ModelError(config.model.path + ": the model has no parameter that requires grad");
+    }
+    for (const auto& [name, b] : model->named_buffers()) {
+      buffers.emplace_back(name, b);
+      (b.is_floating_point() ? float_buffers : int_buffers).push_back(b);
+    }
+    for (auto& [name, p] : trainable) p.mutable_grad() = at::zeros_like(p);
+    optimizer = std::make_unique<Optimizer>(config.optimizer, trainable);
+    if (script) check_output(classes);
     layout_buckets();
+  }
+
+  // A user's model must map the data's inputs to what the loss compares with its targets; one
+  // forward of two samples (evaluation mode: nothing changes) says so at start, with the file,
+  // instead of a shape error in the first step.
+  void check_output(int64_t classes) {
+    const int64_t n = std::min<int64_t>(2, data.train->size());
+    auto [x, y] = data.train->range(0, n);
+    x = to_replica(x);
+    y = to_replica(y);
+    const std::string& file = config.model.path;
+    at::Tensor out;
+    {
+      c10::NoGradGuard no_grad;
+      model->set_training(false);
+      try {
+        out = model->forward(x);
+      } catch (const ModelError& e) {
+        throw ModelError(file + ": " + e.what());
+      } catch (const std::exception& e) {
+        std::string why = e.what();
+        why = why.substr(0, why.find('\n'));
+        throw ModelError(file + ": forward failed on inputs of shape " + c10::str(x.sizes()) +
+                         " (" + data.train->inputs_origin + "): " + why);
+      }
+      model->set_training(true);
+    }
+    if (config.loss == "mse") {
+      if (out.sizes() != y.sizes()) {
+        throw ModelError(file + ": outputs of shape " + c10::str(out.sizes()) +
+                         " for targets of shape " + c10::str(y.sizes()) + " (" +
+                         data.train->labels_origin + "): loss = \"mse\" needs them equal");
+      }
+    } else if (out.dim() != 2 || out.size(0) != n || out.size(1) < classes) {
+      throw ModelError(file + ": outputs of shape " + c10::str(out.sizes()) + " for " +
+                       std::to_string(n) + " samples; loss = \"cross_entropy\" needs [" +
+                       std::to_string(n) + ", C] class scores with C >= " +
+                       std::to_string(classes) + ", the number of classes ([data] classes, or "
+                       "the largest label + 1 of " + data.train->labels_origin +
+                       " and the test split)");
+    }
+  }
+
+  // The loss of a batch (Mean: what a step trains with; Sum: what evaluate adds up).
+  at::Tensor loss_of(const at::Tensor& out, const at::Tensor& y,
+                     at::Reduction::Reduction reduction = at::Reduction::Mean) const {
+    if (config.loss == "mse") return at::mse_loss(out, y, reduction);
+    return at::cross_entropy_loss(out, y, {}, reduction);
   }
 
   void layout_buckets() {
@@ -200,7 +271,7 @@ struct Trainer::Impl {
       bucket_sizes.back() = used;
       return s;
     };
-    for (auto& [name, p] : params) grad_slots.push_back(place(p, p.numel()));
+    for (auto& [name, p] : trainable) grad_slots.push_back(place(p, p.numel()));
     for (auto& b : float_buffers) buffer_slots.push_back(place(b, b.numel()));
     loss_slot = place(at::Tensor(), 1);
   }
@@ -298,6 +369,7 @@ struct Trainer::Impl {
             total_numel(float_state()),
             total_numel(int_buffers),
             static_cast<int64_t>(params.size()),
+            static_cast<int64_t>(trainable.size()),
             optimizer_code(config.optimizer.kind),
             sampler.dataset_size(),
             static_cast<int64_t>(sampler.seed()),
@@ -590,14 +662,14 @@ StepResult Trainer::step(const std::vector<int>& batches) {
   for (const auto& [name, b] : s.buffers) saved_buffers.push_back(b.clone());
 
   const Clock::time_point compute_start = Clock::now();
-  for (auto& [name, p] : s.params) p.mutable_grad().zero_();
+  for (auto& [name, p] : s.trainable) p.mutable_grad().zero_();
   double local_loss = 0;
   if (mine > 0) {
     const std::vector<int64_t> indices = s.sampler.slice(s.cursor, batches, s.rank);
     auto [x, y] = s.data.train->gather(indices);
     x = s.to_replica(x);
     y = s.to_replica(y);
-    at::Tensor loss = at::cross_entropy_loss(s.model->forward(x), y);
+    at::Tensor loss = s.loss_of(s.model->forward(x), y);
     loss.backward();
     local_loss = loss.item<double>();
   }
@@ -676,23 +748,28 @@ EvalResult Trainer::evaluate(int64_t max_samples) {
   const Dataset& test = *s.data.test;
   const int64_t n = max_samples > 0 ? std::min(max_samples, test.size()) : test.size();
   constexpr int64_t kChunk = 1000;
+  const bool regression = s.config.loss == "mse";
   c10::NoGradGuard no_grad;
-  s.model->eval();
+  s.model->set_training(false);
   double loss_sum = 0;
   int64_t correct = 0;
   for (int64_t begin = 0; begin < n; begin += kChunk) {
     auto [x, y] = test.range(begin, std::min(n, begin + kChunk));
     x = s.to_replica(x);
     y = s.to_replica(y);
-    const at::Tensor logits = s.model->forward(x);
-    loss_sum += at::cross_entropy_loss(logits, y, {}, at::Reduction::Sum).item<double>();
-    correct += logits.argmax(1).eq(y).sum().item<int64_t>();
+    const at::Tensor out = s.model->forward(x);
+    loss_sum += s.loss_of(out, y, at::Reduction::Sum).item<double>();
+    if (!regression) correct += out.argmax(1).eq(y).sum().item<int64_t>();
   }
-  s.model->train();
+  s.model->set_training(true);
   EvalResult r;
   r.samples = n;
-  r.loss = n > 0 ? loss_sum / static_cast<double>(n) : 0.0;
-  r.accuracy = n > 0 ? static_cast<double>(correct) / static_cast<double>(n) : 0.0;
+  // mse's mean is over target elements, as in training; cross-entropy's over samples.
+  const int64_t per_sample = regression ? std::max<int64_t>(1, test.labels[0].numel()) : 1;
+  r.loss = n > 0 ? loss_sum / static_cast<double>(n * per_sample) : 0.0;
+  r.accuracy = regression ? -1.0
+               : n > 0    ? static_cast<double>(correct) / static_cast<double>(n)
+                          : 0.0;
   return r;
 }
 
@@ -711,7 +788,8 @@ void Trainer::save_checkpoint(const std::string& path) const {
   trainer.insert("dataset_size", s.sampler.dataset_size());
   trainer.insert("data_seed", static_cast<int64_t>(s.sampler.seed()));
   // Top level is {"model": state_dict, "optimizer": ..., "trainer": ..., "optimizer_kind": ...}:
-  // in Python, torch.load(path)["model"] feeds load_state_dict of the equivalent Sequential.
+  // in Python, torch.load(path)["model"] feeds load_state_dict of the equivalent Sequential
+  // (of the same module, for a TorchScript model).
   c10::impl::GenericDict top(c10::StringType::get(), c10::AnyType::get());
   top.insert("model", model);
   top.insert("optimizer", optimizer);
@@ -832,7 +910,7 @@ std::vector<NamedTensor> Trainer::named_optimizer_state() const {
 
 int64_t Trainer::parameter_bytes() const {
   int64_t bytes = 0;
-  for (const auto& [name, p] : impl_->params) bytes += p.numel() * p.element_size();
+  for (const auto& [name, p] : impl_->trainable) bytes += p.numel() * p.element_size();
   return bytes;
 }
 

@@ -2,11 +2,11 @@
 // One data-parallel replica: model, optimizer, LR schedule, sampler cursor and the process group
 // it all-reduces gradients over. The actor layer drives it; it knows nothing of actors.
 //
-// Error vocabulary: bad arguments and specs throw std::invalid_argument; dataset and checkpoint
-// files throw DatasetError / CheckpointError; anything a peer can cause (a rendezvous that times
-// out, a collective that fails because a peer died or hung) is returned as a value
-// (CollectiveStatus, StepResult::committed == false) because the elastic protocol handles it on
-// every membership change. After such a failure the group is "broken": every later collective
+// Error vocabulary: bad arguments and specs throw std::invalid_argument; dataset, model and
+// checkpoint files throw DatasetError / ModelError / CheckpointError; anything a peer can cause
+// (a rendezvous that times out, a collective that fails because a peer died or hung) is returned
+// as a value (CollectiveStatus, StepResult::committed == false) because the elastic protocol
+// handles it on every membership change. After such a failure the group is "broken": every later collective
 // fails at once until join_group() builds a new generation.
 //
 // Threads: every method is called from the one training thread that owns the Trainer, except
@@ -61,6 +61,7 @@ struct TrainerConfig {
   ModelSpec model;
   OptimizerSpec optimizer;
   DataSpec data;
+  std::string loss = kDefaultLoss;  // "cross_entropy" | "mse" (validate_loss)
   int64_t bucket_bytes = 4 << 20;  // gradients are all-reduced in flat buckets of at most this
   std::string device = "cpu";      // a torch device string: "cpu", "cuda:0", ...
   // kFloat64 makes kernel choice (oneDNN picks per CPU and per slice size) change results by
@@ -79,7 +80,7 @@ struct CollectiveStatus {
 struct StepResult {
   bool committed = false;  // parameters, optimizer state, step and cursor advanced
   std::string error;       // why not, when !committed (state is then exactly as before)
-  double loss = 0;         // cross-entropy averaged over the global batch
+  double loss = 0;         // the loss averaged over the global batch
   // Wall time of gather + forward + backward on this rank, plus the emulated slowdown: the t_i
   // the batch controller balances.
   double compute_time_s = 0;
@@ -93,15 +94,17 @@ struct StepResult {
 
 // Loss and top-1 accuracy over (a prefix of) the test split.
 struct EvalResult {
-  double loss = 0;
-  double accuracy = 0;
+  double loss = 0;       // per sample (mse: per target element, as training's)
+  double accuracy = 0;   // -1 with loss = "mse", where there are no classes
   int64_t samples = 0;
 };
 
 class Trainer {
  public:
   // Builds the replica. `data` may be shared by all ranks of a process; when empty it is loaded
-  // from config.data. Throws std::invalid_argument (bad config) or DatasetError.
+  // from config.data. Checks the data against the loss (check_splits) and a TorchScript model's
+  // output against the data. Throws std::invalid_argument (bad config), DatasetError or
+  // ModelError.
   explicit Trainer(const TrainerConfig& config, DatasetPair data = {});
   ~Trainer();
   Trainer(const Trainer&) = delete;
@@ -174,7 +177,8 @@ class Trainer {
   const DatasetPair& data() const;
   const TrainerConfig& config() const;
 
-  // Copies (detached, on the CPU) of the named parameters, buffers and optimizer state.
+  // Copies (detached, on the CPU) of the named parameters (trainable or not), buffers and
+  // optimizer state.
   std::vector<NamedTensor> named_parameters() const;
   std::vector<NamedTensor> named_buffers() const;
   std::vector<NamedTensor> named_optimizer_state() const;

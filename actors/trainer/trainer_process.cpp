@@ -163,6 +163,7 @@ class TrainingLoop {
     config.model = spec.model;
     config.optimizer = spec.optimizer;
     config.data = spec.data;
+    config.loss = spec.train.loss;
     auto data = training::load_datasets(config.data);
     const std::int64_t N = data.train->size();
     const std::int64_t B = spec.train.global_batch;
@@ -325,9 +326,10 @@ class TrainingLoop {
       eval_accuracy_ = eval.accuracy;
       eval_loss_ = eval.loss;
     }
+    step_checkpoint_.clear();
     if (checkpoint_every_ > 0 && last_.step % checkpoint_every_ == 0) {
       std::string error;
-      save_checkpoint(&error);
+      step_checkpoint_ = save_checkpoint(&error);  // reported with the step: where it lies
     }
   }
 
@@ -371,6 +373,7 @@ class TrainingLoop {
             if (report->rank == 0) {
               r.eval_accuracy = eval_accuracy_;
               r.eval_loss = eval_loss_;
+              r.checkpoint = step_checkpoint_;
             }
             // Every step to the agent (heartbeat counters); the leader's to the scheduler.
             system_.tell(runtime::ActorAddress{args_.agent, kAgentActor}, r);
@@ -463,6 +466,7 @@ class TrainingLoop {
   Clock::time_point boundary_;
   double last_step_time_ = 0;
   double eval_accuracy_ = -1, eval_loss_ = -1;
+  std::string step_checkpoint_;  // the checkpoint the last step wrote, if any
   double checksum_ = 0;
   double final_accuracy_ = -1, final_loss_ = -1;
   std::string final_checkpoint_;

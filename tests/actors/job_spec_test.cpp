@@ -3,7 +3,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <string>
+#include <vector>
 
 #include "actors/job_spec.hpp"
 
@@ -48,6 +52,172 @@ TEST(JobSpecNumbers, AnIntegerBeyondTwoToThe53IsARangeErrorForAFloatField) {
   text.insert(text.find("steps = 10"), "lr = 9007199254740993\n");
   auto error = error_of(text);
   EXPECT_NE(error.find("lr"), std::string::npos) << error;
+}
+
+// Users' own models and data: the keys, where a bad value is located, relative paths, and what
+// `omnilearn submit` checks of the files on its own machine (FileChecks::kLocal).
+class JobSpecUserFiles : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "ol_job_files_XXXXXX").string();
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::string write(const std::string& name, const std::string& bytes) const {
+    const std::string path = (dir_ / name).string();
+    std::ofstream(path, std::ios::binary) << bytes;
+    return path;
+  }
+  // A .npy file as numpy.save writes it (format 1.0), with `payload` as its data.
+  std::string write_npy(const std::string& name, const std::string& descr,
+                        const std::string& shape, const std::string& payload) const {
+    std::string header =
+        "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape + ", }";
+    header.append(63 - (10 + header.size()) % 64, ' ');  // pad so the data starts 64-aligned
+    header += '\n';
+    std::string bytes = std::string("\x93NUMPY\x01\x00", 8);
+    bytes += static_cast<char>(header.size() & 0xff);
+    bytes += static_cast<char>(header.size() >> 8);
+    return write(name, bytes + header + payload);
+  }
+  static std::string int64s(std::initializer_list<std::int64_t> values) {
+    std::string out;
+    for (std::int64_t v : values) out.append(reinterpret_cast<const char*>(&v), 8);
+    return out;
+  }
+  // The job file, written into the scratch directory (relative paths resolve against it).
+  std::string job(const std::string& model, const std::string& data,
+                  const std::string& train = "") const {
+    return write("job.toml", "[job]\nname = \"t\"\n[model]\n" + model + "[data]\n" + data +
+                                 "[train]\nglobal_batch = 64\nsteps = 10\n" + train);
+  }
+  static std::string error_of(const std::string& path, FileChecks checks) {
+    try {
+      load_job_spec(path, checks);
+    } catch (const JobSpecError& e) {
+      return e.what();
+    }
+    return "";
+  }
+
+  std::filesystem::path dir_;
+};
+
+constexpr const char* kScriptModel = "kind = \"torchscript\"\npath = \"model.pt\"\n";
+constexpr const char* kPtData = "dataset = \"tensors\"\ntrain = \"train.pt\"\ntest = \"test.pt\"\n";
+
+TEST_F(JobSpecUserFiles, RelativePathsResolveAgainstTheJobFilesDirectory) {
+  const std::string path = job(kScriptModel, kPtData, "loss = \"cross_entropy\"\n");
+  const JobSpec spec = load_job_spec(path);
+  EXPECT_EQ(spec.model.kind, "torchscript");
+  EXPECT_EQ(spec.model.path, (dir_ / "model.pt").string());
+  EXPECT_EQ(spec.data.dataset, "tensors");
+  EXPECT_EQ(spec.data.tensors.train, (dir_ / "train.pt").string());
+  EXPECT_EQ(spec.data.tensors.test, (dir_ / "test.pt").string());
+  EXPECT_EQ(spec.train.loss, "cross_entropy");
+  // Absolute paths stay; a source without a directory leaves them relative (to the CLI's cwd).
+  const std::string text = "[job]\nname = \"t\"\n[model]\nkind = \"torchscript\"\npath = "
+                           "\"/models/m.pt\"\n[data]\ndataset = \"tensors\"\ntrain_x = "
+                           "\"x.npy\"\ntrain_y = \"../y.npy\"\ntest = \"t.pt\"\nclasses = 3\n"
+                           "[train]\nglobal_batch = 64\nsteps = 10\n";
+  const JobSpec here = parse_job_spec(text, "job.toml");
+  EXPECT_EQ(here.model.path, "/models/m.pt");
+  EXPECT_EQ(here.data.tensors.train_x, "x.npy");
+  EXPECT_EQ(here.data.tensors.classes, 3);
+  EXPECT_EQ(parse_job_spec(text, "/jobs/a/job.toml").data.tensors.train_y, "/jobs/y.npy");
+}
+
+TEST_F(JobSpecUserFiles, KeysOfAnotherKindAreLocatedErrors) {
+  struct Case {
+    std::string model, data, train, expected;
+  };
+  const std::vector<Case> cases = {
+      {std::string(kScriptModel) + "hidden = [8]\n", kPtData, "",
+       "job.toml:6:10: [model] hidden: only for the built-in models"},
+      {"kind = \"torchscript\"\n", kPtData, "", "[model]: missing key 'path'"},
+      {"kind = \"mlp\"\npath = \"m.pt\"\n", kPtData, "",
+       "job.toml:5:8: [model] path: only for kind = \"torchscript\""},
+      {kScriptModel, std::string(kPtData) + "path = \"/data\"\n", "",
+       "job.toml:10:8: [data] path: not for dataset = \"tensors\""},
+      {"kind = \"mlp\"\n", "dataset = \"synthetic\"\ntrain = \"t.pt\"\n", "",
+       "job.toml:7:9: [data] train: only for dataset = \"tensors\""},
+      {kScriptModel, std::string(kPtData) + "train_z = \"z.npy\"\n", "",
+       "job.toml:10:1: [data]: unknown key 'train_z'"},
+      {kScriptModel, "dataset = \"tensors\"\ntrain = \"train.pt\"\n", "",
+       "[data]: a tensors dataset needs data.test"},
+      {kScriptModel, kPtData, "loss = \"hinge\"\n", "[train] loss: expected one of"},
+      {"kind = \"cnn\"\n", kPtData, "loss = \"mse\"\n",
+       "[train] loss: loss = \"mse\" needs model.kind = \"torchscript\""},
+      {kScriptModel, "dataset = \"fashion-mnist\"\n", "loss = \"mse\"\n",
+       "[train] loss: loss = \"mse\" needs [data] dataset = \"tensors\""},
+  };
+  for (const auto& c : cases) {
+    const std::string error = error_of(job(c.model, c.data, c.train), FileChecks::kNone);
+    EXPECT_NE(error.find(c.expected), std::string::npos)
+        << "expected: " << c.expected << "\n     got: " << error;
+    EXPECT_EQ(error.rfind((dir_ / "job.toml").string() + ":", 0), 0u) << error;
+  }
+}
+
+TEST_F(JobSpecUserFiles, SubmitChecksTheFilesItCanReadAndLocatesTheKey) {
+  const std::string path = job(kScriptModel, kPtData);
+  // The head and the trainers do not look at the files while parsing.
+  EXPECT_EQ(error_of(path, FileChecks::kNone), "");
+  std::string error = error_of(path, FileChecks::kLocal);
+  EXPECT_NE(error.find("job.toml:5:8: [model] path: model file " + (dir_ / "model.pt").string() +
+                       " does not exist"),
+            std::string::npos)
+      << error;
+  write("model.pt", "not a zip");
+  error = error_of(path, FileChecks::kLocal);
+  EXPECT_NE(error.find("not a TorchScript archive"), std::string::npos) << error;
+  write("model.pt", std::string("PK\x03\x04", 4) + "rest of a zip");
+  error = error_of(path, FileChecks::kLocal);
+  EXPECT_NE(error.find("job.toml:8:9: [data] train: tensor file"), std::string::npos) << error;
+  write("train.pt", std::string("PK\x03\x04", 4));
+  write("test.pt", "\x80\x02legacy pickle");
+  error = error_of(path, FileChecks::kLocal);
+  EXPECT_NE(error.find("[data] test: " + (dir_ / "test.pt").string() + ": not a torch.save"),
+            std::string::npos)
+      << error;
+  write("test.pt", std::string("PK\x03\x04", 4));
+  EXPECT_EQ(error_of(path, FileChecks::kLocal), "");
+}
+
+TEST_F(JobSpecUserFiles, SubmitChecksNpyPairsInFull) {
+  const std::string data =
+      "dataset = \"tensors\"\ntrain_x = \"x.npy\"\ntrain_y = \"y.npy\"\ntest = \"test.pt\"\n"
+      "classes = 3\n";
+  write("model.pt", std::string("PK\x03\x04", 4));
+  write("test.pt", std::string("PK\x03\x04", 4));
+  const std::string path = job(kScriptModel, data);
+  write_npy("x.npy", "<f4", "(4, 2)", std::string(32, '\0'));
+  write_npy("y.npy", "<i8", "(4,)", int64s({0, 1, 2, 1}));
+  EXPECT_EQ(error_of(path, FileChecks::kLocal), "");
+
+  write_npy("y.npy", "<i8", "(4,)", int64s({0, 1, 3, 1}));  // classes = 3
+  std::string error = error_of(path, FileChecks::kLocal);
+  EXPECT_NE(error.find("job.toml:9:11: [data] train_y: " + (dir_ / "y.npy").string() +
+                       ": label 3 is outside [0, 3)"),
+            std::string::npos)
+      << error;
+  write_npy("y.npy", "<i8", "(3,)", int64s({0, 1, 2}));
+  error = error_of(path, FileChecks::kLocal);
+  EXPECT_NE(error.find("[data] train_y:"), std::string::npos) << error;
+  EXPECT_NE(error.find("holds 3 samples but"), std::string::npos) << error;
+  write_npy("y.npy", "<f8", "(4,)", std::string(32, '\0'));
+  error = error_of(path, FileChecks::kLocal);
+  EXPECT_NE(error.find("integer class labels"), std::string::npos) << error;
+  write_npy("y.npy", "<i8", "(4,)", int64s({0, 1, 2, 1}));
+  write_npy("x.npy", "<f2", "(4, 2)", std::string(16, '\0'));
+  error = error_of(path, FileChecks::kLocal);
+  EXPECT_NE(error.find("job.toml:8:11: [data] train_x:"), std::string::npos) << error;
+  EXPECT_NE(error.find("'<f2' is not supported"), std::string::npos) << error;
+  write_npy("x.npy", "<f4", "(4, 2)", std::string(31, '\0'));
+  error = error_of(path, FileChecks::kLocal);
+  EXPECT_NE(error.find("truncated"), std::string::npos) << error;
 }
 
 }  // namespace

@@ -31,6 +31,18 @@ class Membership : public ::testing::Test {
     return table.register_node(request, system, now, changes);
   }
 
+  // A registration that says which machine it comes from and which incarnation its process
+  // held before (0: none).
+  RegisterNodeReply join_from(const std::string& name, const std::string& system,
+                              const std::string& machine, std::uint64_t previous = 0,
+                              std::vector<StateChange>* changes = nullptr) {
+    RegisterNode request;
+    request.name = name;
+    request.machine_id = machine;
+    request.previous_incarnation = previous;
+    return table.register_node(request, system, now, changes);
+  }
+
   bool beat(const RegisterNodeReply& node, std::optional<StateChange>* change = nullptr) {
     Heartbeat heartbeat;
     heartbeat.node_id = node.node_id;
@@ -123,6 +135,101 @@ TEST_F(Membership, SameNameFromANewProcessIsANewIncarnationAndTheOldOneDies) {
   EXPECT_TRUE(beat(new_node));
   EXPECT_EQ(table.find_by_name("w1")->id, new_node.node_id);
   EXPECT_EQ(table.live_count(), 1u);
+}
+
+TEST_F(Membership, ANameAliveOnAnotherMachineIsRefusedAndTheOwnerKeepsIt) {
+  auto owner = join_from("w1", "s-a", "machine-a");
+  ASSERT_TRUE(owner.accepted);
+  now += 50ms;
+  std::vector<StateChange> changes;
+  auto intruder = join_from("w1", "s-b", "machine-b", 0, &changes);
+  EXPECT_FALSE(intruder.accepted);
+  EXPECT_EQ(intruder.refusal, kRefusedNameTaken);
+  EXPECT_NE(intruder.error.find("'w1' is taken"), std::string::npos) << intruder.error;
+  EXPECT_NE(intruder.error.find("another machine"), std::string::npos) << intruder.error;
+  EXPECT_NE(intruder.error.find("--name"), std::string::npos) << "says what to do: "
+                                                               << intruder.error;
+  EXPECT_TRUE(changes.empty()) << "the owner is not touched";
+  EXPECT_EQ(state_of(owner), "alive");
+  EXPECT_TRUE(beat(owner));
+  EXPECT_EQ(table.nodes().size(), 1u);
+
+  // Suspect is still alive: refused too.
+  now += 300ms;
+  table.sweep(now);
+  ASSERT_EQ(state_of(owner), "suspect");
+  EXPECT_EQ(join_from("w1", "s-b", "machine-b").refusal, kRefusedNameTaken);
+
+  // Once the owner is dead the name is free, and the refusals used no incarnation.
+  now += 1s;
+  table.sweep(now);
+  ASSERT_EQ(state_of(owner), "dead");
+  auto taken_over = join_from("w1", "s-b", "machine-b");
+  ASSERT_TRUE(taken_over.accepted) << taken_over.error;
+  EXPECT_EQ(taken_over.incarnation, 2u);
+  EXPECT_TRUE(taken_over.refusal.empty());
+
+  // And after a graceful leave.
+  ASSERT_TRUE(table.leave(taken_over.node_id, taken_over.incarnation, now));
+  EXPECT_TRUE(join_from("w1", "s-c", "machine-c").accepted);
+}
+
+TEST_F(Membership, ARestartOnTheSameMachineIsANewIncarnation) {
+  auto old_node = join_from("w1", "s-old", "machine-a");
+  now += 50ms;
+  std::vector<StateChange> changes;
+  auto restarted = join_from("w1", "s-new", "machine-a", 0, &changes);
+  ASSERT_TRUE(restarted.accepted) << restarted.error;
+  EXPECT_EQ(restarted.incarnation, 2u);
+  ASSERT_EQ(changes.size(), 2u);
+  EXPECT_EQ(changes[0].node.id, old_node.node_id);
+  EXPECT_EQ(changes[0].to, NodeState::kDead);
+  EXPECT_EQ(table.find(restarted.node_id)->machine_id, "machine-a");
+}
+
+TEST_F(Membership, AnUnknownMachineIsTakenForARestartAsBefore) {
+  // An agent too old to send its machine id, on either side: the pre-machine-id rule.
+  auto old_node = join_from("w1", "s-1", "");
+  auto second = join_from("w1", "s-2", "machine-b");
+  ASSERT_TRUE(second.accepted) << second.error;
+  EXPECT_EQ(state_of(old_node), "dead");
+  auto third = join_from("w1", "s-3", "");
+  ASSERT_TRUE(third.accepted) << third.error;
+  EXPECT_EQ(state_of(second), "dead");
+  EXPECT_EQ(third.incarnation, 3u);
+}
+
+TEST_F(Membership, AProcessThatWasReplacedCannotTakeItsNameBack) {
+  // w1 freezes; the operator starts it again on the same machine (incarnation 2); the frozen
+  // process thaws, is told it is unknown and registers again, still as incarnation 1's process.
+  auto frozen = join_from("w1", "s-old", "machine-a");
+  auto replacement = join_from("w1", "s-new", "machine-a");
+  ASSERT_EQ(replacement.incarnation, 2u);
+  EXPECT_FALSE(beat(frozen)) << "the frozen process is told to register again";
+  std::vector<StateChange> changes;
+  auto thawed = join_from("w1", "s-old", "machine-a", frozen.incarnation, &changes);
+  EXPECT_FALSE(thawed.accepted);
+  EXPECT_EQ(thawed.refusal, kRefusedNameTaken);
+  EXPECT_NE(thawed.error.find("newer worker"), std::string::npos) << thawed.error;
+  EXPECT_TRUE(changes.empty());
+  EXPECT_EQ(state_of(replacement), "alive") << "no ping-pong: the newer process keeps the name";
+
+  // With nobody holding the name, a forgotten process comes back as a new incarnation.
+  auto lone = join_from("w2", "s-x", "machine-a");
+  now += 1s;
+  table.sweep(now);
+  ASSERT_EQ(state_of(lone), "dead");
+  auto back = join_from("w2", "s-x", "machine-a", lone.incarnation);
+  ASSERT_TRUE(back.accepted) << back.error;
+  EXPECT_EQ(back.incarnation, lone.incarnation + 1);
+}
+
+TEST_F(Membership, RefusalsSayWhy) {
+  EXPECT_EQ(join_from("", "s", "m").refusal, kRefusedBadName);
+  join("a", "s-1");
+  join("b", "s-2");
+  join("c", "s-3");
+  EXPECT_EQ(join("d", "s-4").refusal, kRefusedFull);
 }
 
 TEST_F(Membership, IncarnationsKeepGrowingAcrossDeaths) {

@@ -1,5 +1,6 @@
 // User errors get one line on stderr and exit code 2, within a bounded wait — never a hang or a
-// stack trace.
+// stack trace; a request the head answers with no (no such job or node) gets one line and exit
+// code 1; --json answers are one JSON object on stdout.
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -7,7 +8,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <fstream>
+#include <regex>
+#include <sstream>
+
 #include "tests/support/cluster.hpp"
+#include "tests/support/job_run.hpp"
 
 namespace omnilearn::testing {
 namespace {
@@ -110,12 +116,128 @@ TEST(CliErrors, UnknownFlagsAndCommandsExit2WithOneLine) {
   expect_usage_error(run_omnilearn({"head", "--no-such-flag"}, 20s), "--no-such-flag");
   expect_usage_error(run_omnilearn({"worker", "--address", "127.0.0.1:1", "--nope"}, 20s),
                      "--nope");
-  // CLI11 reports an unknown command as a missing one (it does not name the word).
-  expect_usage_error(run_omnilearn({"frobnicate"}, 20s), "subcommand");
+  // An unknown command is named as such, at any level that needs one.
+  expect_usage_error(run_omnilearn({"frobnicate"}, 20s),
+                     "unknown command 'frobnicate'; see omnilearn --help");
+  expect_usage_error(run_omnilearn({"node", "frob", "w1"}, 20s), "unknown command 'node frob'");
   expect_usage_error(run_omnilearn({}, 20s), "subcommand");
   expect_usage_error(run_omnilearn({"head", "--port", "99999"}, 20s), "--port");
   expect_usage_error(run_omnilearn({"head", "--heartbeat-interval-ms", "abc"}, 20s),
                      "--heartbeat-interval-ms");
+}
+
+TEST(CliErrors, VersionIsTheBuildsProjectVersion) {
+  const char* source = std::getenv("OMNILEARN_SOURCE_DIR");
+  ASSERT_TRUE(source) << "run through ctest (it sets OMNILEARN_SOURCE_DIR)";
+  std::ifstream cmake(std::string(source) + "/CMakeLists.txt");
+  std::stringstream text;
+  text << cmake.rdbuf();
+  std::smatch match;
+  std::string content = text.str();
+  ASSERT_TRUE(std::regex_search(content, match, std::regex(R"(project\(OmniLearn VERSION ([0-9.]+))")));
+  auto result = run_omnilearn({"--version"}, 20s);
+  EXPECT_EQ(result.status.code, 0) << result.err;
+  EXPECT_EQ(result.out, "omnilearn " + match[1].str() + "\n");
+}
+
+// Exit 1, and exactly one "omnilearn: error: ..." line on stderr containing `needle`.
+void expect_refusal(const CommandResult& result, const std::string& needle) {
+  EXPECT_FALSE(result.timed_out) << "hung";
+  EXPECT_EQ(result.status.code, 1) << result.status.to_string() << "\n" << result.err;
+  EXPECT_EQ(count_lines(result.err), 1u) << "stderr:\n" << result.err;
+  EXPECT_EQ(result.err.rfind("omnilearn: error: ", 0), 0u) << result.err;
+  EXPECT_NE(result.err.find(needle), std::string::npos) << result.err;
+}
+
+nlohmann::json one_json_line(const CommandResult& result) {
+  EXPECT_EQ(count_lines(result.out), 1u) << result.out;
+  auto json = nlohmann::json::parse(result.out, nullptr, false);
+  EXPECT_TRUE(json.is_object()) << result.out;
+  return json;
+}
+
+TEST(CliErrors, ExitCodesAndJsonOfSubmitLogsStopAndDrain) {
+  TestCluster cluster;  // no workers: a submitted job stays pending until it is stopped
+  ScratchDir dir("cli-json");
+  auto job = dir.write("job.toml", synthetic_elastic_job("cli-json", 10, 1)).string();
+  const auto& address = cluster.address();
+
+  auto submitted = run_omnilearn({"submit", job, "--address", address, "--json", "--run-dir",
+                                  (dir.path() / "run").string()},
+                                 20s);
+  ASSERT_EQ(submitted.status.code, 0) << submitted.err;
+  auto ids = one_json_line(submitted);
+  ASSERT_TRUE(ids.contains("job_id") && ids.contains("run_dir")) << submitted.out;
+  const std::string job_id = ids["job_id"];
+  EXPECT_EQ(ids["run_dir"], (dir.path() / "run").string());
+
+  // logs of a job that has not finished: its events so far, exit 0.
+  auto pending = run_omnilearn({"logs", job_id, "--address", address}, 20s);
+  EXPECT_EQ(pending.status.code, 0) << pending.err;
+  EXPECT_NE(pending.out.find("job " + job_id + " 'cli-json'"), std::string::npos) << pending.out;
+
+  auto stopped = run_omnilearn({"stop", job_id, "--address", address, "--json"}, 20s);
+  EXPECT_EQ(stopped.status.code, 0) << stopped.err;
+  EXPECT_EQ(one_json_line(stopped).value("ok", false), true) << stopped.out;
+  auto again = run_omnilearn({"stop", job_id, "--address", address}, 20s);
+  EXPECT_EQ(again.status.code, 0) << again.err;
+  EXPECT_NE(again.out.find("already finished"), std::string::npos) << again.out;
+
+  // A stopped job did not succeed: logs of it exit 1 (once it has finished).
+  CommandResult logs;
+  ASSERT_TRUE(wait_until(
+      [&] {
+        logs = run_omnilearn({"logs", job_id, "--address", address, "--json"}, 20s);
+        return logs.out.find("\"status\":\"stopped\"") != std::string::npos;
+      },
+      20s, 100ms))
+      << logs.out << logs.err;
+  EXPECT_EQ(logs.status.code, 1) << logs.err;
+  std::istringstream lines(logs.out);
+  std::vector<nlohmann::json> events;
+  for (std::string line; std::getline(lines, line);) {
+    events.push_back(nlohmann::json::parse(line, nullptr, false));
+    EXPECT_TRUE(events.back().is_object()) << "every line is JSON: " << line;
+  }
+  ASSERT_GE(events.size(), 3u) << logs.out;
+  EXPECT_EQ(events.front().value("event", ""), "submitted");
+  EXPECT_EQ(events.back().value("status", ""), "stopped") << "the summary comes last";
+  EXPECT_EQ(events.back().value("job_id", ""), job_id);
+  auto followed = run_omnilearn({"logs", job_id, "--address", address, "--follow"}, 20s);
+  EXPECT_EQ(followed.status.code, 1) << followed.err;
+  EXPECT_NE(followed.out.find("== summary: job " + job_id + " stopped"), std::string::npos)
+      << followed.out;
+
+  // The head says no: exit 1, one line (and with --json, the answer on stdout too).
+  expect_refusal(run_omnilearn({"stop", "nosuchjob", "--address", address}, 20s),
+                 "no job with id 'nosuchjob'");
+  auto no_job = run_omnilearn({"stop", "nosuchjob", "--address", address, "--json"}, 20s);
+  expect_refusal(no_job, "no job with id");
+  EXPECT_EQ(one_json_line(no_job).value("ok", true), false) << no_job.out;
+  expect_refusal(run_omnilearn({"drain", "nosuchnode", "--address", address}, 20s),
+                 "no live node named 'nosuchnode'");
+  auto no_node = run_omnilearn({"drain", "nosuchnode", "--address", address, "--json"}, 20s);
+  expect_refusal(no_node, "no live node");
+  EXPECT_EQ(one_json_line(no_node).value("ok", true), false) << no_node.out;
+  expect_refusal(run_omnilearn({"logs", "nosuchjob", "--address", address}, 20s),
+                 "no job with id 'nosuchjob'");
+  expect_refusal(run_omnilearn({"logs", "nosuchjob", "--address", address, "--follow"}, 20s),
+                 "no job with id 'nosuchjob'");
+
+  // No answer at all: exit 2.
+  auto port = unused_port();
+  ASSERT_NE(port, 0);
+  auto nowhere = "127.0.0.1:" + std::to_string(port);
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"logs", job_id}, {"logs", job_id, "--follow"}, {"stop", job_id},
+        {"drain", "w1"}, {"submit", job, "--json"}}) {
+    auto command = args;
+    command.insert(command.end(), {"--address", nowhere, "--timeout-ms", "300"});
+    auto result = run_omnilearn(command, 20s);
+    SCOPED_TRACE(args[0]);
+    expect_usage_error(result, "no answer from the head at");
+    EXPECT_TRUE(result.out.empty()) << result.out;
+  }
 }
 
 TEST(CliErrors, HeadRejectsInconsistentHeartbeatSettings) {

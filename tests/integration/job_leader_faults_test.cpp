@@ -169,8 +169,12 @@ TEST_F(JobLeaderFaults, ALeaderThatExitsWithoutItsDoneStillEndsTheJob) {
   EXPECT_TRUE(std::filesystem::exists(marker)) << "the fault was not injected";
   EXPECT_EQ(summary->at("status"), "succeeded");
   EXPECT_EQ(summary->at("steps"), 40);
-  // The survivor that finished it wrote the final checkpoint.
+  // The survivor that finished it wrote the final checkpoint; the summary says where it lies.
   EXPECT_FALSE(summary->at("checkpoint").get<std::string>().empty());
+  EXPECT_FALSE(summary->at("checkpoint_node").get<std::string>().empty());
+  ASSERT_FALSE(summary->at("checkpoints").empty());
+  EXPECT_EQ(summary->at("checkpoints").back().at("path"), summary->at("checkpoint"));
+  EXPECT_EQ(summary->at("checkpoints").back().at("node"), summary->at("checkpoint_node"));
   EXPECT_FALSE(events_named(run.events(), "trainer_gone").empty());
   std::vector<ProcessInfo> left;
   EXPECT_TRUE(wait_until(

@@ -30,7 +30,8 @@ TEST(Specs, DefaultsAreValid) {
 TEST(Specs, InvalidModelSaysWhatWasExpected) {
   ModelSpec m;
   m.kind = "transformer";
-  EXPECT_NE(error_of(m).find("\"mlp\", \"cnn\" or \"resnet\""), std::string::npos);
+  EXPECT_NE(error_of(m).find("\"mlp\", \"cnn\", \"resnet\" or \"torchscript\""),
+            std::string::npos);
   m = ModelSpec{};
   m.hidden = {64, 0};
   EXPECT_NE(error_of(m).find("model.hidden"), std::string::npos);
@@ -78,7 +79,8 @@ TEST(Specs, InvalidOptimizerSaysWhatWasExpected) {
 TEST(Specs, InvalidDataSaysWhatWasExpected) {
   DataSpec d;
   d.dataset = "cifar10";
-  EXPECT_NE(error_of(d).find("\"fashion-mnist\" or \"synthetic\""), std::string::npos);
+  EXPECT_NE(error_of(d).find("\"fashion-mnist\", \"synthetic\" or \"tensors\""),
+            std::string::npos);
   d = DataSpec{};
   d.dataset = "synthetic";
   d.synthetic.train_size = 0;
@@ -86,6 +88,45 @@ TEST(Specs, InvalidDataSaysWhatWasExpected) {
   d.synthetic.train_size = 10;
   d.synthetic.num_classes = 1;
   EXPECT_NE(error_of(d).find("num_classes"), std::string::npos);
+}
+
+TEST(Specs, TorchScriptModelNeedsAFile) {
+  ModelSpec m;
+  m.kind = "torchscript";
+  EXPECT_NE(error_of(m).find("model.path"), std::string::npos);
+  m.path = "model.pt";
+  EXPECT_EQ(error_of(m), "");
+}
+
+TEST(Specs, TensorsDatasetNeedsOneFormPerSplit) {
+  DataSpec d;
+  d.dataset = "tensors";
+  EXPECT_NE(error_of(d).find("needs data.train"), std::string::npos) << error_of(d);
+  d.tensors.train = "train.pt";
+  d.tensors.test_x = "x.npy";
+  EXPECT_NE(error_of(d).find("data.test_x needs data.test_y"), std::string::npos) << error_of(d);
+  d.tensors.test_y = "y.npy";
+  EXPECT_EQ(error_of(d), "");
+  d.tensors.test = "test.pt";
+  EXPECT_NE(error_of(d).find("both name the test split"), std::string::npos) << error_of(d);
+  d.tensors.test.clear();
+  d.tensors.classes = 1;
+  EXPECT_NE(error_of(d).find("data.classes"), std::string::npos) << error_of(d);
+}
+
+TEST(Specs, MseIsForTorchScriptModels) {
+  ModelSpec m;
+  EXPECT_NO_THROW(validate_loss("cross_entropy", m));
+  EXPECT_THROW(validate_loss("hinge", m), std::invalid_argument);
+  try {
+    validate_loss("mse", m);
+    ADD_FAILURE() << "mse accepted for a built-in classifier";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("torchscript"), std::string::npos) << e.what();
+  }
+  m.kind = "torchscript";
+  m.path = "model.pt";
+  EXPECT_NO_THROW(validate_loss("mse", m));
 }
 
 TEST(LrSchedule, WarmupThenStepDecay) {
