@@ -494,7 +494,7 @@ void ElasticJob::progress(const std::string& trainer, std::int64_t committed_ste
 }
 
 void ElasticJob::probe(const std::string& trainer, Millis now) {
-  trainers_.at(trainer).probed_at = now;
+  trainers_.at(trainer).probed_seq = ++evidence_seq_;
   emit(ProbeCommand{trainer, generation_});
 }
 
@@ -502,7 +502,7 @@ void ElasticJob::heard_from(Trainer& t, std::int64_t generation, Millis now) {
   // A message about the current generation answers for it as well as a probe would; it may be
   // what lets a trainer that missed its probe be written off (write_off_unreachable).
   if (finished_ || generation != generation_ || t.view.phase == Phase::kGone) return;
-  t.heard_at = now;
+  t.heard_seq = ++evidence_seq_;
   t.unreachable_in = -1;
   if (!unreachable_error_.empty()) write_off_unreachable(now);
 }
@@ -727,7 +727,7 @@ void ElasticJob::probe_result(const std::string& trainer, std::int64_t generatio
   Trainer* t = find(trainer);
   if (!t || t->view.phase == Phase::kGone) return;
   if (reachable) {
-    t->heard_at = now;
+    t->heard_seq = ++evidence_seq_;
     t->unreachable_in = -1;  // a missed answer, then an answer: it is there
   } else {
     t->unreachable_in = generation;
@@ -745,12 +745,12 @@ void ElasticJob::write_off_unreachable(Millis now) {
   // probe answer, a report) since the missed probe was sent, or was not probed: with two
   // holders unreachable at once, one dead and one whose answer was lost, the order of the
   // results must not decide which is kept. [fix: elastic simulation seed 27536]
-  auto confirmed_holder = [&](const std::string& name, const Trainer& o, Millis since) {
+  auto confirmed_holder = [&](const std::string& name, const Trainer& o, std::uint64_t since) {
     if (o.view.phase == Phase::kGone || o.view.phase == Phase::kSpawning || !holds_state(name)) {
       return false;
     }
     const bool probed = o.view.phase == Phase::kMember || o.view.phase == Phase::kLeaving;
-    return o.unreachable_in != generation_ && (!probed || o.heard_at > since);
+    return o.unreachable_in != generation_ && (!probed || o.heard_seq > since);
   };
   std::vector<std::string> gone;
   for (const auto& [name, t] : trainers_) {
@@ -758,7 +758,7 @@ void ElasticJob::write_off_unreachable(Millis now) {
     if (holds_state(name)) {
       bool other = false;
       for (const auto& [other_name, o] : trainers_) {
-        other |= other_name != name && confirmed_holder(other_name, o, t.probed_at);
+        other |= other_name != name && confirmed_holder(other_name, o, t.probed_seq);
       }
       if (!other) continue;
     }

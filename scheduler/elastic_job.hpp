@@ -184,11 +184,13 @@ class ElasticJob {
     Millis spawned_at = 0;
     std::int64_t synced_generation = -1;  // last generation it reported synced in
     bool exited = false;                  // its process is known to be gone
-    // Liveness evidence: when its last probe went out, when it was last heard from (a probe
-    // answer or a message about the current generation), and the generation whose probe it
-    // missed (unreachable_in == generation_: written off once safe, write_off_unreachable).
-    Millis probed_at = 0;
-    Millis heard_at = -1;
+    // Liveness evidence, ordered by evidence_seq_ (not by the clock: a probe answer on
+    // loopback arrives within the millisecond it was sent): when its last probe went out,
+    // when it was last heard from (a probe answer or a message about the current generation),
+    // and the generation whose probe it missed (unreachable_in == generation_: written off
+    // once safe, write_off_unreachable).
+    std::uint64_t probed_seq = 0;
+    std::uint64_t heard_seq = 0;
     std::int64_t unreachable_in = -1;
   };
 
@@ -233,6 +235,7 @@ class ElasticJob {
   std::int64_t dropped_below_ = 1; // rendezvous keys of generations < this are gone
 
   std::map<std::string, std::string> unreachable_error_;  // why a probe failed, until acted on
+  std::uint64_t evidence_seq_ = 0;  // orders probes sent and trainers heard from
   std::int32_t start_failures_ = 0;  // trainers that failed to start, in a row, job-wide
   std::string last_start_failure_;
 

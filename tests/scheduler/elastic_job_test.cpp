@@ -89,5 +89,39 @@ TEST(ElasticJob, ADrainedLeadersDoneDoesNotEndTheJob) {
   EXPECT_FALSE(job.finished()) << job.state();
 }
 
+// A killed follower: the survivor's collective breaks, the scheduler probes both, the dead one
+// fails at once and the survivor answers, all within one millisecond (loopback). The dead one
+// is written off and a generation forms at once, without waiting for heartbeats. (Ordering the
+// evidence by the clock missed this: the answer came in the millisecond the probe left.)
+TEST(ElasticJob, AKilledMemberIsWrittenOffWhenTheSurvivorAnswersInTheSameMillisecond) {
+  ElasticJobOptions o;
+  o.min_workers = 1;
+  o.max_workers = 2;
+  o.total_steps = 100;
+  ElasticJob job = make_job(o);
+  job.node_up("n1", "w1", 0);
+  job.node_up("n2", "w2", 0);
+  job.start(0);
+  for (const auto& s : commands_of<SpawnCommand>(job)) ASSERT_TRUE(job.hello(s.trainer, 1));
+  const std::vector<std::string> members = job.members();
+  ASSERT_EQ(members.size(), 2u);
+  const std::int64_t g = job.generation();
+  job.take_commands();
+  for (std::int32_t r = 0; r < 2; ++r) {
+    job.report(members[static_cast<size_t>(r)], {MemberReport::Kind::kSynced, g, r, 0, "", 0}, 2);
+  }
+  job.lease_request(members[0], {g, 1, 0}, 2);
+  job.report(members[0], {MemberReport::Kind::kStep, g, 0, 5, "", 0}, 50);
+  job.take_commands();
+  const std::string survivor = members[0], dead = members[1];
+  job.report(survivor, {MemberReport::Kind::kBroken, g, 0, 5, "peer closed", 0}, 100);
+  ASSERT_EQ(commands_of<ProbeCommand>(job).size(), 2u);
+  job.probe_result(dead, g, false, "peer unreachable", 100);
+  job.probe_result(survivor, g, true, "", 100);
+  EXPECT_EQ(job.trainers().at(dead).phase, ElasticJob::Phase::kGone);
+  EXPECT_GT(job.generation(), g) << "a generation without the dead one forms at once";
+  EXPECT_EQ(job.members(), std::vector<std::string>{survivor});
+}
+
 }  // namespace
 }  // namespace omnilearn::scheduler
