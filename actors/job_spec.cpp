@@ -217,7 +217,9 @@ void check_tensor_files_here(const Section& data, const training::TensorFilesSpe
   const std::pair<std::string, const std::string*> splits[2] = {{"train", &t.train},
                                                                 {"test", &t.test}};
   for (int i = 0; i < 2; ++i) {
-    const auto& [split, file] = splits[i];
+    // Not a structured binding: clang 14 (the fuzz build) cannot capture one in a lambda.
+    const std::string& split = splits[i].first;
+    const std::string* file = splits[i].second;
     if (!file->empty()) {
       located_at(data, split, [&] { training::check_torch_save_file(*file); });
       continue;

@@ -153,7 +153,10 @@ struct JobInfo {
   std::int64_t generation = 0;
   double loss = 0;
   std::vector<JobWorkerInfo> workers;
-  MSGPACK_DEFINE(id, name, state, reason, step, total_steps, generation, loss, workers);
+  std::string checkpoint;       // the newest checkpoint's path, on the disk of...
+  std::string checkpoint_node;  // ...this node (trainers write where they run)
+  MSGPACK_DEFINE(id, name, state, reason, step, total_steps, generation, loss, workers, checkpoint,
+                 checkpoint_node);
 };
 
 struct StatusReply {

@@ -502,6 +502,13 @@ JobInfo SchedulerActor::info() const {
   info.total_steps = job_.total_steps();
   info.generation = job_.generation();
   info.loss = loss_;
+  if (!final_checkpoint_.empty()) {
+    info.checkpoint = final_checkpoint_;
+    info.checkpoint_node = final_checkpoint_node_;
+  } else if (!checkpoints_.empty()) {
+    info.checkpoint = checkpoints_.back().path;
+    info.checkpoint_node = checkpoints_.back().node;
+  }
   const auto trainers = job_.trainers();
   const auto& members = job_.members();
   const auto& batches = job_.batches();

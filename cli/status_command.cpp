@@ -56,7 +56,8 @@ nlohmann::json to_json(const actors::JobInfo& job) {
   }
   return {{"id", job.id},           {"name", job.name},       {"state", job.state},
           {"reason", job.reason},   {"step", job.step},       {"total_steps", job.total_steps},
-          {"generation", job.generation}, {"loss", job.loss}, {"workers", workers}};
+          {"generation", job.generation}, {"loss", job.loss}, {"workers", workers},
+          {"checkpoint", job.checkpoint}, {"checkpoint_node", job.checkpoint_node}};
 }
 
 std::string human_bytes(std::int64_t bytes) {
@@ -103,6 +104,10 @@ void print_table(const actors::StatusReply& status) {
                   job.state.c_str(), step.c_str(), static_cast<long long>(job.generation),
                   workers.c_str());
       if (!job.reason.empty()) std::printf("  reason: %s\n", job.reason.c_str());
+      if (!job.checkpoint.empty()) {
+        std::printf("  checkpoint: %s (on %s)\n", job.checkpoint.c_str(),
+                    job.checkpoint_node.c_str());
+      }
     }
   }
 }

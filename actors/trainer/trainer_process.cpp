@@ -185,9 +185,12 @@ class TrainingLoop {
 
     proto::ElasticMemberOptions options;
     options.total_steps = total_steps_;
-    // The leader waits for its lease less than its followers wait in the control broadcast, so
-    // that it releases them (kAbandon) before their collective times out.
-    options.lease_wait = collective_timeout_.count() / 2;
+    // How long a leader waits at a boundary for its lease before it abandons the generation:
+    // the heartbeat timeout, after which the scheduler re-forms without an unreachable leader
+    // anyway (and its followers, waiting in the control broadcast under the 30 s group timeout,
+    // are released by the next rendezvous). Shorter, a head slowed by load (a renewal answered
+    // late) made healthy generations break.
+    options.lease_wait = collective_timeout_.count();
     options.idle_limit = 120000 + static_cast<proto::Millis>(spec.elastic.grace_period_s * 1000);
     proto::ElasticMember member(options, now_ms());
     trainer_->set_commit_gate([&member] { return member.may_commit(now_ms()); });

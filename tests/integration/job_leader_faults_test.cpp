@@ -175,6 +175,18 @@ TEST_F(JobLeaderFaults, ALeaderThatExitsWithoutItsDoneStillEndsTheJob) {
   ASSERT_FALSE(summary->at("checkpoints").empty());
   EXPECT_EQ(summary->at("checkpoints").back().at("path"), summary->at("checkpoint"));
   EXPECT_EQ(summary->at("checkpoints").back().at("node"), summary->at("checkpoint_node"));
+  // And `status` says so too, for the finished job.
+  auto status = run_omnilearn({"status", "--json", "--address", cluster.address()}, 20s);
+  ASSERT_EQ(status.status.code, 0) << status.err;
+  const auto jobs = nlohmann::json::parse(status.out).at("jobs");
+  bool found = false;
+  for (const auto& job : jobs) {
+    if (job.at("id") != run.id()) continue;
+    found = true;
+    EXPECT_EQ(job.at("checkpoint"), summary->at("checkpoint"));
+    EXPECT_EQ(job.at("checkpoint_node"), summary->at("checkpoint_node"));
+  }
+  EXPECT_TRUE(found) << status.out;
   EXPECT_FALSE(events_named(run.events(), "trainer_gone").empty());
   std::vector<ProcessInfo> left;
   EXPECT_TRUE(wait_until(
