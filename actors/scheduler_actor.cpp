@@ -53,7 +53,8 @@ SchedulerActor::SchedulerActor(SchedulerOptions options)
     : options_(std::move(options)),
       job_(job_options(options_),
            [this](const std::vector<std::string>& members) { return plan_for(members); }),
-      controller_(options_.spec.controller.config) {}
+      controller_(options_.spec.controller.config),
+      base_lease_ms_(job_.lease_duration()) {}
 
 scheduler::Millis SchedulerActor::now() const {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch())
@@ -311,6 +312,7 @@ void SchedulerActor::on_heartbeat_counters(const NodeInfo& node) {
     io.step_time_s = counters.step_time_s;
     io.compute_time_s = counters.compute_time_s;
     job_.progress(counters.actor, counters.steps);
+    fit_lease_to_steps(counters.step_time_s);
     // Feed the controller only with fresh timings of the plan in force, after the cool-down.
     const auto rank = view->second.rank;
     if (view->second.phase != proto::ElasticJob::Phase::kMember || rank < 0 ||
@@ -322,6 +324,19 @@ void SchedulerActor::on_heartbeat_counters(const NodeInfo& node) {
     if (counters.steps <= io.observed_steps) continue;
     io.observed_steps = counters.steps;
     controller_.observe(counters.actor, counters.batch, counters.compute_time_s);
+  }
+}
+
+void SchedulerActor::fit_lease_to_steps(double step_time_s) {
+  // A leader commits a step only if its lease still holds when the step ends (the commit gate),
+  // so a lease must outlast a step several times over: slow steps (a slowed or big worker)
+  // would otherwise have every commit refused. Longer leases only delay a new leader after the
+  // old one vanished with its agent; they never let two commit.
+  const auto wanted = static_cast<scheduler::Millis>(4000.0 * step_time_s);
+  const scheduler::Millis duration = std::clamp<scheduler::Millis>(
+      std::max(base_lease_ms_, wanted), base_lease_ms_, kMaxLeaseMs);
+  if (duration > job_.lease_duration() || duration < job_.lease_duration() / 2) {
+    job_.set_lease_duration(duration);
   }
 }
 

@@ -72,6 +72,7 @@ class SchedulerActor : public runtime::Actor {
   void on_heartbeat_counters(const NodeInfo& node);
   void on_report(const TrainerReport& report);
   bool interval_due() const;
+  void fit_lease_to_steps(double step_time_s);
   void maybe_replan();
   void tick();
 
@@ -120,6 +121,8 @@ class SchedulerActor : public runtime::Actor {
   std::ofstream events_file_;
   bool finished_ = false;
   runtime::TimerId tick_timer_ = 0;
+  scheduler::Millis base_lease_ms_ = 0;  // the lease for fast steps (job_options)
+  static constexpr scheduler::Millis kMaxLeaseMs = 30000;  // the trainers' group timeout
 };
 
 }  // namespace omnilearn::actors

@@ -16,6 +16,7 @@
 // - A generation never starts from nothing: it includes a survivor of the last one, or a trainer
 //   that holds the job's committed step; otherwise it waits (and the job fails after its grace).
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -128,6 +129,13 @@ class ElasticJob {
   // The job's length when only the trainers can compute it (epochs over a dataset they load).
   void set_total_steps(std::int64_t total_steps) { options_.total_steps = total_steps; }
   std::int64_t total_steps() const { return options_.total_steps; }
+  // Leases granted from now on last this long (a leader must hold one across a whole step, so
+  // the adapter lengthens them for slow steps); the margin before another leader follows.
+  void set_lease_duration(Millis duration) {
+    options_.lease_duration = duration;
+    options_.lease_margin = std::max<Millis>(50, duration / 5);
+  }
+  Millis lease_duration() const { return options_.lease_duration; }
   void tick(Millis now);                              // deadlines; call every ~100-200 ms
 
   // Membership (from the node registry).

@@ -127,6 +127,12 @@ class ElasticMember {
   // still hold (it was checked at the boundary, but the step may have outlasted it, e.g. a
   // leader frozen mid-step); followers follow the leader's data.
   bool may_commit(Millis now) const { return rank_ != 0 || lease_valid(now); }
+  // The leader's lease ran out while a step ran: ask for it again now. A renewal granted after
+  // the step's all-reduce proves that no other generation was leased meanwhile (the scheduler
+  // renews only the current generation's leader), so the step may then be committed.
+  void renew_lease(Millis now) {
+    if (rank_ == 0 && phase_ == Phase::kTraining) ask_lease(now);
+  }
 
  private:
   MemberAction idle(Millis now);

@@ -193,7 +193,23 @@ class TrainingLoop {
     options.lease_wait = collective_timeout_.count();
     options.idle_limit = 120000 + static_cast<proto::Millis>(spec.elastic.grace_period_s * 1000);
     proto::ElasticMember member(options, now_ms());
-    trainer_->set_commit_gate([&member] { return member.may_commit(now_ms()); });
+    trainer_->set_commit_gate([this, &member, &options] {
+      if (member.may_commit(now_ms())) return true;
+      // The step outlasted the lease (it ran slower than the last one): renew, and commit if
+      // the scheduler still leases this generation; wait for the answer at most lease_wait.
+      member.renew_lease(now_ms());
+      send(member);
+      const proto::Millis give_up = now_ms() + options.lease_wait;
+      while (!member.may_commit(now_ms()) && now_ms() < give_up) {
+        {
+          std::unique_lock lock(control_.mutex);
+          control_.changed.wait_for(lock, std::chrono::milliseconds(20),
+                                    [&] { return !control_.inbox.empty(); });
+        }
+        feed_inbox(member);
+      }
+      return member.may_commit(now_ms());
+    });
     while (true) {
       feed_inbox(member);
       const proto::MemberAction action = member.next(now_ms());
