@@ -296,8 +296,19 @@ struct Trainer::Impl {
         work->wait(abandon ? std::min(left, kAbandonSlice) : left);
         return {};
       } catch (const std::exception& e) {
-        // A slice ran out (the work is still running) or the collective failed.
-        if (work->isCompleted() || Clock::now() >= deadline) {
+        // A slice ran out (the work is still running) or the collective failed. The work may
+        // also have completed just after the slice ran out: then its own outcome decides
+        // (wait() returns at once, or rethrows the collective's real error).
+        if (work->isCompleted()) {
+          try {
+            work->wait();
+            return {};
+          } catch (const std::exception& failed) {
+            return fail(std::string(what) + " failed in generation " +
+                        std::to_string(generation) + ": " + failed.what());
+          }
+        }
+        if (Clock::now() >= deadline) {
           return fail(std::string(what) + " failed in generation " + std::to_string(generation) +
                       ": " + e.what());
         }
