@@ -24,6 +24,14 @@ ElasticJob::ElasticJob(ElasticJobOptions options, Planner planner)
   backoff_ = options_.backoff_initial;
 }
 
+JobEvent ElasticJob::event_now(const std::string& kind) const {
+  JobEvent e;
+  e.kind = kind;
+  e.step = job_step_;
+  e.generation = generation_;
+  return e;
+}
+
 ElasticJob::Trainer* ElasticJob::find(const std::string& trainer) {
   auto it = trainers_.find(trainer);
   return it == trainers_.end() ? nullptr : &it->second;
@@ -76,11 +84,8 @@ void ElasticJob::finish(const std::string& state, const std::string& reason, Mil
   }
   lease_until_ = 0;
   emit(DropStoreKeysCommand{-1});
-  JobEvent e;
-  e.kind = "finished";
+  JobEvent e = event_now("finished");
   e.reason = reason;
-  e.step = job_step_;
-  e.generation = generation_;
   event(std::move(e));
   emit(FinishCommand{state, reason});
 }
@@ -101,10 +106,7 @@ void ElasticJob::tick(Millis now) {
     // The generation did not train: members that never synced in it are written off (a stuck
     // or zombie process would otherwise make every retry fail the same way); the others retry
     // after a back-off.
-    JobEvent e;
-    e.kind = "formation_failed";
-    e.generation = generation_;
-    e.step = job_step_;
+    JobEvent e = event_now("formation_failed");
     e.reason = "generation did not commit a step within the formation timeout";
     event(std::move(e));
     forming_ = false;
@@ -197,11 +199,8 @@ int ElasticJob::drain(const std::string& node_or_name, Millis now) {
         continue;
       }
       ++leaving;
-      JobEvent e;
-      e.kind = "drain";
+      JobEvent e = event_now("drain");
       e.trainer = name;
-      e.step = job_step_;
-      e.generation = generation_;
       event(std::move(e));
       if (t.view.phase == Phase::kMember) {
         // It stays in its generation until the next one, which the leader adopts at a step
@@ -311,12 +310,9 @@ void ElasticJob::trainer_gone(const std::string& trainer, const std::string& rea
   t->view.phase = Phase::kGone;
   t->view.rank = -1;
   if (stop_it && !t->exited) emit(StopCommand{trainer, reason});
-  JobEvent e;
-  e.kind = "trainer_gone";
+  JobEvent e = event_now("trainer_gone");
   e.trainer = trainer;
   e.reason = reason;
-  e.step = job_step_;
-  e.generation = generation_;
   event(std::move(e));
   if (was_member) note_disruption(now);
 }
@@ -474,13 +470,10 @@ void ElasticJob::form_generation(std::vector<std::string> members, const std::st
   forming_ = !members.empty();
   formed_at_ = now;
   if (state_ == "pending" && !members.empty()) state_ = "running";
-  JobEvent e;
-  e.kind = "generation";
-  e.generation = generation_;
+  JobEvent e = event_now("generation");
   e.members = members;
   e.batches = batches;
   e.reason = reason;
-  e.step = job_step_;
   event(std::move(e));
 }
 

@@ -216,6 +216,7 @@ class ElasticJob {
   bool lease_free_for(const std::string& trainer, Millis now) const;
   void emit(JobCommand command) { commands_.push_back(std::move(command)); }
   void event(JobEvent e) { commands_.push_back(std::move(e)); }
+  JobEvent event_now(const std::string& kind) const;  // with the job's step and generation
   Trainer* find(const std::string& trainer);
 
   ElasticJobOptions options_;
