@@ -92,6 +92,7 @@ void check_equivalent(const TrainerConfig& config, const DatasetPair& data, bool
   const Run reference = single_rank(config, data);
   const std::vector<Run> ranks = three_ranks(config, data, changing);
   double worst = 0;
+  double worst_loss = 0;
   for (int r = 0; r < 3; ++r) {
     const Run& run = ranks[static_cast<size_t>(r)];
     const double diff = testing::max_relative_l2(run.params, reference.params);
@@ -101,16 +102,21 @@ void check_equivalent(const TrainerConfig& config, const DatasetPair& data, bool
     testing::expect_equal(run.params, ranks[0].params, "rank " + std::to_string(r) + " vs 0");
     EXPECT_EQ(run.cursor, reference.cursor);
     ASSERT_EQ(run.losses.size(), reference.losses.size());
-    // The loss of each step: float64 to 1e-9 relative; float32 to 1e-3 (the cnn's measured
-    // drift is 1e-4 at most).
-    const double loss_tol = tol < 1e-6 ? 1e-9 : 1e-3;
+    // The loss of each step: float64 to 1e-9 relative. In float32 the loss drifts as much as
+    // the parameters it is computed from (cnn under AVX2 kernels: 1.9e-3 at step 29 with
+    // parameters 2.2e-3 apart), so its bound is the parameters' bound, and at least 1e-3.
+    const double loss_tol = tol < 1e-6 ? 1e-9 : std::max(tol, 1e-3);
     for (size_t s = 0; s < run.losses.size(); ++s) {
+      worst_loss = std::max(worst_loss, std::abs(run.losses[s] - reference.losses[s]) /
+                                            std::abs(reference.losses[s]));
       EXPECT_NEAR(run.losses[s], reference.losses[s], loss_tol * std::abs(reference.losses[s]))
           << "step " << s;
     }
   }
   // Printed so that a bound can be re-measured on another CPU (ONEDNN_MAX_CPU_ISA=...).
-  std::printf("equivalence: max relative L2 difference %.3g (bound %.3g)\n", worst, tol);
+  std::printf("equivalence: max relative L2 difference %.3g (bound %.3g), max relative loss "
+              "difference %.3g\n",
+              worst, tol, worst_loss);
   // The run must have trained, by far more than the bound (a no-op would be "equivalent").
   EXPECT_LT(reference.losses.back(), reference.losses.front());
   const Trainer untouched(config, data);
