@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include "runtime/system_messages.hpp"
+#include "scheduler/simulator.hpp"
 
 namespace omnilearn::actors {
 namespace {
@@ -26,6 +27,16 @@ double unix_time() {
 }
 
 constexpr std::chrono::milliseconds kTick{100};
+
+scheduler::ControlRoundsConfig control_rounds(const ControllerSection& c) {
+  scheduler::ControlRoundsConfig r;
+  r.interval_steps = c.interval_steps;
+  r.cooldown_steps = c.cooldown_steps;
+  // A generation's first steps run cold (a trainer just started or synced, a neighbour may
+  // still be loading LibTorch): twice the plan cool-down.
+  r.warmup_steps = 2 * c.cooldown_steps;
+  return r;
+}
 
 proto::ElasticJobOptions job_options(const SchedulerOptions& o) {
   proto::ElasticJobOptions j;
@@ -54,6 +65,7 @@ SchedulerActor::SchedulerActor(SchedulerOptions options)
       job_(job_options(options_),
            [this](const std::vector<std::string>& members) { return plan_for(members); }),
       controller_(options_.spec.controller.config),
+      rounds_(control_rounds(options_.spec.controller)),
       base_lease_ms_(job_.lease_duration()) {}
 
 scheduler::Millis SchedulerActor::now() const {
@@ -252,8 +264,8 @@ void SchedulerActor::write_event(const scheduler::JobEvent& e) {
                  e.generation, e.members.size(), e.reason, Json(e.batches).dump());
     membership_log_.push_back(fmt::format("step {}: generation {} = {} ({})", e.step,
                                           e.generation, Json(e.members).dump(), e.reason));
-    plan_effective_step_ = step_ + 1;
-    last_replan_step_ = step_;
+    rounds_.generation_started(step_, e.members);
+    last_replan_time_ = Clock::now();
     publish_info();
   } else if (e.kind == "trainer_gone") {
     spdlog::warn("job {}: trainer {} is gone ({})", options_.job_id, e.trainer, e.reason);
@@ -307,22 +319,30 @@ void SchedulerActor::on_heartbeat_counters(const NodeInfo& node) {
     auto view = trainers.find(counters.actor);
     if (it == io_.end() || view == trainers.end()) continue;
     auto& io = it->second;
+    // A heartbeat repeats the last counters when no step ended since: nothing new.
+    const bool fresh = counters.steps > io.counter_steps;
+    // The agent's window holds the steps since its previous heartbeat, restarted where the
+    // batch changed (the new plan's first step, or later).
+    std::int64_t first_step = io.counter_steps + 1;
+    if (counters.batch != io.counter_batch) {
+      first_step = std::max(first_step, rounds_.plan_effective_step());
+    }
     io.counter_batch = counters.batch;
+    io.counter_steps = std::max(io.counter_steps, counters.steps);
     io.samples_per_s = counters.samples_per_s;
     io.step_time_s = counters.step_time_s;
     io.compute_time_s = counters.compute_time_s;
     job_.progress(counters.actor, counters.steps);
     fit_lease_to_steps(counters.step_time_s);
-    // Feed the controller only with fresh timings of the plan in force, after the cool-down.
+    // Feed the controller only with fresh timings of the plan in force whose steps all lie
+    // after the warm-up or cool-down (ControlRounds).
     const auto rank = view->second.rank;
-    if (view->second.phase != proto::ElasticJob::Phase::kMember || rank < 0 ||
+    if (!fresh || view->second.phase != proto::ElasticJob::Phase::kMember || rank < 0 ||
         rank >= static_cast<int>(batches.size())) {
       continue;
     }
     if (counters.batch != batches[rank] || counters.compute_time_s <= 0) continue;
-    if (counters.steps < plan_effective_step_ + options_.spec.controller.cooldown_steps) continue;
-    if (counters.steps <= io.observed_steps) continue;
-    io.observed_steps = counters.steps;
+    if (!rounds_.accept(counters.actor, first_step, counters.steps)) continue;
     controller_.observe(counters.actor, counters.batch, counters.compute_time_s);
   }
 }
@@ -343,38 +363,37 @@ void SchedulerActor::fit_lease_to_steps(double step_time_s) {
 bool SchedulerActor::interval_due() const {
   if (job_.state() != "running" || job_.forming() || job_.members().empty()) return false;
   const auto& c = options_.spec.controller;
-  if (c.interval_s > 0) return seconds_since(last_replan_time_) >= c.interval_s;
-  return step_ - last_replan_step_ >= c.interval_steps;
+  if (c.interval_s > 0) return seconds_since(last_replan_time_) >= c.interval_s && rounds_.fresh();
+  return rounds_.due(step_);
 }
 
 void SchedulerActor::maybe_replan() {
-  // Only when every member has fresh timings at the plan in force.
+  // Called when interval_due(): every member has fresh timings at the plan in force.
   const auto& members = job_.members();
-  for (const auto& name : members) {
-    auto it = io_.find(name);
-    if (it == io_.end() || it->second.observed_steps < plan_effective_step_) return;
-  }
-  last_replan_step_ = step_;
   last_replan_time_ = Clock::now();
   scheduler::BatchPlan plan;
   try {
     plan = controller_.plan();
   } catch (const std::exception& e) {
     spdlog::warn("job {}: no new plan: {}", options_.job_id, e.what());
+    rounds_.round_ran(step_, false, step_);
     return;
   }
-  if (!plan.changed) return;
-  std::vector<std::int32_t> batches;
-  for (const auto& name : members) batches.push_back(plan.batch_of(name));
   bool sent = false;
-  drive([&] { sent = job_.propose_plan(batches, plan.version, now()); });
+  std::vector<std::int32_t> batches;
+  if (plan.changed) {
+    for (const auto& name : members) batches.push_back(plan.batch_of(name));
+    drive([&] { sent = job_.propose_plan(batches, plan.version, now()); });
+  }
+  // The leader applies a plan at its next boundary: two steps after the one reported.
+  rounds_.round_ran(step_, sent, step_ + 2);
   if (!sent) return;
-  plan_effective_step_ = step_ + 2;  // the leader applies it at its next boundary
   Json times = Json::array();
   for (const auto& name : members) times.push_back(io_[name].compute_time_s);
   emit(Json{{"time", unix_time()}, {"event", "plan"}, {"step", step_},
             {"generation", job_.generation()}, {"version", plan.version}, {"batches", batches},
-            {"compute_times", times}, {"predicted_step_time", plan.predicted_step_time}}
+            {"compute_times", times}, {"predicted_step_time", plan.predicted_step_time},
+            {"target_step_time", plan.target_step_time}, {"noise_gain", plan.noise_gain}}
            .dump());
   spdlog::info("job {}: plan v{} at step {}: {}", options_.job_id, plan.version, step_,
                Json(batches).dump());
@@ -433,7 +452,11 @@ void SchedulerActor::on_report(const TrainerReport& report) {
                        {"batch", rank < report.batches.size() ? report.batches[rank] : 0},
                        {"step_time_s", io.step_time_s},
                        {"compute_time_s", io.compute_time_s},
-                       {"samples_per_s", io.samples_per_s}});
+                       {"samples_per_s", io.samples_per_s},
+                       // The heartbeat window the timings belong to (it ended at committed
+                       // step timing_steps, at batch timing_batch): what the controller saw.
+                       {"timing_steps", io.counter_steps},
+                       {"timing_batch", io.counter_batch}});
   }
   Json event{{"time", unix_time()},  {"event", "step"},         {"step", report.step},
              {"epoch", report.epoch}, {"loss", report.loss},     {"generation", report.generation},
@@ -552,9 +575,71 @@ void SchedulerActor::publish_info() {
                                      finished_ ? summary_json() : std::string()});
 }
 
+nlohmann::json SchedulerActor::speed_summary() const {
+  // Measured: each member's compute speed (samples/s of forward + backward + emulated slowdown,
+  // the controller's median over its recent heartbeat windows in this run) and the ideal
+  // speed-up over uniform batches those speeds imply, sum(speed) / (n x slowest), as the
+  // heterogeneity benchmarks define it. Not measured: a speed-up over uniform batches, since
+  // this run never trained with them; it is predicted from the same speeds (with each
+  // worker's affine fit t = alpha + beta b where it has one, so a fixed per-step cost is not
+  // taken for slowness) and labelled an estimate.
+  const auto& members = job_.members();
+  const auto& batches = job_.batches();
+  const auto estimates = controller_.estimates();
+  std::vector<scheduler::CostModel> models;
+  std::vector<double> speeds;
+  Json workers = Json::array();
+  bool affine = true;
+  for (const auto& name : members) {
+    auto e = std::find_if(estimates.begin(), estimates.end(),
+                          [&](const scheduler::WorkerEstimate& x) { return x.key == name; });
+    if (e == estimates.end() || !e->throughput) return Json{{"measured_speeds", nullptr},
+                                                           {"speedup_estimate", nullptr}};
+    speeds.push_back(*e->throughput);
+    affine = affine && e->model.has_value();
+    models.push_back(e->model ? *e->model : scheduler::CostModel{0.0, 1.0 / *e->throughput});
+    workers.push_back({{"name", name},
+                       {"samples_per_s", *e->throughput},
+                       {"relative_error", e->rel_error.value_or(0.0)},
+                       {"observations", e->observations}});
+  }
+  if (speeds.empty() || batches.size() != speeds.size()) {
+    return Json{{"measured_speeds", nullptr}, {"speedup_estimate", nullptr}};
+  }
+  const double n = static_cast<double>(speeds.size());
+  const double slowest = *std::min_element(speeds.begin(), speeds.end());
+  const double ideal_linear = std::accumulate(speeds.begin(), speeds.end(), 0.0) / (n * slowest);
+  Json measured{{"source",
+                 "compute speed per worker measured in this run (median of the controller's "
+                 "recent heartbeat windows)"},
+                {"workers", workers},
+                {"ideal_speedup_over_uniform", ideal_linear}};
+
+  const int B = options_.spec.train.global_batch;
+  double uniform = 0, planned = 0;
+  for (std::size_t i = 0; i < models.size(); ++i) {
+    uniform = std::max(uniform, models[i].time(static_cast<double>(B) / n));
+    planned = std::max(planned, models[i].time(batches[i]));
+  }
+  const std::vector<scheduler::Bounds> bounds(
+      models.size(), scheduler::Bounds{1, std::max(1, B)});
+  const double ideal = scheduler::best_integer_split(models, bounds, B).step_time;
+  Json estimate{{"estimate", true},
+                {"basis", std::string("not measured: this run did not train with uniform batches; "
+                                      "predicted from the measured speeds with ") +
+                              (affine ? "each worker's affine cost fit"
+                                      : "cost assumed linear in the batch (it overstates when "
+                                        "steps have a fixed cost)")},
+                {"uniform_compute_s", uniform},
+                {"planned_compute_s", planned},
+                {"ideal_compute_s", ideal},
+                {"speedup_over_uniform", uniform / planned},
+                {"ideal_speedup", uniform / ideal}};
+  return Json{{"measured_speeds", measured}, {"speedup_estimate", estimate}};
+}
+
 std::string SchedulerActor::summary_json() const {
   Json workers = Json::array();
-  std::vector<double> speeds;
   const auto trainers = job_.trainers();
   const auto& members = job_.members();
   const auto& batches = job_.batches();
@@ -569,26 +654,8 @@ std::string SchedulerActor::summary_json() const {
                        {"samples_per_s", io.samples_per_s},
                        {"step_time_s", io.step_time_s},
                        {"compute_time_s", io.compute_time_s}});
-    if (io.compute_time_s > 0 && rank < batches.size()) {
-      speeds.push_back(batches[rank] / io.compute_time_s);  // samples/s of compute
-    }
   }
-  // Speed-up over uniform batches, from the measured per-worker throughput: a uniform split
-  // waits for the slowest worker at B/n; the plan in force waits for its slowest worker.
-  Json estimate = nullptr;
-  if (!speeds.empty() && speeds.size() == batches.size()) {
-    double n = static_cast<double>(speeds.size());
-    double B = options_.spec.train.global_batch;
-    double uniform = 0, planned = 0;
-    for (std::size_t i = 0; i < speeds.size(); ++i) {
-      uniform = std::max(uniform, (B / n) / speeds[i]);
-      planned = std::max(planned, batches[i] / speeds[i]);
-    }
-    double ideal = B / std::accumulate(speeds.begin(), speeds.end(), 0.0);
-    estimate = {{"uniform_compute_s", uniform}, {"planned_compute_s", planned},
-                {"ideal_compute_s", ideal}, {"speedup_over_uniform", uniform / planned},
-                {"ideal_speedup", uniform / ideal}};
-  }
+  const Json speed = speed_summary();
   return Json{{"job_id", options_.job_id},
               {"name", options_.spec.name},
               {"status", job_.state()},
@@ -612,7 +679,8 @@ std::string SchedulerActor::summary_json() const {
               {"abandoned_in_flight_steps", job_.abandoned_steps()},
               {"recovery_s", job_.recovery_seconds()},
               {"superseded_steps", superseded_steps_},
-              {"speedup_estimate", estimate}}
+              {"measured_speeds", speed.at("measured_speeds")},
+              {"speedup_estimate", speed.at("speedup_estimate")}}
       .dump(2);
 }
 

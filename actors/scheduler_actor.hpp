@@ -18,6 +18,7 @@
 #include "actors/job_spec.hpp"
 #include "runtime/actor_system.hpp"
 #include "scheduler/batch_controller.hpp"
+#include "scheduler/control_rounds.hpp"
 #include "scheduler/elastic_job.hpp"
 
 namespace omnilearn::actors {
@@ -56,7 +57,9 @@ class SchedulerActor : public runtime::Actor {
     double samples_per_s = 0;
     double step_time_s = 0;
     double compute_time_s = 0;
-    std::int64_t observed_steps = 0;  // counter steps when last fed to the controller
+    // The committed step the counters' window ended at; the window of the next heartbeat
+    // starts after it (or where the batch changed). Recorded in step events as timing_steps.
+    std::int64_t counter_steps = 0;
   };
 
   scheduler::Millis now() const;
@@ -81,6 +84,8 @@ class SchedulerActor : public runtime::Actor {
   JobInfo info() const;
   void publish_info();
   std::string summary_json() const;
+  // summary.json's measured_speeds and speedup_estimate (null without timings).
+  nlohmann::json speed_summary() const;
 
   SchedulerOptions options_;
   scheduler::ElasticJob job_;
@@ -89,8 +94,7 @@ class SchedulerActor : public runtime::Actor {
   std::map<std::string, std::string> node_systems_;  // node id -> its agent's system
 
   scheduler::BatchController controller_;
-  std::int64_t plan_effective_step_ = 0;  // first step run with the current plan
-  std::int64_t last_replan_step_ = 0;
+  scheduler::ControlRounds rounds_;  // when the controller runs, which timings it sees
   Clock::time_point last_replan_time_;
   std::int64_t seen_generation_ = 0;
 

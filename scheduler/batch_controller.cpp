@@ -24,7 +24,14 @@ void ControllerConfig::validate() const {
   if (!(deadband >= 0.0 && deadband < 1.0)) fail("deadband must be in [0, 1)");
   if (!(gain > 0.0 && gain <= 1.0)) fail("gain must be in (0, 1]");
   if (throughput_window < 1) fail("throughput_window must be at least 1 step");
+  if (!(noise_z >= 0.0) || !std::isfinite(noise_z)) fail("noise_z must be >= 0");
+  if (!(prior_noise >= 0.0 && prior_noise < 1.0)) fail("prior_noise must be in [0, 1)");
   affine.validate();
+  try {
+    change.validate();
+  } catch (const std::invalid_argument& e) {
+    fail(e.what());
+  }
 }
 
 int BatchPlan::batch_of(const std::string& key) const {
@@ -54,7 +61,7 @@ void BatchController::add_worker(const std::string& key, std::optional<double> s
                                 " is below min_batch " + std::to_string(config_.min_batch));
   }
   workers_.push_back(Worker{key, speed_hint, memory_cap, std::nullopt,
-                            ThroughputEstimator(config_.throughput_window),
+                            ThroughputEstimator(config_.throughput_window, config_.change),
                             CostHistory(config_.affine)});
   index_.emplace(key, workers_.size() - 1);
   membership_changed_ = true;
@@ -106,6 +113,7 @@ std::vector<WorkerView> BatchController::views() const {
   const double fallback = measured > 0 ? measured_sum / measured
                           : hinted > 0 ? hint_sum / hinted
                                        : 1.0;
+  const auto errors = noise();
   std::vector<WorkerView> out;
   out.reserve(workers_.size());
   for (std::size_t i = 0; i < workers_.size(); ++i) {
@@ -115,7 +123,32 @@ std::vector<WorkerView> BatchController::views() const {
     v.throughput = throughput[i].value_or(w.speed_hint.value_or(fallback));
     if (config_.policy == Policy::kAffine) v.model = w.history.model();
     v.bounds = bounds_of(w);
+    // A worker known only from a hint or the others' mean is a guess: a plan is not changed on
+    // its account (a membership change replans regardless of the gate).
+    v.rel_error = errors[i].second.value_or(1.0);
     out.push_back(v);
+  }
+  return out;
+}
+
+std::vector<std::pair<double, std::optional<double>>> BatchController::noise() const {
+  constexpr std::size_t kOwnSpread = 8;  // deviations for a worker's own spread
+  std::vector<double> pooled_dev;
+  std::vector<std::vector<double>> own;
+  own.reserve(workers_.size());
+  for (const Worker& w : workers_) {
+    own.push_back(w.throughput.deviations());
+    pooled_dev.insert(pooled_dev.end(), own.back().begin(), own.back().end());
+  }
+  const double pooled =
+      pooled_dev.size() >= 5 ? 1.4826 * *median(pooled_dev) : config_.prior_noise;
+  std::vector<std::pair<double, std::optional<double>>> out;
+  out.reserve(workers_.size());
+  for (std::size_t i = 0; i < workers_.size(); ++i) {
+    const double spread = own[i].size() >= kOwnSpread ? 1.4826 * *median(own[i]) : pooled;
+    const std::size_t n = workers_[i].throughput.size();
+    out.emplace_back(spread, n == 0 ? std::nullopt
+                                    : std::optional<double>(median_relative_error(spread, n)));
   }
   return out;
 }
@@ -134,8 +167,9 @@ BatchPlan BatchController::plan() {
     for (Worker& w : workers_) w.history.checkpoint();
   }
   const std::vector<WorkerView> v = views();
-  const PlanDecision d = decide_plan(
-      v, PolicyParams{config_.policy, config_.global_batch, config_.deadband, config_.gain});
+  const PlanDecision d =
+      decide_plan(v, PolicyParams{config_.policy, config_.global_batch, config_.deadband,
+                                  config_.gain, config_.noise_z});
   BatchPlan p;
   p.keys.reserve(workers_.size());
   for (const Worker& w : workers_) p.keys.push_back(w.key);
@@ -143,6 +177,8 @@ BatchPlan BatchController::plan() {
   p.changed = d.changed || membership_changed_ || last_.version == 0;
   p.version = last_.version + (p.changed ? 1 : 0);
   p.predicted_step_time = d.predicted_step_time;
+  p.target_step_time = d.target_step_time;
+  p.noise_gain = d.noise_gain;
   for (std::size_t i = 0; i < workers_.size(); ++i) workers_[i].batch = p.batches[i];
   membership_changed_ = false;
   last_ = p;
@@ -152,9 +188,20 @@ BatchPlan BatchController::plan() {
 std::vector<WorkerEstimate> BatchController::estimates() const {
   std::vector<WorkerEstimate> out;
   out.reserve(workers_.size());
-  for (const Worker& w : workers_) {
-    out.push_back(WorkerEstimate{w.key, w.batch, w.throughput.throughput(), w.speed_hint,
-                                 w.history.model(), w.history.regime_changes()});
+  const auto errors = noise();
+  for (std::size_t i = 0; i < workers_.size(); ++i) {
+    const Worker& w = workers_[i];
+    WorkerEstimate e;
+    e.key = w.key;
+    e.batch = w.batch;
+    e.throughput = w.throughput.throughput();
+    e.speed_hint = w.speed_hint;
+    e.model = w.history.model();
+    e.regime_changes = w.throughput.regime_changes();
+    e.observations = w.throughput.size();
+    if (e.observations > 0) e.spread = errors[i].first;
+    e.rel_error = errors[i].second;
+    out.push_back(std::move(e));
   }
   return out;
 }

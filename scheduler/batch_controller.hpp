@@ -23,8 +23,17 @@ struct ControllerConfig {
   double deadband = 0.05;   // keep the plan unless a new one ends steps this much sooner, [0,1)
   double gain = 1.0;        // fraction of the computed correction applied per plan, in (0, 1]
   Policy policy = Policy::kProportional;
-  std::size_t throughput_window = 5;  // steps in the robust (median) throughput estimate
-  CostFitConfig affine;               // history and forgetting of the affine fit
+  // Observations in the robust (median) throughput estimate: a long window smooths across
+  // rounds; the change detector (`change`) forgets it when a worker's speed really changes.
+  std::size_t throughput_window = 24;
+  CostFitConfig affine;  // history and forgetting of the affine fit
+  // Noise gate (decide_plan): a new plan only when its predicted gain exceeds noise_z standard
+  // errors of the prediction; 0 turns the gate off (the deadband alone decides).
+  double noise_z = 3.5;
+  // Relative spread of one observation assumed until the workers' own spread can be measured
+  // (fewer than 5 observations in all).
+  double prior_noise = 0.05;
+  ChangeDetection change;  // when a worker's speed changed for real
 
   // Throws std::invalid_argument naming the first impossible setting (B < min_batch,
   // min_batch > max_batch, deadband or gain out of range, ...).
@@ -38,6 +47,8 @@ struct BatchPlan {
   bool changed = false;              // differs from the previous plan (batches or membership)
   std::uint64_t version = 0;         // increases by one with every changed plan; 0 before any
   double predicted_step_time = 0.0;  // seconds, under the models the plan was made with
+  double target_step_time = 0.0;     // the policy's best plan under the same models
+  double noise_gain = 0.0;           // the relative gain the noise could explain (the gate)
 
   // The batch of `key`; std::out_of_range when the plan does not contain it.
   int batch_of(const std::string& key) const;
@@ -50,7 +61,10 @@ struct WorkerEstimate {
   std::optional<double> throughput;  // measured samples/s (median of the window)
   std::optional<double> speed_hint;  // samples/s given at add_worker
   std::optional<CostModel> model;    // the affine fit, when there is one (kAffine only)
-  std::size_t regime_changes = 0;    // times a speed change reset the worker's history
+  std::size_t regime_changes = 0;    // times a detected speed change reset its throughput window
+  std::size_t observations = 0;      // in the throughput window
+  std::optional<double> spread;      // relative spread of one observation (own, or pooled)
+  std::optional<double> rel_error;   // relative standard error of `throughput`
 };
 
 // Plans per-worker batches. Workers are ordered by when they were added; removing one keeps the
@@ -109,6 +123,10 @@ class BatchController {
 
   Bounds bounds_of(const Worker& w) const;
   std::vector<WorkerView> views() const;
+  // Per worker: the relative spread of one observation (its own with 8 or more observations,
+  // else pooled over the workers, else prior_noise) and the relative error of its estimate
+  // (nullopt without observations).
+  std::vector<std::pair<double, std::optional<double>>> noise() const;
 
   ControllerConfig config_;
   std::vector<Worker> workers_;

@@ -19,10 +19,39 @@ std::optional<double> median(std::span<const double> values) {
   return 0.5 * (lower + upper);
 }
 
-ThroughputEstimator::ThroughputEstimator(std::size_t window) {
+std::optional<double> relative_spread(std::span<const double> values) {
+  if (values.size() < 3) return std::nullopt;
+  const double m = *median(values);
+  if (!(m > 0.0)) return std::nullopt;
+  std::vector<double> dev;
+  dev.reserve(values.size());
+  for (double v : values) dev.push_back(std::abs(v / m - 1.0));
+  return 1.4826 * *median(dev);
+}
+
+double median_relative_error(double spread, std::size_t n) {
+  return 1.2533 * spread / std::sqrt(static_cast<double>(std::max<std::size_t>(n, 1)));
+}
+
+void ChangeDetection::validate() const {
+  auto fail = [](const char* what) {
+    throw std::invalid_argument(std::string("change detection: ") + what);
+  };
+  if (run < 1) fail("run must be at least 1 observation");
+  if (!(min_change > 0.0) || !std::isfinite(min_change)) fail("min_change must be positive");
+  if (!(spread_z >= 0.0) || !std::isfinite(spread_z)) fail("spread_z must be >= 0");
+  if (!(slow_min_change > 0.0) || !std::isfinite(slow_min_change)) {
+    fail("slow_min_change must be positive");
+  }
+  if (!(slow_spread_z >= 0.0) || !std::isfinite(slow_spread_z)) fail("slow_spread_z must be >= 0");
+}
+
+ThroughputEstimator::ThroughputEstimator(std::size_t window, ChangeDetection change)
+    : change_(change) {
   if (window == 0) {
     throw std::invalid_argument("ThroughputEstimator: window must be at least 1 step");
   }
+  change_.validate();
   ring_.resize(window);
 }
 
@@ -33,20 +62,95 @@ void ThroughputEstimator::observe(int batch, double seconds) {
         << ", time " << seconds << ")";
     throw std::invalid_argument(msg.str());
   }
-  ring_[next_] = batch / seconds;
+  ring_[next_] = Entry{batch, batch / seconds};
   next_ = (next_ + 1) % ring_.size();
   count_ = std::min(count_ + 1, ring_.size());
+  check_for_change();
 }
 
-std::optional<double> ThroughputEstimator::throughput() const {
-  // The live entries are the first count_ slots until the ring wraps, then all of them.
-  return median(std::span<const double>(ring_.data(), count_));
+std::vector<ThroughputEstimator::Entry> ThroughputEstimator::entries() const {
+  std::vector<Entry> out;
+  out.reserve(count_);
+  const std::size_t first = (next_ + ring_.size() - count_) % ring_.size();
+  for (std::size_t k = 0; k < count_; ++k) out.push_back(ring_[(first + k) % ring_.size()]);
+  return out;
 }
+
+std::vector<double> ThroughputEstimator::values() const {
+  std::vector<double> out;
+  out.reserve(count_);
+  for (const Entry& e : entries()) out.push_back(e.rate);
+  return out;
+}
+
+std::vector<double> ThroughputEstimator::deviations() const {
+  std::vector<Entry> v = entries();
+  std::sort(v.begin(), v.end(), [](const Entry& a, const Entry& b) { return a.batch < b.batch; });
+  std::vector<double> out, group;
+  for (std::size_t i = 0; i < v.size();) {
+    std::size_t j = i;
+    group.clear();
+    for (; j < v.size() && v[j].batch == v[i].batch; ++j) group.push_back(v[j].rate);
+    if (group.size() >= 3) {
+      const double m = *median(group);
+      for (double x : group) out.push_back(std::abs(x / m - 1.0));
+    }
+    i = j;
+  }
+  return out;
+}
+
+void ThroughputEstimator::check_for_change() {
+  if (changed(change_.run, change_.min_change, change_.spread_z)) return;
+  changed(change_.slow_run, change_.slow_min_change, change_.slow_spread_z);
+}
+
+bool ThroughputEstimator::changed(std::size_t run, double min_change, double spread_z) {
+  // The newest `run` against at least two older ones (a median of one is any outlier).
+  if (run == 0 || count_ < run + 2) return false;
+  const std::vector<Entry> v = entries();
+  const auto newest = v.end() - static_cast<std::ptrdiff_t>(run);
+  std::vector<double> older, same_batch;
+  const bool one_batch =
+      std::all_of(newest, v.end(), [&](const Entry& e) { return e.batch == newest->batch; });
+  for (auto it = v.begin(); it != newest; ++it) {
+    older.push_back(it->rate);
+    if (one_batch && it->batch == newest->batch) same_batch.push_back(it->rate);
+  }
+  if (same_batch.size() >= 2) older = same_batch;
+  const double center = *median(older);
+  const double tolerance = std::max(min_change, spread_z * relative_spread(older).value_or(0.0));
+  int side = 0;
+  for (auto it = newest; it != v.end(); ++it) {
+    const double off = it->rate / center - 1.0;
+    const int s = off > tolerance ? 1 : off < -tolerance ? -1 : 0;
+    if (s == 0 || (side != 0 && s != side)) return false;
+    side = s;
+  }
+  // The worker's speed changed: the older observations describe a machine that is gone.
+  const std::vector<Entry> recent(newest, v.end());
+  clear();
+  for (const Entry& e : recent) {
+    ring_[next_] = e;
+    next_ = (next_ + 1) % ring_.size();
+    ++count_;
+  }
+  ++regime_changes_;
+  return true;
+}
+
+std::optional<double> ThroughputEstimator::throughput() const { return median(values()); }
 
 std::optional<double> ThroughputEstimator::time_at(int batch) const {
   const std::optional<double> x = throughput();
   if (!x) return std::nullopt;
   return batch / *x;
+}
+
+std::optional<double> ThroughputEstimator::spread() const {
+  const std::vector<double> d = deviations();
+  if (d.size() < 3) return std::nullopt;
+  return 1.4826 * *median(d);
 }
 
 void ThroughputEstimator::clear() {

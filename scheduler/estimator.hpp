@@ -1,7 +1,10 @@
 #pragma once
-// Robust per-worker throughput from step reports: the median of the last few steps' samples per
-// second, so one pause (a step 10x slower than the rest) does not move the estimate at all once
-// the window holds three or more steps.
+// Robust per-worker throughput from step reports, with its spread: the median of the recent
+// observations' samples per second (one pause, a step 10x slower than the rest, does not move it
+// once the window holds three or more), the observations' own relative spread (so a plan can be
+// judged against what the noise could explain), and a change detector that forgets the old
+// regime when the worker really got slower or faster (a `node set`, a new neighbour), so a long
+// smoothing window does not make the controller slow to follow.
 
 #include <cstddef>
 #include <optional>
@@ -13,34 +16,89 @@ namespace omnilearn::scheduler {
 // Median of `values` (the mean of the middle two for an even count); nullopt when empty.
 std::optional<double> median(std::span<const double> values);
 
+// Robust relative spread of `values` around their median: 1.4826 x the median absolute relative
+// deviation, which is the standard deviation for Gaussian noise and ignores a few outliers.
+// nullopt with fewer than 3 values or a median that is not positive.
+std::optional<double> relative_spread(std::span<const double> values);
+
+// Relative standard error of the median of n observations with relative spread `spread`
+// (1.2533 sigma / sqrt(n) for Gaussian noise).
+double median_relative_error(double spread, std::size_t n);
+
+// When a run of observations says the worker's speed changed for real.
+// Two levels: a large change is caught after a short run, a small one after a longer run (a
+// run that long on one side is rare for noise however small its threshold).
+struct ChangeDetection {
+  std::size_t run = 3;      // this many newest observations in a row, all on one side ...
+  double min_change = 0.15; // ... each off the older median by more than this (relative) ...
+  double spread_z = 2.5;    // ... and by more than spread_z x the older observations' spread
+  std::size_t slow_run = 8;        // the same test for small changes: a longer run ...
+  double slow_min_change = 0.05;   // ... with a smaller relative threshold ...
+  double slow_spread_z = 1.5;      // ... and spread multiple (0 runs disable a level)
+  // Throws std::invalid_argument naming the first field out of range.
+  void validate() const;
+};
+
 // Windowed median of per-sample throughput (batch / compute time). Throughput, not raw time, is
 // averaged so that steps run at different batches (before and after a plan change) stay
 // comparable under a cost that grows with the batch. Not thread-safe; one owner.
 class ThroughputEstimator {
  public:
-  // Window of the most recent steps the median is taken over (>= 1; 5 by default).
-  explicit ThroughputEstimator(std::size_t window = 5);
+  // Window of the most recent observations the median is taken over (>= 1; 5 by default).
+  explicit ThroughputEstimator(std::size_t window = 5, ChangeDetection change = {});
 
-  // Records one step: `batch` samples took `seconds` of compute. Throws std::invalid_argument
-  // unless batch >= 1 and seconds is positive and finite.
+  // Records one observation: `batch` samples took `seconds` of compute (one step, or the mean
+  // of a few steps at that batch). Throws std::invalid_argument unless batch >= 1 and seconds
+  // is positive and finite. When the newest `change.run` observations all sit on one side of
+  // the older ones' median, beyond the tolerance, the older ones are dropped (compared with
+  // the older observations at the same batch when there are two or more, so that a plan
+  // change under a fixed per-step cost is not taken for a change of speed).
   void observe(int batch, double seconds);
 
-  // Median samples per second over the window; nullopt before the first step.
+  // Median samples per second over the window; nullopt before the first observation.
   std::optional<double> throughput() const;
 
   // Step time the worker would take at `batch` under the linear model batch / throughput.
   std::optional<double> time_at(int batch) const;
 
-  // Steps currently in the window.
+  // Relative spread of one observation: 1.4826 x the median of deviations(); nullopt with
+  // fewer than 3 of them.
+  std::optional<double> spread() const;
+
+  // Each observation's relative deviation from the median of the observations at its batch
+  // (batches with 3 or more observations only): the noise, without what a plan change does to
+  // the throughput when a step has a fixed cost.
+  std::vector<double> deviations() const;
+
+  // The window's observations (samples/s), oldest first.
+  std::vector<double> values() const;
+
+  // Observations currently in the window.
   std::size_t size() const { return count_; }
 
-  // Forgets every step (a worker whose hardware changed).
+  // How many times a detected change of speed dropped the older observations.
+  std::size_t regime_changes() const { return regime_changes_; }
+
+  // Forgets every observation (a worker whose hardware changed).
   void clear();
 
  private:
-  std::vector<double> ring_;  // samples per second, circular
+  void check_for_change();
+  // Whether the newest `run` observations all lie on one side of the older ones by the
+  // threshold; then drops the older ones.
+  bool changed(std::size_t run, double min_change, double spread_z);
+
+  struct Entry {
+    int batch;
+    double rate;  // samples per second
+  };
+  std::vector<Entry> entries() const;  // oldest first
+
+  ChangeDetection change_;
+  std::vector<Entry> ring_;  // circular
   std::size_t next_ = 0;
   std::size_t count_ = 0;
+  std::size_t regime_changes_ = 0;
 };
 
 }  // namespace omnilearn::scheduler

@@ -150,6 +150,9 @@ PlanDecision decide_plan(std::span<const WorkerView> workers, const PolicyParams
   if (!(params.gain > 0.0 && params.gain <= 1.0)) {
     throw std::invalid_argument("gain must be in (0, 1]");
   }
+  if (!(params.noise_z >= 0.0) || !std::isfinite(params.noise_z)) {
+    throw std::invalid_argument("noise_z must be >= 0");
+  }
   const std::size_t n = workers.size();
   PlanDecision out;
   out.targets = policy_targets(workers, params);
@@ -188,9 +191,24 @@ PlanDecision decide_plan(std::span<const WorkerView> workers, const PolicyParams
   out.batches = full;
   if (current_valid) {
     const double current = step_time([&](std::size_t i) { return *workers[i].batch; });
+    out.current_step_time = current;
+    if (params.noise_z > 0.0 && n > 0) {
+      std::size_t setter = 0;
+      double sum_sq = 0.0;
+      for (std::size_t i = 0; i < n; ++i) {
+        if (models[i].time(*workers[i].batch) > models[setter].time(*workers[setter].batch)) {
+          setter = i;
+        }
+        sum_sq += workers[i].rel_error * workers[i].rel_error;
+      }
+      const double e = workers[setter].rel_error;
+      out.noise_gain = params.noise_z *
+                       std::sqrt(e * e + sum_sq / (static_cast<double>(n) * static_cast<double>(n)));
+    }
+    const double threshold = std::max(params.deadband, out.noise_gain);
     // The relative 1e-9 keeps float noise between two fits of the same line from counting as
     // an improvement when the deadband is 0.
-    if (current <= (1.0 + params.deadband) * (1.0 + 1e-9) * out.target_step_time) {
+    if (current <= (1.0 + threshold) * (1.0 + 1e-9) * out.target_step_time) {
       out.batches.clear();
       for (const WorkerView& w : workers) out.batches.push_back(*w.batch);
     }

@@ -32,6 +32,9 @@ struct WorkerView {
   double throughput = 1.0;         // samples/s: measured (robust), the hint, or the others' mean
   std::optional<CostModel> model;  // affine fit, when the worker has one (used by kAffine only)
   Bounds bounds;                   // [min_batch, min(max_batch, memory cap)]
+  // Relative standard error of this worker's cost estimate (its predicted step time may be off
+  // by about this fraction); 0: known exactly. Used by the noise gate of decide_plan.
+  double rel_error = 0.0;
 };
 
 // Knobs shared by every policy.
@@ -40,6 +43,9 @@ struct PolicyParams {
   int global_batch = 0;   // B: the plan sums to exactly this
   double deadband = 0.0;  // keep the plan unless a new one ends steps this much sooner
   double gain = 1.0;      // fraction of the computed correction applied per round, in (0, 1]
+  // Noise gate: keep the plan in force unless the predicted gain exceeds noise_z standard
+  // errors of that prediction (see decide_plan); 0 turns the gate off.
+  double noise_z = 0.0;
 };
 
 // The cost model a policy plans with: the fit under kAffine when there is one, otherwise the
@@ -72,6 +78,9 @@ struct PlanDecision {
   bool changed = false;         // batches differ from the plan in force (or it no longer applies)
   double predicted_step_time = 0.0;  // max over workers of planning_model(b_i).time(batch), s
   double target_step_time = 0.0;     // the same for the integer plan of the targets
+  double noise_gain = 0.0;  // the relative gain the estimates' noise could explain (the gate)
+  double current_step_time = 0.0;    // the plan in force under the models; 0 when it no longer
+                                     // applies (a join or leave)
 };
 
 // Targets, then integers, then the deadband. Integers come from round_largest_remainder under
@@ -81,7 +90,11 @@ struct PlanDecision {
 // proportional rule this is the paper's per-worker test |c_i - b_i| / c_i < deadband, applied to
 // the workers that set the step time: an underloaded worker costs nothing until it is the
 // slowest, and a small batch whose target noise moves across a rounding boundary (7 vs 8
-// samples is 14%) is not worth a new plan unless it makes the step slower. When the plan
+// samples is 14%) is not worth a new plan unless it makes the step slower. The threshold is
+// the larger of the deadband and the noise gate: noise_z x sqrt(e_s^2 + sum(e_i^2) / n^2),
+// e_s the relative error of the worker that sets the current step time, e_i every worker's
+// (the error of the predicted current step time and of the target's, which averages over all
+// workers): a gain that large is unlikely to be the estimates' noise. When the plan
 // changes, every worker moves to its target; after a join or leave (the batches no longer sum
 // to B) it always changes, the departed share going to the others by throughput. Every result
 // is integral, sums to B and respects the bounds; throws InfeasibleBatchError when that is

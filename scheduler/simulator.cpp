@@ -45,6 +45,20 @@ std::string worker_key(int id) { return "w" + std::to_string(id); }
 
 }  // namespace
 
+ControllerConfig controller_config(const SimulationConfig& s) {
+  ControllerConfig c;
+  c.global_batch = s.global_batch;
+  c.min_batch = s.min_batch;
+  c.max_batch = s.max_batch;
+  c.deadband = s.deadband;
+  c.gain = s.gain;
+  c.policy = s.policy;
+  c.throughput_window = s.throughput_window;
+  c.affine = s.affine;
+  c.noise_z = s.noise_z;
+  return c;
+}
+
 std::string ClusterEvent::to_string() const {
   const std::string r = std::to_string(round);
   switch (kind) {
@@ -123,9 +137,7 @@ void SimulationConfig::validate() const {
   if (steps_per_round < 1) fail("steps per round must be at least 1");
   if (!(noise >= 0.0 && noise < 1.0)) fail("noise must be in [0, 1)");
   if (!(overhead_ms >= 0.0) || !std::isfinite(overhead_ms)) fail("overhead must be >= 0 ms");
-  ControllerConfig{global_batch, min_batch, max_batch,         deadband,
-                   gain,         policy,    throughput_window, affine}
-      .validate();
+  controller_config(*this).validate();
 
   // Replay membership so that every round's cluster can hold B.
   std::vector<bool> present(speeds.size(), true);
@@ -200,9 +212,7 @@ Split best_integer_split(std::span<const CostModel> costs, std::span<const Bound
 
 SimulationResult simulate(const SimulationConfig& config) {
   config.validate();
-  BatchController controller(
-      ControllerConfig{config.global_batch, config.min_batch, config.max_batch, config.deadband,
-                       config.gain, config.policy, config.throughput_window, config.affine});
+  BatchController controller(controller_config(config));
   // The controller works in seconds and samples/s; the simulated cluster in ms and samples/ms.
   std::map<int, double> speed;  // id -> samples per ms, for the workers present
   auto join = [&](int id, double s) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "scheduler/allocation.hpp"
+#include "scheduler/batch_controller.hpp"
 #include "scheduler/cost_model.hpp"
 #include "scheduler/policy.hpp"
 
@@ -51,8 +52,9 @@ struct SimulationConfig {
   std::vector<ClusterEvent> events;
   std::uint64_t seed = 1;
   bool speed_hints = false;  // tell the controller each worker's true speed when it joins
-  std::size_t throughput_window = 5;
+  std::size_t throughput_window = ControllerConfig{}.throughput_window;
   CostFitConfig affine;
+  double noise_z = ControllerConfig{}.noise_z;  // the controller's noise gate (0: off)
 
   // Throws std::invalid_argument with a one-line reason: speeds not positive, B below
   // n * min_batch or above n * max_batch at some round, an event naming an absent worker or a
@@ -79,6 +81,9 @@ struct RoundRecord {
 struct SimulationResult {
   std::vector<RoundRecord> rounds;
 };
+
+// The controller configuration a simulation runs with.
+ControllerConfig controller_config(const SimulationConfig& config);
 
 // Runs the simulation. Deterministic for a given config (seeded, platform-independent noise).
 // Throws std::invalid_argument like SimulationConfig::validate.

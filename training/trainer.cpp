@@ -5,6 +5,9 @@
 #include <torch/csrc/jit/serialization/pickle.h>
 #include <unistd.h>
 
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -24,6 +27,7 @@
 #include <future>
 #include <iterator>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <thread>
@@ -39,6 +43,14 @@ constexpr int64_t kCheckpointFormat = 1;
 constexpr int64_t kStateMagic = 0x4F4C5354;  // "OLST": first word of the sync header
 constexpr int64_t kControlInline = 63;       // control words carried by the first broadcast
 constexpr int64_t kMaxControlWords = int64_t{1} << 20;
+// Control words carried in a step's exchange travel as 16-bit chunks, one floating-point element
+// each: every chunk is exactly representable in float32, and a SUM of rank 0's chunk with the
+// other ranks' zeros is exact in any order.
+constexpr int kChunkBits = 16;
+constexpr int kChunksPerWord = 64 / kChunkBits;
+// Words a step's exchange carries beyond a plan of world batches (kind, generation, version, one
+// spare); longer ones follow in a broadcast.
+constexpr int64_t kCarriedWordsOverWorld = 4;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -101,6 +113,48 @@ void write_file_atomically(const std::string& path, const std::vector<char>& byt
   }
 }
 
+// Writes [length, words...] (words beyond `capacity` left out) into `region` as chunks.
+void encode_words(at::Tensor& region, const std::vector<int64_t>& words, int64_t capacity) {
+  std::vector<double> chunks(static_cast<size_t>(region.numel()), 0.0);
+  auto put = [&](int64_t index, uint64_t word) {
+    for (int c = 0; c < kChunksPerWord; ++c) {
+      chunks[static_cast<size_t>(index * kChunksPerWord + c)] =
+          static_cast<double>((word >> (kChunkBits * c)) & ((uint64_t{1} << kChunkBits) - 1));
+    }
+  };
+  put(0, static_cast<uint64_t>(words.size()));
+  const int64_t n = std::min<int64_t>(capacity, static_cast<int64_t>(words.size()));
+  for (int64_t i = 0; i < n; ++i) put(1 + i, static_cast<uint64_t>(words[static_cast<size_t>(i)]));
+  region.copy_(at::tensor(chunks, at::TensorOptions().dtype(at::kDouble)).to(region.options()));
+}
+
+// Reads what encode_words wrote (after the SUM): the length, and the words if it fits. False if
+// a chunk is not a 16-bit integer (the ranks disagreed on the layout).
+bool decode_words(const at::Tensor& region, int64_t capacity, int64_t* length,
+                  std::vector<int64_t>* words) {
+  const at::Tensor cpu = region.to(at::kCPU, at::kDouble).contiguous();
+  const double* v = cpu.data_ptr<double>();
+  bool ok = true;
+  auto get = [&](int64_t index) {
+    uint64_t word = 0;
+    for (int c = 0; c < kChunksPerWord; ++c) {
+      const double x = v[index * kChunksPerWord + c];
+      if (!(x >= 0 && x < static_cast<double>(uint64_t{1} << kChunkBits)) || x != std::floor(x)) {
+        ok = false;
+        return uint64_t{0};
+      }
+      word |= static_cast<uint64_t>(x) << (kChunkBits * c);
+    }
+    return word;
+  };
+  *length = static_cast<int64_t>(get(0));
+  words->clear();
+  if (ok && *length >= 0 && *length <= capacity) {
+    for (int64_t i = 0; i < *length; ++i) words->push_back(static_cast<int64_t>(get(1 + i)));
+  }
+  return ok && *length >= 0;
+}
+
 std::vector<NamedTensor> detached_copies(const std::vector<NamedTensor>& in) {
   std::vector<NamedTensor> out;
   out.reserve(in.size());
@@ -142,12 +196,44 @@ struct Trainer::Impl {
   // waited for when the trainer goes.
   std::vector<std::future<void>> reaping;
 
-  // Gradient buckets: gradients, then float buffers, then one element for the loss.
-  std::vector<Slot> grad_slots;
+  // The step's exchange. Bucket 0: float buffers, one element for the loss, then the control
+  // region (sized per group: it depends on the world). Buckets 1..: gradients in reverse
+  // parameter order (backward produces the last layers' gradients first), about bucket_bytes
+  // each, as DDP's reducer lays them out.
+  std::vector<Slot> grad_slots;                  // per trainable parameter
+  std::vector<std::vector<size_t>> grad_members;  // per gradient bucket: trainable indices
   std::vector<Slot> buffer_slots;
   Slot loss_slot;
-  std::vector<int64_t> bucket_sizes;
+  int64_t extras_size = 0;       // bucket 0 without the control region
+  int64_t control_capacity = 0;  // words the control region carries (this group)
+  std::vector<int64_t> bucket_sizes;  // bucket 0 without the control region, then gradients
   std::vector<at::Tensor> buckets;  // reallocated per group: a failed op may still write old ones
+  // Kept alive so that their hooks stay registered (a parameter holds only a weak reference).
+  std::vector<std::shared_ptr<torch::autograd::Node>> grad_accumulators;
+
+  // One step's exchange in flight: what the gradient hooks launch. Guarded by `exchange_mutex`
+  // (hooks run on the thread that runs backward, the training thread on the CPU; the lock
+  // does not assume it).
+  struct Exchange {
+    bool active = false;
+    double scale = 0;
+    std::vector<int64_t> waiting;  // per gradient bucket: gradients not yet accumulated
+    size_t next = 0;               // the next gradient bucket to launch (they go in order)
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;  // launch order: bucket 0, 1, ...
+    std::string error;             // a launch that threw (a hook must not throw into autograd)
+    bool in_backward = false;
+    int64_t launched_in_backward = 0;
+    // Slowdown emulation, spread over the step so that a slowed rank's buckets are ready as
+    // late as a slower CPU's would be: at each launch it sleeps (factor - 1) x the compute
+    // since the last one.
+    double factor = 1.0;
+    Clock::time_point mark;
+    double active_s = 0;   // compute time measured between the sleeps
+    double slept_s = 0;    // requested sleep (what the emulation adds to compute time)
+    double slept_wall_s = 0;
+  };
+  Exchange ex;
+  std::mutex exchange_mutex;
 
   at::ScalarType real() const {
     return config.precision == Precision::kFloat64 ? at::kDouble : at::kFloat;
@@ -208,6 +294,19 @@ struct Trainer::Impl {
     optimizer = std::make_unique<Optimizer>(config.optimizer, trainable);
     if (script) check_output(classes);
     layout_buckets();
+    for (size_t k = 0; k < trainable.size(); ++k) {
+      std::shared_ptr<torch::autograd::Node> acc =
+          torch::autograd::impl::grad_accumulator(trainable[k].second);
+      if (!acc) throw ModelError("parameter " + trainable[k].first + " has no gradient accumulator");
+      // Runs after the accumulator wrote this step's gradient into .grad().
+      acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+          [this, k](const torch::autograd::variable_list& outputs,
+                    const torch::autograd::variable_list&) {
+            on_gradient_ready(k);
+            return outputs;
+          }));
+      grad_accumulators.push_back(std::move(acc));
+    }
   }
 
   // A user's model must map the data's inputs to what the loss compares with its targets; one
@@ -259,21 +358,168 @@ struct Trainer::Impl {
   }
 
   void layout_buckets() {
-    const int64_t capacity = std::max<int64_t>(1, config.bucket_bytes / real_bytes());
     int64_t used = 0;
-    auto place = [&](const at::Tensor& t, int64_t numel) {
-      if (bucket_sizes.empty() || (used > 0 && used + numel > capacity)) {
+    for (auto& b : float_buffers) {
+      buffer_slots.push_back(Slot{b, 0, used});
+      used += b.numel();
+    }
+    loss_slot = Slot{at::Tensor(), 0, used};
+    extras_size = used + 1;
+    bucket_sizes = {extras_size};
+    const int64_t capacity = std::max<int64_t>(1, config.bucket_bytes / real_bytes());
+    grad_slots.resize(trainable.size());
+    int64_t fill = 0;
+    for (size_t k = trainable.size(); k-- > 0;) {
+      const at::Tensor& p = trainable[k].second;
+      if (grad_members.empty() || (fill > 0 && fill + p.numel() > capacity)) {
+        grad_members.emplace_back();
         bucket_sizes.push_back(0);
-        used = 0;
+        fill = 0;
       }
-      Slot s{t, bucket_sizes.size() - 1, used};
-      used += numel;
-      bucket_sizes.back() = used;
-      return s;
-    };
-    for (auto& [name, p] : trainable) grad_slots.push_back(place(p, p.numel()));
-    for (auto& b : float_buffers) buffer_slots.push_back(place(b, b.numel()));
-    loss_slot = place(at::Tensor(), 1);
+      grad_slots[k] = Slot{p, grad_members.size(), fill};
+      grad_members.back().push_back(k);
+      fill += p.numel();
+      bucket_sizes.back() = fill;
+    }
+  }
+
+  // The control region of bucket 0 (this group's layout).
+  at::Tensor control_region() {
+    return buckets[0].narrow(0, extras_size, kChunksPerWord * (1 + control_capacity));
+  }
+
+  // Slowdown emulation: sleeps (factor - 1) x the compute since the last call. Exchange lock
+  // held (or no exchange running).
+  void pace() {
+    const Clock::time_point now = Clock::now();
+    const double active = std::chrono::duration<double>(now - ex.mark).count();
+    ex.active_s += active;
+    if (ex.factor > 1.0) {
+      const double extra = (ex.factor - 1.0) * active;
+      std::this_thread::sleep_for(std::chrono::duration<double>(extra));
+      ex.slept_s += extra;
+    }
+    ex.mark = Clock::now();
+    ex.slept_wall_s += std::chrono::duration<double>(ex.mark - now).count();
+  }
+
+  void launch_locked(size_t bucket) {
+    if (!ex.error.empty()) return;  // the group is failing; the step will report it
+    std::vector<at::Tensor> one{buckets[bucket]};
+    c10d::AllreduceOptions opts;
+    opts.reduceOp = c10d::ReduceOp::SUM;
+    try {
+      ex.works.push_back(group->allreduce(one, opts));
+    } catch (const std::exception& e) {
+      ex.error = std::string("gradient all-reduce failed: ") + e.what();
+    }
+  }
+
+  // Bucket 0, right after forward: BatchNorm statistics and the loss (scaled by b_r / B), and
+  // rank 0's control words (not scaled).
+  void launch_extras(double local_loss, const StepControl* control) {
+    std::lock_guard lock(exchange_mutex);
+    c10::NoGradGuard no_grad;
+    at::Tensor& b = buckets[0];
+    for (const Slot& slot : buffer_slots) {
+      b.narrow(0, slot.offset, slot.tensor.numel()).copy_(slot.tensor.reshape({-1}));
+    }
+    b.narrow(0, loss_slot.offset, 1).fill_(local_loss);
+    b.narrow(0, 0, extras_size).mul_(ex.scale);
+    at::Tensor region = control_region();
+    if (rank == 0) {
+      encode_words(region, control ? control->words : std::vector<int64_t>{}, control_capacity);
+    } else {
+      region.zero_();
+    }
+    launch_locked(0);
+  }
+
+  // A gradient accumulator's hook: parameter k's gradient for this step is in its .grad().
+  void on_gradient_ready(size_t k) {
+    std::lock_guard lock(exchange_mutex);
+    if (!ex.active) return;  // alone, or a backward outside step()
+    const size_t j = grad_slots[k].bucket - 1;
+    if (ex.waiting[j] > 0) --ex.waiting[j];
+    launch_ready_locked();
+  }
+
+  // Launches, in order, the gradient buckets whose gradients are all there.
+  void launch_ready_locked() {
+    if (ex.in_backward && !config.overlap_allreduce) return;
+    while (ex.next < grad_members.size() && ex.waiting[ex.next] == 0) {
+      if (ex.in_backward) pace();
+      c10::NoGradGuard no_grad;
+      at::Tensor& b = buckets[ex.next + 1];
+      for (size_t k : grad_members[ex.next]) {
+        const Slot& slot = grad_slots[k];
+        b.narrow(0, slot.offset, slot.tensor.numel()).copy_(slot.tensor.grad().reshape({-1}));
+      }
+      b.mul_(ex.scale);
+      launch_locked(ex.next + 1);
+      if (ex.in_backward) ++ex.launched_in_backward;
+      ++ex.next;
+    }
+  }
+
+  // After backward: the buckets whose hooks did not all fire (an empty slice, parameters the
+  // forward did not use: their gradients are the zeros step() set).
+  void launch_remaining() {
+    std::lock_guard lock(exchange_mutex);
+    std::fill(ex.waiting.begin(), ex.waiting.end(), 0);
+    launch_ready_locked();
+  }
+
+  void begin_exchange(double scale, double factor) {
+    std::lock_guard lock(exchange_mutex);
+    ex = Exchange{};
+    ex.active = !alone();
+    ex.scale = scale;
+    ex.factor = factor;
+    ex.mark = Clock::now();
+    for (const auto& members : grad_members) {
+      ex.waiting.push_back(static_cast<int64_t>(members.size()));
+    }
+  }
+
+  void end_exchange() {
+    std::lock_guard lock(exchange_mutex);
+    ex.active = false;
+  }
+
+  // Sums of the loss (Sum reduction) and correct predictions over test samples [begin, end).
+  std::pair<double, int64_t> eval_sums(int64_t begin, int64_t end) {
+    constexpr int64_t kChunk = 1000;
+    const Dataset& test = *data.test;
+    const bool regression = config.loss == "mse";
+    c10::NoGradGuard no_grad;
+    model->set_training(false);
+    double loss_sum = 0;
+    int64_t correct = 0;
+    for (int64_t from = begin; from < end; from += kChunk) {
+      auto [x, y] = test.range(from, std::min(end, from + kChunk));
+      x = to_replica(x);
+      y = to_replica(y);
+      const at::Tensor out = model->forward(x);
+      loss_sum += loss_of(out, y, at::Reduction::Sum).item<double>();
+      if (!regression) correct += out.argmax(1).eq(y).sum().item<int64_t>();
+    }
+    model->set_training(true);
+    return {loss_sum, correct};
+  }
+
+  EvalResult eval_result(double loss_sum, int64_t correct, int64_t n) const {
+    const bool regression = config.loss == "mse";
+    EvalResult r;
+    r.samples = n;
+    // mse's mean is over target elements, as in training; cross-entropy's over samples.
+    const int64_t per_sample =
+        regression ? std::max<int64_t>(1, data.test->labels[0].numel()) : 1;
+    r.loss = n > 0 ? loss_sum / static_cast<double>(n * per_sample) : 0.0;
+    r.accuracy = regression ? -1.0
+                 : n > 0    ? static_cast<double>(correct) / static_cast<double>(n)
+                            : 0.0;
+    return r;
   }
 
   bool alone() const { return !group; }
@@ -459,7 +705,10 @@ CollectiveStatus Trainer::join_group(c10::intrusive_ptr<c10d::Store> store, int 
   s.timeout = timeout;
   s.broken.clear();
   s.buckets.clear();
-  for (int64_t n : s.bucket_sizes) {
+  s.control_capacity = world + kCarriedWordsOverWorld;
+  for (size_t i = 0; i < s.bucket_sizes.size(); ++i) {
+    const int64_t n =
+        s.bucket_sizes[i] + (i == 0 ? kChunksPerWord * (1 + s.control_capacity) : 0);
     s.buckets.push_back(at::zeros({n}, at::TensorOptions().dtype(s.real()).device(s.device)));
   }
   return {};
@@ -650,7 +899,9 @@ CollectiveStatus Trainer::barrier() {
   return s.wait(work, "barrier");
 }
 
-StepResult Trainer::step(const std::vector<int>& batches) {
+StepResult Trainer::step(const std::vector<int>& batches) { return step(batches, nullptr); }
+
+StepResult Trainer::step(const std::vector<int>& batches, StepControl* control) {
   Impl& s = *impl_;
   const int64_t global = checked_global_batch(batches);
   if (static_cast<int>(batches.size()) != s.world) {
@@ -667,67 +918,144 @@ StepResult Trainer::step(const std::vector<int>& batches) {
     result.error = u.error;
     return result;
   }
+  const bool exchange = !s.alone();
+  // Rank 0 knows before computing whether its words will confirm the step: if not, every rank
+  // will drop it, and rank 0 only carries the words.
+  bool compute = mine > 0;
+  if (control && s.rank == 0 && control->accept && !control->accept(control->words)) {
+    if (!exchange) {
+      // Alone, rank 0's words are the only ones: nothing to compute, nothing to commit.
+      result.control_rejected = true;
+      result.error = "rank 0's control words did not confirm the batches of this step";
+      return result;
+    }
+    compute = false;
+  }
 
   // Buffers change in forward; keep a copy so a step that is not committed changes nothing.
   std::vector<at::Tensor> saved_buffers;
   for (const auto& [name, b] : s.buffers) saved_buffers.push_back(b.clone());
+  auto restore_buffers = [&] {
+    c10::NoGradGuard no_grad;
+    for (size_t i = 0; i < s.buffers.size(); ++i) s.buffers[i].second.copy_(saved_buffers[i]);
+  };
 
-  const Clock::time_point compute_start = Clock::now();
+  const double scale = compute ? static_cast<double>(mine) / static_cast<double>(global) : 0.0;
+  s.begin_exchange(scale, s.slowdown.load());
   for (auto& [name, p] : s.trainable) p.mutable_grad().zero_();
   double local_loss = 0;
-  if (mine > 0) {
+  if (compute) {
+    Clock::time_point t = Clock::now();
     const std::vector<int64_t> indices = s.sampler.slice(s.cursor, batches, s.rank);
     auto [x, y] = s.data.train->gather(indices);
     x = s.to_replica(x);
     y = s.to_replica(y);
+    result.data_time_s = seconds_since(t);
+    t = Clock::now();
     at::Tensor loss = s.loss_of(s.model->forward(x), y);
-    loss.backward();
     local_loss = loss.item<double>();
+    result.forward_time_s = seconds_since(t);
+    if (exchange) {
+      {
+        std::lock_guard lock(s.exchange_mutex);
+        s.pace();
+      }
+      s.launch_extras(local_loss, control);
+    }
+    t = Clock::now();
+    double slept_before = 0;
+    {
+      std::lock_guard lock(s.exchange_mutex);
+      s.ex.in_backward = true;
+      slept_before = s.ex.slept_wall_s;
+    }
+    loss.backward();
+    {
+      std::lock_guard lock(s.exchange_mutex);
+      s.ex.in_backward = false;
+      result.backward_time_s = seconds_since(t) - (s.ex.slept_wall_s - slept_before);
+    }
+  } else if (exchange) {
+    s.launch_extras(0.0, control);
   }
-  double compute = seconds_since(compute_start);
-  const double factor = s.slowdown.load();
-  if (factor > 1.0) {
-    const double extra = (factor - 1.0) * compute;
-    std::this_thread::sleep_for(std::chrono::duration<double>(extra));
-    result.slowdown_time_s = extra;
-    compute += extra;
+  {
+    std::lock_guard lock(s.exchange_mutex);
+    s.pace();
+    result.slowdown_time_s = s.ex.slept_s;
+    result.compute_time_s = s.ex.active_s + s.ex.slept_s;
   }
-  result.compute_time_s = compute;
 
   double global_loss = local_loss;
-  if (!s.alone()) {
-    c10::NoGradGuard no_grad;
-    const double scale = static_cast<double>(mine) / static_cast<double>(global);
-    for (const Slot& slot : s.grad_slots) {
-      s.buckets[slot.bucket]
-          .narrow(0, slot.offset, slot.tensor.numel())
-          .copy_(slot.tensor.grad().reshape({-1}));
+  if (exchange) {
+    s.launch_remaining();
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;
+    std::string launch_error;
+    {
+      std::lock_guard lock(s.exchange_mutex);
+      works = s.ex.works;
+      launch_error = s.ex.error;
+      result.buckets = static_cast<int64_t>(s.grad_members.size());
+      result.buckets_launched_in_backward = s.ex.launched_in_backward;
     }
-    for (const Slot& slot : s.buffer_slots) {
-      s.buckets[slot.bucket]
-          .narrow(0, slot.offset, slot.tensor.numel())
-          .copy_(slot.tensor.reshape({-1}));
-    }
-    s.buckets[s.loss_slot.bucket].narrow(0, s.loss_slot.offset, 1).fill_(local_loss);
-    for (auto& bucket : s.buckets) bucket.mul_(scale);
-
+    s.end_exchange();
     const Clock::time_point reduce_start = Clock::now();
-    CollectiveStatus st = s.allreduce(s.buckets, c10d::ReduceOp::SUM, "gradient all-reduce");
+    CollectiveStatus st;
+    for (const auto& w : works) {
+      st = s.wait(w, "gradient all-reduce");
+      if (!st) break;
+    }
+    if (st && !launch_error.empty()) st = s.fail(launch_error);
     result.allreduce_time_s = seconds_since(reduce_start);
     if (!st) {
-      for (size_t i = 0; i < s.buffers.size(); ++i) s.buffers[i].second.copy_(saved_buffers[i]);
+      restore_buffers();
       result.error = st.error;
       return result;
+    }
+    if (control) {
+      int64_t length = 0;
+      std::vector<int64_t> words;
+      if (!decode_words(s.control_region(), s.control_capacity, &length, &words)) {
+        restore_buffers();
+        result.error = s.fail("the gradient exchange carried malformed control words in "
+                              "generation " + std::to_string(s.generation))
+                           .error;
+        return result;
+      }
+      bool accepted = true;
+      if (length > s.control_capacity) {
+        // Too long for the exchange: rank 0 sends them whole, and nobody commits this step
+        // (words that confirm a plan always fit; longer ones are a command of another kind).
+        if (s.rank == 0) words = control->words;
+        if (CollectiveStatus bc = broadcast_control(words); !bc) {
+          restore_buffers();
+          result.error = bc.error;
+          return result;
+        }
+        accepted = false;
+      }
+      control->words = words;
+      if (accepted && control->accept) accepted = control->accept(control->words);
+      if (!accepted) {
+        restore_buffers();
+        result.control_rejected = true;
+        result.error = "rank 0's control words did not confirm the batches of this step";
+        return result;
+      }
     }
     if (s.commit_gate && !s.commit_gate()) {
       // The all-reduce completed, but the protocol may not commit now (a leader whose lease ran
       // out while the step ran). Nothing changes; the group is out of step: broken.
-      for (size_t i = 0; i < s.buffers.size(); ++i) s.buffers[i].second.copy_(saved_buffers[i]);
+      restore_buffers();
       result.error = s.fail("commit refused in generation " + std::to_string(s.generation) +
                             ": the elastic protocol did not allow it (lease ran out)")
                          .error;
       return result;
     }
+  }
+
+  const Clock::time_point update_start = Clock::now();
+  if (exchange) {
+    c10::NoGradGuard no_grad;
     for (const Slot& slot : s.grad_slots) {
       slot.tensor.mutable_grad().view({-1}).copy_(
           s.buckets[slot.bucket].narrow(0, slot.offset, slot.tensor.numel()));
@@ -738,14 +1066,14 @@ StepResult Trainer::step(const std::vector<int>& batches) {
     }
     global_loss = s.buckets[s.loss_slot.bucket][s.loss_slot.offset].item<double>();
     // A rank with an empty slice ran no forward; keep its counters in step with the others.
-    if (mine == 0) {
+    if (!compute) {
       for (auto& t : s.int_buffers) t.add_(1);
     }
   }
-
   s.optimizer->step(scheduled_lr(s.config.optimizer, s.step), s.step + 1);
+  result.optimizer_time_s = seconds_since(update_start);
   s.step += 1;
-  if (!s.alone()) s.commit_generation = s.generation;
+  if (exchange) s.commit_generation = s.generation;
   s.cursor = s.sampler.advance(s.cursor, global);
   result.committed = true;
   result.loss = global_loss;
@@ -758,30 +1086,31 @@ EvalResult Trainer::evaluate(int64_t max_samples) {
   Impl& s = *impl_;
   const Dataset& test = *s.data.test;
   const int64_t n = max_samples > 0 ? std::min(max_samples, test.size()) : test.size();
-  constexpr int64_t kChunk = 1000;
-  const bool regression = s.config.loss == "mse";
-  c10::NoGradGuard no_grad;
-  s.model->set_training(false);
-  double loss_sum = 0;
-  int64_t correct = 0;
-  for (int64_t begin = 0; begin < n; begin += kChunk) {
-    auto [x, y] = test.range(begin, std::min(n, begin + kChunk));
-    x = s.to_replica(x);
-    y = s.to_replica(y);
-    const at::Tensor out = s.model->forward(x);
-    loss_sum += s.loss_of(out, y, at::Reduction::Sum).item<double>();
-    if (!regression) correct += out.argmax(1).eq(y).sum().item<int64_t>();
+  const auto [loss_sum, correct] = s.eval_sums(0, n);
+  return s.eval_result(loss_sum, correct, n);
+}
+
+CollectiveStatus Trainer::evaluate_sharded(EvalResult* out, int64_t max_samples) {
+  Impl& s = *impl_;
+  if (s.alone()) {
+    *out = evaluate(max_samples);
+    return {};
   }
-  s.model->set_training(true);
-  EvalResult r;
-  r.samples = n;
-  // mse's mean is over target elements, as in training; cross-entropy's over samples.
-  const int64_t per_sample = regression ? std::max<int64_t>(1, test.labels[0].numel()) : 1;
-  r.loss = n > 0 ? loss_sum / static_cast<double>(n * per_sample) : 0.0;
-  r.accuracy = regression ? -1.0
-               : n > 0    ? static_cast<double>(correct) / static_cast<double>(n)
-                          : 0.0;
-  return r;
+  if (CollectiveStatus u = s.usable(); !u) return u;
+  const Dataset& test = *s.data.test;
+  const int64_t n = max_samples > 0 ? std::min(max_samples, test.size()) : test.size();
+  const int64_t begin = n * s.rank / s.world;
+  const int64_t end = n * (s.rank + 1) / s.world;
+  const auto [loss_sum, correct] = s.eval_sums(begin, end);
+  at::Tensor sums = at::tensor({loss_sum, static_cast<double>(correct)},
+                               at::TensorOptions().dtype(at::kDouble))
+                        .to(s.device);
+  if (CollectiveStatus st = s.allreduce({sums}, c10d::ReduceOp::SUM, "sharded evaluation"); !st) {
+    return st;
+  }
+  sums = sums.to(at::kCPU);
+  *out = s.eval_result(sums[0].item<double>(), static_cast<int64_t>(sums[1].item<double>()), n);
+  return {};
 }
 
 void Trainer::save_checkpoint(const std::string& path) const {

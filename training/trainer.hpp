@@ -63,6 +63,9 @@ struct TrainerConfig {
   DataSpec data;
   std::string loss = kDefaultLoss;  // "cross_entropy" | "mse" (validate_loss)
   int64_t bucket_bytes = 4 << 20;  // gradients are all-reduced in flat buckets of at most this
+  // false: every bucket's all-reduce starts after backward instead of from the gradient hooks
+  // (the exchange as it was before issue 12), for side-by-side measurements.
+  bool overlap_allreduce = true;
   std::string device = "cpu";      // a torch device string: "cpu", "cuda:0", ...
   // kFloat64 makes kernel choice (oneDNN picks per CPU and per slice size) change results by
   // ~1e-15 instead of ~1e-7: what the equivalence tests use to test the math, not the CPU.
@@ -80,16 +83,46 @@ struct CollectiveStatus {
 struct StepResult {
   bool committed = false;  // parameters, optimizer state, step and cursor advanced
   std::string error;       // why not, when !committed (state is then exactly as before)
+  // Not committed because rank 0's control words (StepControl) did not confirm the batches the
+  // step was computed with. Every rank decides this alike: the group stays usable.
+  bool control_rejected = false;
   double loss = 0;         // the loss averaged over the global batch
   // Wall time of gather + forward + backward on this rank, plus the emulated slowdown: the t_i
-  // the batch controller balances.
+  // the batch controller balances. = data + forward + backward + slowdown below.
   double compute_time_s = 0;
+  double data_time_s = 0;       // slicing the sampler's order, gathering, moving the batch
+  double forward_time_s = 0;    // forward and loss
+  double backward_time_s = 0;   // backward, with the bucket copies and launches inside it
   double slowdown_time_s = 0;   // the part of compute_time_s spent sleeping (slowdown emulation)
-  double allreduce_time_s = 0;  // gradient all-reduce, including waiting for slower ranks
+  // The gradient exchange's exposed part: from the end of backward until every bucket's
+  // all-reduce completed. It includes waiting for slower ranks; the part of the all-reduce that
+  // ran during backward is not in it.
+  double allreduce_time_s = 0;
+  double optimizer_time_s = 0;  // copying the sums back and the optimizer update
+  int64_t buckets = 0;          // gradient buckets all-reduced (0 alone)
+  // Gradient buckets whose all-reduce was launched while backward was still running (from the
+  // gradient accumulators' hooks): how much of the exchange could overlap compute.
+  int64_t buckets_launched_in_backward = 0;
   int64_t samples = 0;          // this rank's batch b_r
   int64_t global_samples = 0;   // B = sum(b)
   int64_t step = 0;             // committed steps after this call
   Cursor cursor;                // data cursor after this call
+};
+
+// Rank 0's control words carried in a step's gradient exchange instead of a broadcast of their
+// own before the step (issue 12). Every rank computes the step with the batches it expects (the
+// last plan); rank 0 adds its words to the same all-reduce; once it completed, every rank asks
+// `accept` whether the words confirm those batches, and commits only then. A step whose words
+// do not confirm it (a new plan, regroup, abandon) is dropped by every rank alike and the
+// caller acts on the words. Words longer than the exchange carries (world + 4) follow in a
+// broadcast_control() inside the step, on every rank.
+struct StepControl {
+  // Rank 0: its words (in). Every rank, after the step: rank 0's words (out), whenever the
+  // exchange completed, committed or not.
+  std::vector<int64_t> words;
+  // Same answer on every rank for the same words; empty means accept anything. On rank 0 it is
+  // also asked before computing: words it would refuse make it skip forward and backward.
+  std::function<bool(const std::vector<int64_t>& words)> accept;
 };
 
 // Loss and top-1 accuracy over (a prefix of) the test split.
@@ -154,10 +187,24 @@ class Trainer {
   // every rank): my slice of the next sum(b) samples, forward/backward, gradients scaled by
   // b_r / B, all-reduced (SUM), optimizer step. Throws std::invalid_argument if the vector has
   // the wrong length or a negative entry or sums to zero.
+  //
+  // The exchange overlaps backward as PyTorch DDP's does: gradients are grouped into buckets of
+  // about config.bucket_bytes in reverse parameter order, and each bucket's all-reduce is
+  // launched from the gradient accumulators' hooks as soon as its last gradient is ready; the
+  // BatchNorm statistics, the loss and the control words go in a first small bucket launched
+  // after forward. Every rank launches the buckets in the same order (a rank with an empty
+  // slice launches zeros), and all are waited for before the optimizer step.
   StepResult step(const std::vector<int>& batches);
+  // The same with rank 0's control words in the exchange (see StepControl); nullptr = step().
+  StepResult step(const std::vector<int>& batches, StepControl* control);
 
   // Loss and accuracy on the test split (all of it when max_samples <= 0). Local: no collective.
   EvalResult evaluate(int64_t max_samples = 0);
+  // The same figures, computed by every rank of the group on its contiguous share of the test
+  // prefix and summed with one all-reduce (float64: the correct count is exact, the loss equal
+  // up to summation order). Every rank of the group must call it with the same max_samples;
+  // alone it is evaluate(). A failure leaves the group broken and *out untouched.
+  CollectiveStatus evaluate_sharded(EvalResult* out, int64_t max_samples = 0);
 
   // Writes model state dict (PyTorch names), optimizer state, step and cursor to `path`
   // atomically (temporary file, fsync, rename). Throws CheckpointError.

@@ -4,6 +4,8 @@
 // trainer's side of the elastic protocol as a pure state machine (scheduler/elastic_member.hpp):
 // it asks the machine what to do (join a group, sync, broadcast the control words, train a
 // step, finish, wait, exit), does it on the training::Trainer, and feeds the outcome back.
+// Once a group has trained a step, the control words travel inside the next step's gradient
+// exchange instead of a broadcast of their own (TorchReplica::control).
 // What the protocol decides lives in the machine, where the deterministic simulation
 // (tests/scheduler/elastic_simulation_test.cpp) checks it; this file only carries it out.
 #include <CLI/CLI.hpp>
@@ -253,6 +255,8 @@ class TrainingLoop {
    public:
     explicit TorchReplica(TrainingLoop& loop) : loop_(loop) {}
     Outcome join(std::int64_t generation, std::int32_t rank, std::int32_t world) override {
+      loop_.expected_words_.clear();
+      loop_.step_ready_ = false;
       training::GroupOptions group;
       group.gloo_hostname = loop_.args_.gloo_host;
       loop_.joining_generation_ = generation;
@@ -275,19 +279,69 @@ class TrainingLoop {
       *checksum = 0;  // the report carries the parameter sum instead (checksum_)
       return outcome(status);
     }
+    // No collective of its own per step (issue 12): while the group keeps the plan of its last
+    // control words, every rank computes the step with that plan right here, and rank 0's words
+    // for it come with the gradients (training::StepControl). Words that confirm the plan commit
+    // the step, which step() then only reports; any other words (a new plan, regroup, abandon)
+    // make every rank drop it and go to the member as a broadcast's would. Every rank of a
+    // group takes the same branch: all start plain after join and see the same words.
     Outcome control(std::vector<std::int64_t>& words) override {
       if (loop_.control_.slowdown_changed.exchange(false)) {
         loop_.trainer_->set_slowdown(loop_.control_.slowdown);
       }
       loop_.boundary_ = Clock::now();
-      return outcome(loop_.trainer_->broadcast_control(words));
+      loop_.step_ready_ = false;
+      if (loop_.expected_words_.empty()) {
+        const auto status = loop_.trainer_->broadcast_control(words);
+        loop_.control_time_s_ = std::chrono::duration<double>(Clock::now() - loop_.boundary_).count();
+        if (status) loop_.expect(words);
+        return outcome(status);
+      }
+      loop_.control_time_s_ = 0;
+      training::StepControl carried;
+      carried.words = words;  // rank 0's command; empty on the others
+      carried.accept = [expected = loop_.expected_words_](const std::vector<std::int64_t>& w) {
+        return w == expected;
+      };
+      loop_.last_batches_.assign(loop_.expected_words_.begin() + 3, loop_.expected_words_.end());
+      loop_.last_ = loop_.trainer_->step(loop_.last_batches_, &carried);
+      if (loop_.last_.committed) {
+        loop_.step_ready_ = true;
+        words = carried.words;
+        return {};
+      }
+      if (loop_.last_.control_rejected) {
+        words = carried.words;
+        loop_.expect(words);
+        return {};
+      }
+      loop_.expected_words_.clear();
+      return {false, loop_.last_.error};
     }
     Outcome step(const std::vector<std::int32_t>& batches, std::int64_t* step) override {
-      loop_.last_batches_.assign(batches.begin(), batches.end());
-      loop_.last_ = loop_.trainer_->step(loop_.last_batches_);
+      const std::vector<int> wanted(batches.begin(), batches.end());
+      if (loop_.step_ready_) {
+        // Computed and committed by control(), with the batches its words confirmed.
+        loop_.step_ready_ = false;
+        if (wanted != loop_.last_batches_) {
+          return {false, "the step carried with the control words used other batches"};
+        }
+      } else {
+        loop_.last_batches_ = wanted;
+        loop_.last_ = loop_.trainer_->step(loop_.last_batches_);
+      }
       loop_.last_step_time_ = std::chrono::duration<double>(Clock::now() - loop_.boundary_).count();
       *step = loop_.last_.step;
-      return {loop_.last_.committed, loop_.last_.error};
+      const auto& r = loop_.last_;
+      spdlog::debug("trainer {}: step {} b={} {:.1f} ms: data {:.1f} fwd {:.1f} bwd {:.1f} "
+                    "slowdown {:.1f} exposed all-reduce {:.1f} ({}/{} buckets launched in "
+                    "backward) optimizer {:.1f} control {:.1f}",
+                    loop_.args_.trainer, r.step, r.samples, 1000 * loop_.last_step_time_,
+                    1000 * r.data_time_s, 1000 * r.forward_time_s, 1000 * r.backward_time_s,
+                    1000 * r.slowdown_time_s, 1000 * r.allreduce_time_s,
+                    r.buckets_launched_in_backward, r.buckets, 1000 * r.optimizer_time_s,
+                    1000 * loop_.control_time_s_);
+      return {r.committed, r.error};
     }
     Outcome finish() override {
       auto eval = loop_.trainer_->evaluate();
@@ -318,9 +372,21 @@ class TrainingLoop {
     }
     TorchReplica replica(*this);
     proto::carry_out(action, replica, member, now_ms);
-    // Evaluation and periodic checkpoints are the leader's, after a committed step.
-    if (std::holds_alternative<proto::StepAction>(action) && last_.committed && member.rank() == 0) {
-      after_leader_step();
+    // After a committed step: evaluation on every rank (each its share of the test set),
+    // periodic checkpoints on the leader.
+    if (std::holds_alternative<proto::StepAction>(action) && last_.committed &&
+        member.phase() == proto::ElasticMember::Phase::kTraining) {
+      after_step(member.rank());
+    }
+  }
+
+  // The plan the next control round computes its step with: kContinue words that fit this
+  // group (the member checks the rest), or none.
+  void expect(const std::vector<std::int64_t>& words) {
+    expected_words_.clear();
+    if (words.size() == 3 + static_cast<std::size_t>(trainer_->world()) &&
+        words[0] == proto::kContinue && words[1] == trainer_->generation()) {
+      expected_words_ = words;
     }
   }
 
@@ -338,15 +404,23 @@ class TrainingLoop {
     std::_Exit(0);
   }
 
-  void after_leader_step() {
+  void after_step(std::int32_t rank) {
     eval_accuracy_ = eval_loss_ = -1;
     if (eval_every_ > 0 && last_.step % eval_every_ == 0 && last_.step < total_steps_) {
-      auto eval = trainer_->evaluate();
-      eval_accuracy_ = eval.accuracy;
-      eval_loss_ = eval.loss;
+      // Every rank of the group is here after the same committed step. A failure breaks the
+      // group: the next control round reports it.
+      training::EvalResult eval;
+      const auto status = trainer_->evaluate_sharded(&eval);
+      if (status) {
+        eval_accuracy_ = eval.accuracy;
+        eval_loss_ = eval.loss;
+      } else {
+        spdlog::warn("trainer {}: evaluation at step {} failed: {}", args_.trainer, last_.step,
+                     status.error);
+      }
     }
     step_checkpoint_.clear();
-    if (checkpoint_every_ > 0 && last_.step % checkpoint_every_ == 0) {
+    if (rank == 0 && checkpoint_every_ > 0 && last_.step % checkpoint_every_ == 0) {
       std::string error;
       step_checkpoint_ = save_checkpoint(&error);  // reported with the step: where it lies
     }
@@ -478,6 +552,12 @@ class TrainingLoop {
   std::int64_t checkpoint_every_ = 0;
   int signal_ = 0;
   std::int64_t joining_generation_ = 0;  // training thread only (the store's abandon check)
+
+  // The last kContinue words this group accepted: the plan the next control round computes
+  // its step with (see TorchReplica::control). Empty after a join and after other words.
+  std::vector<std::int64_t> expected_words_;
+  bool step_ready_ = false;  // control() committed the step the member asks for next
+  double control_time_s_ = 0;  // the last control broadcast (0 when carried in the exchange)
 
   // The last step, for its report.
   training::StepResult last_;

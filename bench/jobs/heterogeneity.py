@@ -1,15 +1,25 @@
 #!/usr/bin/env python3
-"""Heterogeneity benchmark: steady-state step time of uniform vs proportional vs affine batches.
+"""Heterogeneity benchmark: wall-clock time per step of PyTorch DDP (equal batches) and of
+OmniLearn's uniform, proportional and affine batches, side by side (issue 12).
 
 For every slowdown set (HL1 1,1,1,1 / HL2 1,1,1,2 / HL4 1,1,2,4 / HL8 1,1,1,8, and a cgroup-quota
-set) and every policy, runs `omnilearn run JOB --local 4` on the same job and reads the run's
-events.jsonl. Runs of one repeat are interleaved (uniform, proportional, affine back to back), so
-the ratios compare runs made side by side (shared/BENCHMARKING.md). Every worker gets the same
-CPU quota (fair emulation: a slowed worker's sleep must not hand CPU to the others) and is
-pinned to a vCPU.
+set), every global batch and every policy, trains the same job: `omnilearn run JOB --local 4`
+(reading the run's events.jsonl) or, for "ddp", bench/jobs/ddp_baseline.py under torchrun with
+the same model, data order, optimizer, caps, pinning and slowdown emulation. The runs of one
+repeat are interleaved (ddp, uniform, proportional, affine back to back), so the ratios compare
+runs made side by side (shared/BENCHMARKING.md). Every worker gets the same CPU quota (fair
+emulation: a slowed worker's sleep must not hand CPU to the others) and is pinned to a vCPU.
 
-Prints a table and writes JSON. Usage:
-  bench/jobs/heterogeneity.py --omnilearn build/bin/omnilearn --model mlp --repeats 3
+The figure is wall-clock time per step over steps 50..end (every cost included: control,
+waiting, evaluation if any), from the head's step events (OmniLearn) or rank 0's step end times
+(DDP). Printed per policy: that time, the ratio to DDP and the speed-up over uniform (paired by
+repeat: medians and min..max), the fraction of the ideal speed-up sum(speed) / (n x slowest)
+with speeds measured in the same session's uniform runs from compute time alone, the
+compute-only efficiency B / sum(speed) / step time, and plan changes per 100 steps.
+
+Usage (the reference configuration of shared/BENCHMARKING.md, and a larger batch):
+  bench/jobs/heterogeneity.py --omnilearn build/bin/omnilearn --model mlp --repeats 3 \
+      --global-batches 256,1024 --json /tmp/het.json
 """
 import argparse
 import json
@@ -19,6 +29,11 @@ import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ddp_baseline  # noqa: E402
+
+STEADY_FROM = 50  # steps before this are warm-up and the controller's first rounds
 
 SETS = {
     "HL1": [1, 1, 1, 1],
@@ -35,7 +50,7 @@ MODELS = {
 }
 
 
-def job_toml(model, policy, steps, batch):
+def job_toml(model, policy, steps, batch, seed):
     return f"""[job]
 name = "bench-{model}-{policy}"
 {MODELS[model]}
@@ -48,15 +63,15 @@ steps = {steps}
 optimizer = "sgd"
 lr = 0.05
 momentum = 0.9
-seed = 1
+seed = {seed}
 threads = 1
 
 [controller]
 policy = "{policy}"
-deadband = 0.05
+deadband = 0.1
 min_batch = 8
 max_batch = {batch}
-interval = 10
+interval = 20
 cooldown = 3
 
 [elastic]
@@ -65,10 +80,17 @@ max_workers = 4
 """
 
 
-def run_once(omnilearn, model, policy, speeds, quotas, steps, batch, workdir):
+def steady(steps_ev, key_time="time"):
+    """Wall-clock seconds per step over the steps from STEADY_FROM to the last."""
+    window = [e for e in steps_ev if e["step"] >= min(STEADY_FROM, steps_ev[-1]["step"] // 2)]
+    first, last = window[0], window[-1]
+    return (last[key_time] - first[key_time]) / max(1, last["step"] - first["step"])
+
+
+def run_omnilearn(omnilearn, model, policy, speeds, quotas, steps, batch, seed, workdir):
     path = os.path.join(workdir, f"{model}-{policy}.toml")
     with open(path, "w") as f:
-        f.write(job_toml(model, policy, steps, batch))
+        f.write(job_toml(model, policy, steps, batch, seed))
     run_dir = os.path.join(workdir, f"run-{model}-{policy}-{time.time_ns()}")
     cmd = [omnilearn, "run", path, "--local", "4", "--pin", "--run-dir", run_dir]
     if speeds:
@@ -76,28 +98,43 @@ def run_once(omnilearn, model, policy, speeds, quotas, steps, batch, workdir):
     cmd += ["--cpu-quota", ",".join(str(q) for q in quotas)]
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="33554432", MALLOC_TRIM_THRESHOLD_="1073741824",
                OMNILEARN_LOG="error")
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
     if out.returncode != 0:
         sys.stderr.write(out.stdout[-2000:] + out.stderr[-2000:])
         raise RuntimeError(f"run failed: {' '.join(cmd)}")
-    steps_ev = []
+    steps_ev, plans = [], []
     with open(os.path.join(run_dir, "events.jsonl")) as f:
         for line in f:
             e = json.loads(line)
             if e.get("event") == "step":
                 steps_ev.append(e)
-    # Steady state: the second half of the steps (after the controller settled).
-    tail = steps_ev[len(steps_ev) // 2:]
-    step_time = statistics.median(e["step_time_s"] for e in tail)
-    allreduce = statistics.median(e["allreduce_time_s"] for e in tail)
-    last = steps_ev[-1]
-    compute = [w["compute_time_s"] for w in last["workers"]]
-    # Per-worker samples/s over the steady state: batch / compute time, median per worker.
-    speeds = [statistics.median(e["batches"][i] / max(e["workers"][i]["compute_time_s"], 1e-9)
-                                for e in tail)
-              for i in range(len(last["workers"]))]
-    return {"step_time_s": step_time, "allreduce_s": allreduce, "batches": last["batches"],
-            "compute_s": compute, "speeds": speeds}
+            elif e.get("event") == "plan":
+                plans.append(e)
+    tail = [e for e in steps_ev if e["step"] >= STEADY_FROM] or steps_ev[len(steps_ev) // 2:]
+    n = len(tail[-1]["workers"])
+    # Per-worker samples/s of compute alone over the steady state, median per worker.
+    worker_speeds = [statistics.median(e["batches"][i] / max(e["workers"][i]["compute_time_s"], 1e-9)
+                                       for e in tail if e["batches"][i] > 0)
+                     for i in range(n)]
+    window = tail[-1]["step"] - tail[0]["step"]
+    changes = sum(1 for p in plans if p["step"] >= tail[0]["step"])
+    return {"step_time_s": steady(steps_ev),
+            "reported_step_time_s": statistics.median(e["step_time_s"] for e in tail),
+            "allreduce_s": statistics.median(e["allreduce_time_s"] for e in tail),
+            "batches": tail[-1]["batches"], "speeds": worker_speeds,
+            "plan_changes_per_100": 100.0 * changes / max(1, window)}
+
+
+def run_ddp(model, speeds, quotas, steps, batch, seed):
+    result = ddp_baseline.run(model, batch, steps, 4, slowdown=speeds, quotas=quotas, seed=seed)
+    t = result["step_end_times"]
+    first = min(STEADY_FROM, len(t) // 2)
+    return {"step_time_s": (t[-1] - t[first]) / (len(t) - 1 - first),
+            "batches": [batch // 4] * 4, "plan_changes_per_100": 0.0}
+
+
+def span(values):
+    return statistics.median(values), min(values), max(values)
 
 
 def main():
@@ -105,55 +142,81 @@ def main():
     ap.add_argument("--omnilearn", default="build/bin/omnilearn")
     ap.add_argument("--model", default="mlp", choices=list(MODELS))
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--steps", type=int, default=200)
-    ap.add_argument("--global-batch", type=int, default=512)
-    ap.add_argument("--quota", type=float, default=0.45, help="CPU quota of every worker")
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--global-batches", default="256", help="comma-separated, e.g. 256,1024")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--quota", type=float, default=0.4, help="CPU quota of every worker")
     ap.add_argument("--sets", default="HL1,HL2,HL4,HL8,Q4")
-    ap.add_argument("--policies", default="uniform,proportional,affine")
+    ap.add_argument("--policies", default="ddp,uniform,proportional,affine")
     ap.add_argument("--json", default="")
     args = ap.parse_args()
     policies = args.policies.split(",")
     results = {}
     with tempfile.TemporaryDirectory() as workdir:
-        for name in args.sets.split(","):
-            if name == QUOTA_SET[0]:
-                speeds, quotas = None, QUOTA_SET[1]
-                rel = [q / max(quotas) for q in quotas]
-            else:
-                speeds, quotas = SETS[name], [args.quota] * 4
-                rel = [1.0 / s for s in speeds]
-            ideal = sum(rel) / (len(rel) * min(rel))  # sum of speeds / (n x slowest)
-            runs = {p: [] for p in policies}
-            for r in range(args.repeats):
+        for batch in [int(b) for b in args.global_batches.split(",")]:
+            for name in args.sets.split(","):
+                if name == QUOTA_SET[0]:
+                    speeds, quotas = None, QUOTA_SET[1]
+                    rel = [q / max(quotas) for q in quotas]
+                else:
+                    speeds, quotas = SETS[name], [args.quota] * 4
+                    rel = [1.0 / s for s in speeds]
+                nominal = sum(rel) / (len(rel) * min(rel))  # sum of speeds / (n x slowest)
+                runs = {p: [] for p in policies}
+                for _ in range(args.repeats):
+                    for p in policies:
+                        if p == "ddp":
+                            runs[p].append(run_ddp(args.model, speeds, quotas, args.steps, batch,
+                                                   args.seed))
+                        else:
+                            runs[p].append(run_omnilearn(args.omnilearn, args.model, p, speeds,
+                                                         quotas, args.steps, batch, args.seed,
+                                                         workdir))
+                # The ideal from the per-worker speeds measured in this session's uniform runs.
+                measured = [sum(u["speeds"]) / (len(u["speeds"]) * min(u["speeds"]))
+                            for u in runs.get("uniform", [])]
+                ideal = statistics.median(measured) if measured else nominal
+                compute_only = [batch / sum(u["speeds"]) for u in runs.get("uniform", [])]
+                ideal_step = statistics.median(compute_only) if compute_only else float("nan")
+                res = {"global_batch": batch, "nominal_ideal_speedup": nominal,
+                       "measured_ideal_speedup": ideal, "compute_only_step_ms": 1000 * ideal_step,
+                       "policies": {}}
                 for p in policies:
-                    runs[p].append(run_once(args.omnilearn, args.model, p, speeds, quotas,
-                                            args.steps, args.global_batch, workdir))
-            # The nominal ideal assumes speeds exactly 1/slowdown (or proportional to quota); the
-            # measured one uses the per-worker speeds seen in the uniform runs.
-            measured = []
-            for u in runs.get("uniform", []):
-                measured.append(sum(u["speeds"]) / (len(u["speeds"]) * min(u["speeds"])))
-            measured_ideal = statistics.median(measured) if measured else float("nan")
-            res = {"ideal_speedup": ideal, "measured_ideal_speedup": measured_ideal, "policies": {}}
-            for p in policies:
-                times = [x["step_time_s"] for x in runs[p]]
-                ratios = [u["step_time_s"] / x["step_time_s"] for u, x in zip(runs["uniform"], runs[p])]
-                res["policies"][p] = {
-                    "median_step_ms": 1000 * statistics.median(times),
-                    "speedup_median": statistics.median(ratios),
-                    "speedup_min": min(ratios), "speedup_max": max(ratios),
-                    "allreduce_ms": 1000 * statistics.median(x["allreduce_s"] for x in runs[p]),
-                    "final_batches": runs[p][-1]["batches"],
-                }
-            results[name] = res
-            print(f"{args.model} {name} (ideal {ideal:.2f}x nominal, {measured_ideal:.2f}x from the "
-                  f"speeds measured in the uniform runs)", flush=True)
-            for p in policies:
-                q = res["policies"][p]
-                frac = (q["speedup_median"] - 1) / (ideal - 1) if ideal > 1.001 else float("nan")
-                print(f"  {p:13s} step {q['median_step_ms']:7.1f} ms  speed-up {q['speedup_median']:.2f}x "
-                      f"[{q['speedup_min']:.2f}..{q['speedup_max']:.2f}]  of ideal gain {frac:5.0%}  "
-                      f"all-reduce {q['allreduce_ms']:.1f} ms  batches {q['final_batches']}", flush=True)
+                    q = {"step_ms": 1000 * statistics.median(x["step_time_s"] for x in runs[p]),
+                         "plan_changes_per_100": statistics.median(
+                             x["plan_changes_per_100"] for x in runs[p]),
+                         "final_batches": runs[p][-1]["batches"]}
+                    if "ddp" in runs:
+                        q["vs_ddp"] = span([d["step_time_s"] / x["step_time_s"]
+                                            for d, x in zip(runs["ddp"], runs[p])])
+                    if "uniform" in runs:
+                        sp = span([u["step_time_s"] / x["step_time_s"]
+                                   for u, x in zip(runs["uniform"], runs[p])])
+                        q["vs_uniform"] = sp
+                        q["of_ideal"] = sp[0] / ideal
+                        q["compute_only_efficiency"] = ideal_step / (q["step_ms"] / 1000)
+                    if p != "ddp":
+                        q["allreduce_ms"] = 1000 * statistics.median(x["allreduce_s"]
+                                                                     for x in runs[p])
+                    res["policies"][p] = q
+                results[f"{name}/B{batch}"] = res
+                print(f"{args.model} {name} B={batch}: ideal {nominal:.2f}x nominal, {ideal:.2f}x "
+                      f"from the speeds measured in the uniform runs; compute-only step "
+                      f"{1000 * ideal_step:.1f} ms", flush=True)
+                for p in policies:
+                    q = res["policies"][p]
+                    line = f"  {p:13s} step {q['step_ms']:7.1f} ms"
+                    if "vs_ddp" in q:
+                        line += " vs DDP {:.2f}x [{:.2f}..{:.2f}]".format(*q["vs_ddp"])
+                    if "vs_uniform" in q:
+                        line += " vs uniform {:.2f}x [{:.2f}..{:.2f}]".format(*q["vs_uniform"])
+                        line += f"  of ideal {q['of_ideal']:4.0%}"
+                        line += f"  compute-only eff {q['compute_only_efficiency']:4.0%}"
+                    line += f"  plan changes/100 {q['plan_changes_per_100']:.1f}"
+                    if "allreduce_ms" in q:
+                        line += f"  exposed all-reduce {q['allreduce_ms']:.1f} ms"
+                    line += f"  batches {q['final_batches']}"
+                    print(line, flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)

@@ -3,9 +3,15 @@
 //      = cores (configurations interleaved round by round; medians);
 //   2. all-reduce time per step vs bytes at 2 and 4 ranks (real processes, Gloo on loopback);
 //   3. the mlp at 4 ranks: per-step compute time, all-reduce time inside the step, and the
-//      all-reduce of exactly the model's gradient bytes after a barrier, as % of compute.
+//      all-reduce of exactly the model's gradient bytes after a barrier, as % of compute;
+//   4. where each millisecond of a step goes (issue 12), the mlp at 4 ranks with slowdowns
+//      1,1,2,4 and the controller's proportional plan, B = 256: data, forward, backward,
+//      emulated slowdown, the exposed all-reduce (split into waiting for slower peers and the
+//      rest), optimizer, control, per rank; before (all-reduce after backward, a control
+//      broadcast per step) and after (buckets from the gradient hooks, control words in the
+//      exchange), the four combinations interleaved round by round.
 //
-// usage: training_bench [--quick] [--data DIR]
+// usage: training_bench [--quick] [--data DIR] [--only profile]
 // Ranks are this program re-executed with --worker; every rank is pinned to cpu (rank % cores).
 // The allocator thresholds of docs BENCHMARKING are set for every process (re-exec if needed).
 #include <ATen/ATen.h>
@@ -155,6 +161,58 @@ int mlp_worker(int rank, int world, int port, int per_rank, int steps, const std
   return 0;
 }
 
+std::vector<int> int_list(const std::string& text) {
+  std::vector<int> out;
+  std::stringstream ss(text);
+  for (std::string item; std::getline(ss, item, ',');) out.push_back(std::stoi(item));
+  return out;
+}
+
+// One configuration of section 4: `steps` steps of `plan`, with a control round per step as the
+// trainer process does (rank 0's words: continue, generation, version, plan). Writes one line
+// per measured step: wall, data, forward, backward, slowdown, exposed all-reduce, optimizer,
+// control (seconds), and the compute time.
+int profile_worker(int rank, int world, int port, const std::map<std::string, std::string>& a,
+                   std::ostream& out) {
+  TrainerConfig config = model_config(a.at("model"), a.at("data"));
+  config.overlap_allreduce = a.at("overlap") == "1";
+  const bool carried = a.at("carried") == "1";
+  const std::vector<int> slowdown = int_list(a.at("slowdown"));
+  const std::vector<int> plan = int_list(a.at("plan"));
+  const int steps = std::stoi(a.at("steps"));
+  Trainer t(config);
+  t.set_slowdown(slowdown[static_cast<size_t>(rank)]);
+  GroupOptions g;
+  g.gloo_hostname = "127.0.0.1";
+  if (!t.join_group(connect(port), 0, rank, world, std::chrono::seconds(60), g).ok) return 2;
+  if (!t.sync_state_from_rank0().ok) return 3;
+  std::vector<int64_t> words = {0, 0, 1};
+  words.insert(words.end(), plan.begin(), plan.end());
+  for (int s = 0; s < steps + 10; ++s) {
+    const auto start = Clock::now();
+    StepResult r;
+    double control = 0;
+    if (carried) {
+      StepControl c;
+      if (rank == 0) c.words = words;
+      c.accept = [&](const std::vector<int64_t>& w) { return w == words; };
+      r = t.step(plan, &c);
+    } else {
+      std::vector<int64_t> w = rank == 0 ? words : std::vector<int64_t>{};
+      if (!t.broadcast_control(w).ok) return 5;
+      control = seconds_since(start);
+      r = t.step(plan);
+    }
+    if (!r.committed) return 4;
+    if (s >= 10) {
+      out << seconds_since(start) << " " << r.data_time_s << " " << r.forward_time_s << " "
+          << r.backward_time_s << " " << r.slowdown_time_s << " " << r.allreduce_time_s << " "
+          << r.optimizer_time_s << " " << control << " " << r.compute_time_s << "\n";
+    }
+  }
+  return 0;
+}
+
 int worker_main(std::map<std::string, std::string>& args) {
   at::set_num_threads(1);
   const int rank = std::stoi(args["rank"]), world = std::stoi(args["world"]);
@@ -163,6 +221,7 @@ int worker_main(std::map<std::string, std::string>& args) {
   std::ofstream out(args["out"]);
   if (args["worker"] == "allreduce")
     return allreduce_worker(rank, world, port, std::stoi(args["reps"]), out);
+  if (args["worker"] == "profile") return profile_worker(rank, world, port, args, out);
   return mlp_worker(rank, world, port, std::stoi(args["batch"]), std::stoi(args["steps"]),
                     args["data"], out);
 }
@@ -304,6 +363,78 @@ void mlp_overhead(const std::string& data, bool quick) {
   }
 }
 
+// Section 4. The plan is what the proportional controller settles on for 1,1,2,4 at B = 256
+// (docs/PERFORMANCE.md: [92, 94, 48, 22]).
+void step_profile(const std::string& data, bool quick) {
+  const std::string slowdown = "1,1,2,4", plan = "92,94,48,22";
+  const int steps = quick ? 40 : 120, rounds = quick ? 1 : 3;
+  std::printf(
+      "\n## 4. Where a step's milliseconds go: mlp at 4 ranks, slowdown %s, plan [%s] (B = 256), "
+      "torch threads = 1, ranks pinned; medians over %d steps x %d interleaved rounds\n",
+      slowdown.c_str(), plan.c_str(), steps, rounds);
+  struct Variant {
+    const char* name;
+    bool overlap, carried;
+  };
+  const std::vector<Variant> variants = {{"before: all-reduce after backward + control broadcast",
+                                          false, false},
+                                         {"overlap only", true, false},
+                                         {"carried control only", false, true},
+                                         {"after: overlap + control in the exchange", true, true}};
+  constexpr int kFields = 9;
+  // [variant][rank][field] -> samples; and per step, every rank's compute for the peer wait.
+  std::vector<std::vector<std::vector<std::vector<double>>>> samples(
+      variants.size(), std::vector<std::vector<std::vector<double>>>(
+                           4, std::vector<std::vector<double>>(kFields + 1)));
+  for (int round = 0; round < rounds; ++round) {
+    for (size_t v = 0; v < variants.size(); ++v) {
+      const auto outs = run_ranks(
+          4, {"--worker", "profile", "--model", "mlp", "--data", data, "--slowdown", slowdown,
+              "--plan", plan, "--steps", std::to_string(steps), "--overlap",
+              variants[v].overlap ? "1" : "0", "--carried", variants[v].carried ? "1" : "0"});
+      std::vector<std::vector<std::vector<double>>> rows(4);
+      for (int r = 0; r < 4; ++r) {
+        std::istringstream in(outs[static_cast<size_t>(r)]);
+        std::vector<double> row(kFields);
+        while (true) {
+          for (auto& x : row) in >> x;
+          if (!in) break;
+          rows[static_cast<size_t>(r)].push_back(row);
+        }
+      }
+      const size_t n = std::min({rows[0].size(), rows[1].size(), rows[2].size(), rows[3].size()});
+      for (size_t s = 0; s < n; ++s) {
+        double slowest = 0;
+        for (int r = 0; r < 4; ++r) slowest = std::max(slowest, rows[static_cast<size_t>(r)][s][8]);
+        for (int r = 0; r < 4; ++r) {
+          const auto& row = rows[static_cast<size_t>(r)][s];
+          auto& out = samples[v][static_cast<size_t>(r)];
+          for (int f = 0; f < kFields; ++f) out[static_cast<size_t>(f)].push_back(row[static_cast<size_t>(f)]);
+          // Waiting for slower peers: the slowest rank's compute minus this rank's, at most the
+          // exposed wait it is part of.
+          out[kFields].push_back(std::min(row[5], slowest - row[8]));
+        }
+      }
+    }
+  }
+  std::printf(
+      "| variant | rank (slowdown) | step wall | data | forward | backward | slowdown sleep | "
+      "exposed all-reduce | of it waiting for slower peers | optimizer | control broadcast | "
+      "rest |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  const std::vector<int> factors = int_list(slowdown);
+  for (size_t v = 0; v < variants.size(); ++v) {
+    for (int r = 0; r < 4; ++r) {
+      const auto& f = samples[v][static_cast<size_t>(r)];
+      auto m = [&](int i) { return 1e3 * median(f[static_cast<size_t>(i)]); };
+      const double rest = m(0) - m(1) - m(2) - m(3) - m(4) - m(5) - m(6) - m(7);
+      std::printf("| %s | %d (x%d) | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | "
+                  "%.1f | %.1f |\n",
+                  variants[v].name, r, factors[static_cast<size_t>(r)], m(0), m(1), m(2), m(3),
+                  m(4), m(5), m(kFields), m(6), m(7), rest);
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -319,8 +450,13 @@ int main(int argc, char** argv) {
   const std::string data = args.count("data") ? args["data"] : kDefaultFashionMnistPath;
   std::printf("# training_bench (%u cores)%s\n", std::max(1u, std::thread::hardware_concurrency()),
               quick ? " --quick" : "");
+  if (args.count("only") && args["only"] == "profile") {
+    step_profile(data, quick);
+    return 0;
+  }
   single_worker(data, quick);
   allreduce_sweep(quick);
   mlp_overhead(data, quick);
+  step_profile(data, quick);
   return 0;
 }

@@ -58,6 +58,57 @@ TEST(ThroughputEstimator, StepsAtDifferentBatchesStayComparable) {
   EXPECT_DOUBLE_EQ(*e.throughput(), 100.0);
 }
 
+TEST(RelativeSpread, IsTheStandardDeviationForGaussianNoiseAndIgnoresOutliers) {
+  std::mt19937_64 rng(7);
+  std::normal_distribution<double> noise(0.0, 0.1);
+  std::vector<double> v;
+  for (int k = 0; k < 20000; ++k) v.push_back(100.0 * (1.0 + noise(rng)));
+  EXPECT_NEAR(*relative_spread(v), 0.1, 0.005);
+  for (int k = 0; k < 200; ++k) v.push_back(1000.0);  // 1% pauses
+  EXPECT_NEAR(*relative_spread(v), 0.1, 0.01);
+  EXPECT_EQ(relative_spread(std::vector<double>{1, 2}), std::nullopt);
+  EXPECT_NEAR(median_relative_error(0.1, 4), 0.1 * 1.2533 / 2, 1e-12);
+}
+
+// Issue 12: a long window smooths across rounds, and the change detector forgets it when the
+// worker's speed really changes, so following a change does not wait for the window to turn.
+TEST(ThroughputEstimator, ChangeDetectorFollowsARealChangeWithinThreeObservations) {
+  ThroughputEstimator e(24);
+  for (int k = 0; k < 20; ++k) e.observe(10, k % 2 ? 0.95 : 1.05);  // ~10 samples/s, 5% noise
+  EXPECT_EQ(e.regime_changes(), 0u);
+  for (int k = 0; k < 3; ++k) e.observe(10, 3.0);  // slowed down 3x
+  EXPECT_EQ(e.regime_changes(), 1u);
+  EXPECT_EQ(e.size(), 3u);
+  EXPECT_NEAR(*e.throughput(), 10.0 / 3.0, 1e-9);
+}
+
+TEST(ThroughputEstimator, NoiseAndPausesAreNotAChange) {
+  std::mt19937_64 rng(11);
+  std::normal_distribution<double> noise(0.0, 0.1);
+  ThroughputEstimator e(24);
+  for (int k = 0; k < 2000; ++k) {
+    const double pause = k % 97 == 0 ? 10.0 : 1.0;
+    e.observe(32, 0.32 * pause * std::max(0.5, 1.0 + noise(rng)));
+  }
+  // A false alarm only restarts the window; it must be rare (here at most 1 in 2,000).
+  EXPECT_LE(e.regime_changes(), 1u);
+  EXPECT_NEAR(*e.spread(), 0.1, 0.03);
+}
+
+// Under a fixed per-step cost the throughput depends on the batch: a plan change must not look
+// like noise (the spread is measured within a batch) nor like a change of speed.
+TEST(ThroughputEstimator, APlanChangeUnderAFixedCostIsNeitherNoiseNorAChange) {
+  ThroughputEstimator e(24);
+  auto time = [](int b) { return 0.02 + b / 100.0; };  // 20 ms + 10 ms per sample
+  for (int k = 0; k < 2; ++k) e.observe(4, time(4));    // 66.7 samples/s
+  for (int k = 0; k < 2; ++k) e.observe(64, time(64));   // 97.0 samples/s
+  for (int k = 0; k < 4; ++k) e.observe(4, time(4));
+  for (int k = 0; k < 4; ++k) e.observe(64, time(64));
+  EXPECT_NEAR(*e.spread(), 0.0, 1e-12);
+  // Back and forth between batches seen before: compared at the same batch, no change.
+  EXPECT_EQ(e.regime_changes(), 0u);
+}
+
 TEST(ThroughputEstimator, RejectsNonsense) {
   ThroughputEstimator e(3);
   EXPECT_THROW(e.observe(0, 1.0), std::invalid_argument);

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <numeric>
 #include <random>
 
@@ -99,6 +100,31 @@ TEST(DecidePlan, DeadbandKeepsAPlanWhoseStepIsCloseEnough) {
   d = decide_plan(w, p);
   EXPECT_TRUE(d.changed);
   EXPECT_EQ(d.batches, (std::vector<int>{32, 96}));
+}
+
+// Issue 12: the noise gate keeps a plan whose predicted gain the estimates' errors could
+// explain, and lets through one they cannot.
+TEST(DecidePlan, NoiseGateKeepsAPlanUnlessTheGainExceedsTheNoise) {
+  auto views = [](double error) {
+    std::vector<WorkerView> v(2);
+    v[0].batch = 50;
+    v[0].throughput = 110.0;  // 10% faster than its share says
+    v[1].batch = 50;
+    v[1].throughput = 100.0;
+    for (auto& w : v) {
+      w.bounds = Bounds{1, 100};
+      w.rel_error = error;
+    }
+    return v;
+  };
+  PolicyParams p{Policy::kProportional, 100, 0.01, 1.0, 2.5};
+  const PlanDecision noisy = decide_plan(views(0.05), p);  // gate 2.5 x 5.6% = 14% > 5% gain
+  EXPECT_FALSE(noisy.changed);
+  EXPECT_NEAR(noisy.noise_gain, 2.5 * std::sqrt(0.05 * 0.05 + 2 * 0.05 * 0.05 / 4), 1e-12);
+  const PlanDecision precise = decide_plan(views(0.01), p);  // gate 2.8% < 5% gain
+  EXPECT_TRUE(precise.changed);
+  p.noise_z = 0.0;  // no gate: the deadband alone decides
+  EXPECT_TRUE(decide_plan(views(0.05), p).changed);
 }
 
 TEST(DecidePlan, AfterALeaveTheShareGoesToTheOthersBySpeed) {

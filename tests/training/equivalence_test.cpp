@@ -178,6 +178,20 @@ TEST(Equivalence, FashionMnistCnnBatchesChangeEvery5Steps) {
   check_equivalent(fashion_config("cnn", Precision::kFloat64), fashion(), true, kFloat64Tol);
 }
 
+// The exchange in many buckets (1 KiB: one or two tensors each), launched from the gradient
+// hooks while backward runs: the same sums, so the same bound.
+TEST(Equivalence, FashionMnistSmallBucketsBatchesChangeEvery5Steps) {
+  TrainerConfig c = fashion_config("mlp", Precision::kFloat64);
+  c.bucket_bytes = 1024;
+  check_equivalent(c, fashion(), true, kFloat64Tol);
+}
+
+TEST(Equivalence, FashionMnistCnnSmallBucketsBatchesChangeEvery5Steps) {
+  TrainerConfig c = fashion_config("cnn", Precision::kFloat64);
+  c.bucket_bytes = 1024;
+  check_equivalent(c, fashion(), true, kFloat64Tol);
+}
+
 // What users train with: float32, within the measured norm-wise bounds above.
 
 TEST(EquivalenceFloat32, FashionMnistMlpBatchesChangeEvery5Steps) {

@@ -1,0 +1,129 @@
+// The controller replayed over recorded traces (tests/data/trace_*.csv): the figures of
+// docs/PERFORMANCE.md, "The controller under noise". For each trace, each controller (before
+// issue 12: a 5-observation median, no noise gate, no change detection; after: the defaults),
+// each policy and each extra step noise, over --seeds seeds: efficiency against the oracle
+// (median and worst), plan changes per 100 steps once steady (mean and worst), and the rounds
+// each regime (start, real speed change, join) took to be followed (worst).
+//
+//   scheduler_replay_table [--seeds 10] [--interval 10] [--z NOISE_Z] [--window N] [--follow TOLERANCE]
+//                          [--alpha] tests/data/trace_*.csv
+// --alpha: replay with the traces' fitted fixed cost per step (ReplayConfig::use_trace_alpha).
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "scheduler/trace_replay.hpp"
+
+using namespace omnilearn::scheduler;
+
+namespace {
+
+struct Variant {
+  const char* name;
+  bool filtered;
+};
+
+double noise_z = ControllerConfig{}.noise_z;
+double follow = ReplayConfig{}.follow_tolerance;
+std::size_t window = ControllerConfig{}.throughput_window;
+bool use_alpha = false;
+
+ReplayConfig make(bool filtered, Policy policy, double noise, int seed, int interval) {
+  ReplayConfig c;
+  c.controller.min_batch = 8;
+  c.controller.deadband = 0.05;
+  c.controller.policy = policy;
+  c.rounds = ControlRoundsConfig{interval, 3, 6};
+  c.step_noise = noise;
+  c.seed = static_cast<std::uint64_t>(seed);
+  c.controller.noise_z = noise_z;
+  c.follow_tolerance = follow;
+  c.controller.throughput_window = window;
+  c.use_trace_alpha = use_alpha;
+  if (!filtered) {
+    c.controller.throughput_window = 5;
+    c.controller.noise_z = 0.0;
+    c.controller.change.min_change = 1e9;
+  c.controller.change.slow_run = 0;
+  }
+  return c;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int seeds = 10, interval = 10;
+  std::vector<std::string> files;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--seeds") && i + 1 < argc) {
+      seeds = std::atoi(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--follow") && i + 1 < argc) {
+      follow = std::atof(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--alpha")) {
+      use_alpha = true;
+    } else if (!std::strcmp(argv[i], "--window") && i + 1 < argc) {
+      window = static_cast<std::size_t>(std::atoi(argv[++i]));
+    } else if (!std::strcmp(argv[i], "--z") && i + 1 < argc) {
+      noise_z = std::atof(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--interval") && i + 1 < argc) {
+      interval = std::atoi(argv[++i]);
+    } else {
+      files.push_back(argv[i]);
+    }
+  }
+  if (files.empty()) {
+    std::fprintf(stderr, "usage: %s [--seeds N] [--interval STEPS] [--z NOISE_Z] [--window N] [--follow TOLERANCE] [--alpha] TRACE.csv...\n",
+                 argv[0]);
+    return 2;
+  }
+  std::printf("| trace | controller | policy | extra step noise | efficiency median (worst) | "
+              "speed-up over uniform (ideal) | plan changes / 100 steps mean (worst) | "
+              "rounds to follow, worst per regime |\n|---|---|---|---|---|---|---|---|\n");
+  for (const auto& file : files) {
+    std::ifstream in(file);
+    if (!in) {
+      std::fprintf(stderr, "cannot read %s\n", file.c_str());
+      return 2;
+    }
+    const std::string name = file.substr(file.rfind('/') + 1);
+    const Trace trace = parse_trace(in, name);
+    for (const Variant v : {Variant{"before", false}, Variant{"noise-aware", true}}) {
+      for (Policy policy : {Policy::kProportional, Policy::kAffine}) {
+        for (double noise : {0.0, 0.2}) {
+          std::vector<double> eff, churn, speedup, ideal;
+          std::vector<int> follow;
+          for (int seed = 1; seed <= seeds; ++seed) {
+            const ReplayResult r = replay(trace, make(v.filtered, policy, noise, seed, interval));
+            eff.push_back(r.efficiency);
+            churn.push_back(r.changes_per_100_steps);
+            speedup.push_back(r.speedup_over_uniform);
+            ideal.push_back(r.ideal_speedup);
+            if (follow.empty()) follow.assign(r.regimes.size(), 0);
+            for (std::size_t k = 0; k < r.regimes.size() && k < follow.size(); ++k) {
+              const int f = r.regimes[k].rounds_to_follow;
+              follow[k] = (f < 0 || follow[k] < 0) ? -1 : std::max(follow[k], f);
+            }
+            if (noise == 0.0) break;  // the recorded noise alone: one replay says it all
+          }
+          auto med = [](std::vector<double> x) {
+            std::sort(x.begin(), x.end());
+            return x[x.size() / 2];
+          };
+          double mean_churn = 0;
+          for (double c : churn) mean_churn += c / churn.size();
+          std::string rounds;
+          for (int f : follow) rounds += (rounds.empty() ? "" : ", ") + (f < 0 ? std::string("never") : std::to_string(f));
+          std::printf("| %s | %s | %s | %s | %.3f (%.3f) | %.2fx (%.2fx) | %.2f (%.2f) | %s |\n",
+                      name.c_str(), v.name, std::string(to_string(policy)).c_str(),
+                      noise > 0 ? "20%" : "none", med(eff),
+                      *std::min_element(eff.begin(), eff.end()), med(speedup), med(ideal),
+                      mean_churn, *std::max_element(churn.begin(), churn.end()), rounds.c_str());
+        }
+      }
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,218 @@
+// The step's exchange (issue 12): gradient buckets all-reduced from the gradient accumulators'
+// hooks while backward still runs, ranks with empty slices taking part with zeros, rank 0's
+// control words carried in the same exchange, and evaluation sharded across the ranks. Counts,
+// not timings: what ran before backward returned is recorded by the trainer itself.
+#include <ATen/Parallel.h>
+
+#include "tests/training/test_support.hpp"
+
+namespace omnilearn::training {
+namespace {
+
+using namespace std::chrono_literals;
+
+TrainerConfig small_buckets(Precision precision = Precision::kFloat64) {
+  TrainerConfig c = testing::synthetic_config(2000);
+  c.precision = precision;
+  c.bucket_bytes = 1024;  // the mlp's 6 tensors land in several buckets
+  return c;
+}
+
+TEST(Overlap, BucketsAreLaunchedWhileBackwardRuns) {
+  at::set_num_threads(1);
+  const TrainerConfig config = small_buckets();
+  const DatasetPair data = load_datasets(config.data);
+  testing::LoopbackStore store;
+  testing::run_ranks(3, [&](int rank) {
+    Trainer t(config, data);
+    ASSERT_TRUE(t.join_group(store.client(), 0, rank, 3, 20s, testing::loopback()).ok);
+    ASSERT_TRUE(t.sync_state_from_rank0().ok);
+    const StepResult r = t.step({60, 0, 40});
+    ASSERT_TRUE(r.committed) << r.error;
+    EXPECT_GE(r.buckets, 3);  // 784x64, 64x32 and 32x10 weights do not share a 1 KiB bucket
+    if (rank == 1) {
+      // No backward ran: every bucket went after it, filled with zeros.
+      EXPECT_EQ(r.buckets_launched_in_backward, 0);
+      EXPECT_EQ(r.backward_time_s, 0.0);
+    } else {
+      // Every bucket's last gradient is accumulated inside backward, so every launch happened
+      // before backward returned: the exchange of the last layers overlapped the first layers'
+      // backward.
+      EXPECT_EQ(r.buckets_launched_in_backward, r.buckets);
+      EXPECT_GT(r.backward_time_s, 0.0);
+    }
+  });
+}
+
+TEST(Overlap, OneBucketIsLaunchedInBackwardToo) {
+  at::set_num_threads(1);
+  TrainerConfig config = testing::synthetic_config(2000);  // 4 MiB: one gradient bucket
+  const DatasetPair data = load_datasets(config.data);
+  testing::LoopbackStore store;
+  testing::run_ranks(2, [&](int rank) {
+    Trainer t(config, data);
+    ASSERT_TRUE(t.join_group(store.client(), 0, rank, 2, 20s, testing::loopback()).ok);
+    const StepResult r = t.step({30, 34});
+    ASSERT_TRUE(r.committed) << r.error;
+    EXPECT_EQ(r.buckets, 1);
+    EXPECT_EQ(r.buckets_launched_in_backward, 1);
+  });
+}
+
+TEST(Overlap, AloneThereIsNoExchange) {
+  Trainer t(small_buckets());
+  const StepResult r = t.step({64});
+  ASSERT_TRUE(r.committed);
+  EXPECT_EQ(r.buckets, 0);
+  EXPECT_EQ(r.buckets_launched_in_backward, 0);
+  EXPECT_EQ(r.allreduce_time_s, 0.0);
+  // Alone, rank 0's own words decide: confirming ones commit, others drop the step.
+  StepControl same;
+  same.words = {0, 0, 1, 64};
+  same.accept = [](const std::vector<int64_t>& w) { return w[2] == 1; };
+  EXPECT_TRUE(t.step({64}, &same).committed);
+  StepControl other = same;
+  other.words[2] = 2;
+  const StepResult dropped = t.step({64}, &other);
+  EXPECT_FALSE(dropped.committed);
+  EXPECT_TRUE(dropped.control_rejected);
+  EXPECT_EQ(t.step_count(), 2);
+}
+
+// Ranks with empty slices take part with zeros and the weighting stays b_r / B: three ranks of
+// which one or two hold nothing equal one process with the whole batch, in float64.
+TEST(Overlap, EmptySlicesKeepTheUpdateExact) {
+  at::set_num_threads(1);
+  const TrainerConfig config = small_buckets();
+  const DatasetPair data = load_datasets(config.data);
+  const std::vector<std::vector<int>> plans = {{0, 100, 28}, {128, 0, 0}, {0, 0, 128}, {1, 0, 127}};
+  Trainer reference(config, data);
+  std::vector<double> losses;
+  for (size_t s = 0; s < plans.size(); ++s) {
+    const StepResult r = reference.step({128});
+    ASSERT_TRUE(r.committed);
+    losses.push_back(r.loss);
+  }
+  testing::LoopbackStore store;
+  std::vector<std::vector<NamedTensor>> params(3);
+  testing::run_ranks(3, [&](int rank) {
+    Trainer t(config, data);
+    ASSERT_TRUE(t.join_group(store.client(), 0, rank, 3, 20s, testing::loopback()).ok);
+    for (size_t s = 0; s < plans.size(); ++s) {
+      const StepResult r = t.step(plans[s]);
+      ASSERT_TRUE(r.committed) << r.error;
+      EXPECT_NEAR(r.loss, losses[s], 1e-12 * std::abs(losses[s])) << "step " << s;
+    }
+    params[static_cast<size_t>(rank)] = t.named_parameters();
+  });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_LE(testing::max_relative_l2(params[static_cast<size_t>(r)],
+                                       reference.named_parameters()),
+              1e-12)
+        << "rank " << r;
+  }
+  EXPECT_GT(testing::max_relative_l2(reference.named_parameters(),
+                                     Trainer(config, data).named_parameters()),
+            1e-3);  // it trained
+}
+
+// Rank 0's words ride in the exchange: confirming words commit the step on every rank; others
+// make every rank drop it (state unchanged, group usable) and deliver the words; words longer
+// than the exchange carries arrive whole by a broadcast inside the step.
+TEST(Overlap, ControlWordsTravelInTheExchange) {
+  at::set_num_threads(1);
+  const TrainerConfig config = small_buckets();
+  const DatasetPair data = load_datasets(config.data);
+  testing::LoopbackStore store;
+  const std::vector<int64_t> plan = {0, 7, 3, 20, 0, 44};  // continue, generation, version, b
+  const std::vector<int> batches = {20, 0, 44};
+  const std::vector<int64_t> new_plan = {0, 7, 4, 30, 30, 4};
+  std::vector<int64_t> long_words;
+  for (int i = 0; i < 40; ++i) long_words.push_back(int64_t{1} << 40 | i);  // > world + 4 words
+  testing::run_ranks(3, [&](int rank) {
+    Trainer t(config, data);
+    ASSERT_TRUE(t.join_group(store.client(), 7, rank, 3, 20s, testing::loopback()).ok);
+    auto accept = [&](const std::vector<int64_t>& w) { return w == plan; };
+
+    // 1. Confirming words: committed everywhere, every rank holds them.
+    StepControl carried;
+    if (rank == 0) carried.words = plan;
+    carried.accept = accept;
+    StepResult r = t.step(batches, &carried);
+    ASSERT_TRUE(r.committed) << r.error;
+    EXPECT_FALSE(r.control_rejected);
+    EXPECT_EQ(carried.words, plan);
+    EXPECT_EQ(t.step_count(), 1);
+
+    // 2. A new plan: nobody commits, nothing changes, everyone learns it; rank 0 skipped the
+    // computation (its words refuse the step), the others computed and dropped it.
+    const std::vector<NamedTensor> before = t.named_parameters();
+    StepControl changed;
+    if (rank == 0) changed.words = new_plan;
+    changed.accept = accept;
+    r = t.step(batches, &changed);
+    EXPECT_FALSE(r.committed);
+    EXPECT_TRUE(r.control_rejected) << r.error;
+    EXPECT_EQ(changed.words, new_plan);
+    EXPECT_EQ(t.step_count(), 1);
+    testing::expect_equal(t.named_parameters(), before, "after a dropped step");
+    if (rank == 0) {
+      EXPECT_EQ(r.forward_time_s, 0.0);
+    }
+
+    // 3. Words too long for the exchange: whole, by broadcast; the step is dropped.
+    StepControl long_control;
+    if (rank == 0) long_control.words = long_words;
+    long_control.accept = accept;
+    r = t.step(batches, &long_control);
+    EXPECT_FALSE(r.committed);
+    EXPECT_TRUE(r.control_rejected) << r.error;
+    EXPECT_EQ(long_control.words, long_words);
+
+    // 4. The group is still in step: the new plan trains.
+    StepControl next;
+    if (rank == 0) next.words = new_plan;
+    next.accept = [&](const std::vector<int64_t>& w) { return w == new_plan; };
+    r = t.step({30, 30, 4}, &next);
+    ASSERT_TRUE(r.committed) << r.error;
+    EXPECT_EQ(t.step_count(), 2);
+    EXPECT_TRUE(t.in_group());
+  });
+}
+
+// Sharded evaluation gives the figures of one full pass: the correct count exactly, the loss up
+// to summation order (float64).
+TEST(Overlap, ShardedEvaluationEqualsOnePass) {
+  at::set_num_threads(1);
+  TrainerConfig config = testing::synthetic_config(2000);
+  config.precision = Precision::kFloat64;
+  const DatasetPair data = load_datasets(config.data);
+  testing::LoopbackStore store;
+  testing::run_ranks(3, [&](int rank) {
+    Trainer t(config, data);
+    ASSERT_TRUE(t.join_group(store.client(), 0, rank, 3, 20s, testing::loopback()).ok);
+    for (int s = 0; s < 5; ++s) ASSERT_TRUE(t.step({40, 0, 60}).committed);
+    // The replicas are identical: each rank's full pass is the reference.
+    const EvalResult full = t.evaluate();
+    const EvalResult prefix = t.evaluate(333);
+    EvalResult sharded;
+    ASSERT_TRUE(t.evaluate_sharded(&sharded).ok);
+    EXPECT_EQ(sharded.samples, full.samples);
+    EXPECT_EQ(sharded.accuracy, full.accuracy);
+    EXPECT_GT(full.accuracy, 0.0);
+    EXPECT_NEAR(sharded.loss, full.loss, 1e-9 * full.loss);
+    ASSERT_TRUE(t.evaluate_sharded(&sharded, 333).ok);  // 333 does not divide by 3 ranks evenly
+    EXPECT_EQ(sharded.samples, 333);
+    EXPECT_EQ(sharded.accuracy, prefix.accuracy);
+    EXPECT_NEAR(sharded.loss, prefix.loss, 1e-9 * prefix.loss);
+  });
+  // Alone it is evaluate().
+  Trainer alone(config, data);
+  EvalResult r;
+  ASSERT_TRUE(alone.evaluate_sharded(&r).ok);
+  EXPECT_EQ(r.accuracy, alone.evaluate().accuracy);
+  EXPECT_EQ(r.loss, alone.evaluate().loss);
+}
+
+}  // namespace
+}  // namespace omnilearn::training
