@@ -33,6 +33,9 @@ void add_simulate_command(CLI::App& app, int& exit_code);
 // submit, logs, stop, drain, node set
 void add_job_commands(CLI::App& app, int& exit_code);
 void add_run_command(CLI::App& app, int& exit_code);
+// report RUN_DIR [-o FILE]
+void add_report_command(CLI::App& app, int& exit_code);
+void add_dashboard_token_command(CLI::App& app, int& exit_code);
 
 // Reads a job file and validates it; CliError with file:line:column otherwise.
 std::string read_valid_job_file(const std::string& path);

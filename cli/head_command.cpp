@@ -13,6 +13,7 @@
 #include "actors/membership_protocol.hpp"
 #include "cli/command.hpp"
 #include "cli/common.hpp"
+#include "cli/dashboard.hpp"
 #include "runtime/advertised_address.hpp"
 #include "runtime/shutdown.hpp"
 
@@ -31,6 +32,7 @@ struct HeadFlags {
   std::string runs_dir = "runs";
   std::string cluster_file;
   bool insecure = false;
+  DashboardFlags dashboard;
 };
 
 // The cluster file's path: --cluster-file, else $OMNILEARN_CLUSTER_FILE, else the default.
@@ -88,6 +90,10 @@ int run_head(const HeadFlags& flags) {
   head.runs_root = flags.runs_dir;
   head.max_jobs = static_cast<std::size_t>(flags.max_jobs);
   actors::spawn_head_actors(system, head);
+  // Before "listening": a dashboard that cannot start ends the head with the reason.
+  auto dashboard = start_dashboard(
+      system, flags.dashboard,
+      cluster ? std::optional<runtime::ClusterCredentials>(cluster->credentials) : std::nullopt);
 
   // What workers and clients are told (the cluster file's address): --advertise-address, else
   // the interface listened on, else (all interfaces) the host name.
@@ -138,6 +144,7 @@ int run_head(const HeadFlags& flags) {
 
   int signal = runtime::wait_for_shutdown_signal(std::chrono::hours(24 * 365 * 100));
   spdlog::info("head: signal {} received, shutting down", signal);
+  dashboard.reset();  // it asks the actors: stop it before them
   system.shutdown();
   return 0;
 }
@@ -184,6 +191,7 @@ void add_head_command(CLI::App& app, int& exit_code) {
   command->add_flag("--insecure", flags->insecure,
                     "No authentication or encryption: anyone who reaches the port can run jobs. "
                     "Local experiments only");
+  add_dashboard_flags(command, flags->dashboard, /*allow_host=*/true);
   command->callback([flags, &exit_code] { exit_code = run_head(*flags); });
 }
 

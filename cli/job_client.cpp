@@ -1,12 +1,20 @@
 #include "cli/job_client.hpp"
 
+#include <sys/ioctl.h>
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <thread>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "actors/job_protocol.hpp"
+#include "cli/report.hpp"
+#include "dashboard/progress_line.hpp"
+#include "dashboard/report.hpp"
 #include "runtime/system_messages.hpp"
 
 namespace omnilearn::cli {
@@ -20,10 +28,56 @@ std::string list(const Json& values) {
   return "[" + out + "]";
 }
 
+std::size_t terminal_width() {
+  winsize size{};
+  if (::ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) == 0 && size.ws_col > 0) return size.ws_col;
+  return 100;
+}
+
 class EventPrinter {
  public:
+  explicit EventPrinter(bool live) : live_(live) {}
+
+  void set_total_steps(std::int64_t total) { progress_.set_total_steps(total); }
+
+  // Clears the progress line, so that what comes next starts on an empty line.
+  void clear_progress() {
+    if (!drawn_) return;
+    std::printf("\r\x1b[2K");
+    drawn_ = false;
+  }
+
   void print(const Json& e) {
     const std::string kind = e.value("event", "");
+    if (live_) {
+      if (kind == "step") {
+        progress_.observe(e);
+        // An evaluation stays on the screen; the progress line is redrawn under it.
+        if (e.contains("test_accuracy")) {
+          clear_progress();
+          std::printf("step %lld: test accuracy %.4f, test loss %.4f\n",
+                      static_cast<long long>(e.value("step", 0)), e.value("test_accuracy", 0.0),
+                      e.value("test_loss", 0.0));
+        }
+        std::printf("\r\x1b[2K%s", progress_.render(terminal_width() - 1).c_str());
+        drawn_ = true;
+        std::fflush(stdout);
+        return;
+      }
+      clear_progress();
+      print_line(e, kind);
+      if (progress_.has_step()) {
+        std::printf("%s", progress_.render(terminal_width() - 1).c_str());
+        drawn_ = true;
+      }
+      std::fflush(stdout);
+      return;
+    }
+    print_line(e, kind);
+  }
+
+ private:
+  void print_line(const Json& e, const std::string& kind) {
     if (kind == "step") {
       double now = e.value("time", 0.0);
       bool eval = e.contains("test_accuracy");
@@ -108,7 +162,9 @@ class EventPrinter {
     std::fflush(stdout);
   }
 
- private:
+  bool live_ = false;
+  bool drawn_ = false;
+  dashboard::ProgressLine progress_;
   double last_step_print_ = 0;
   std::string last_exited_;  // the trainer of the last trainer_exited event, and its reason
   std::string last_exited_reason_;
@@ -139,24 +195,63 @@ void print_summary(const Json& s) {
                 w.value("node", "").c_str(), w.value("rank", 0), w.value("final_batch", 0),
                 w.value("samples_per_s", 0.0), 1000 * w.value("compute_time_s", 0.0));
   }
+  // Issue 12 (speed-up wording): measured speeds and the ideal they imply; a speed-up over
+  // uniform batches this run did not measure is printed as an estimate.
+  if (field("measured_speeds").is_object()) {
+    const auto& m = field("measured_speeds");
+    std::printf("measured compute speeds (samples/s):");
+    for (const auto& w : m.value("workers", Json::array())) {
+      std::printf(" %s %.0f", w.value("name", "").c_str(), w.value("samples_per_s", 0.0));
+    }
+    std::printf("; ideal speed-up over uniform they imply: %.2fx\n",
+                m.value("ideal_speedup_over_uniform", 0.0));
+  }
   if (field("speedup_estimate").is_object()) {
     const auto& e = field("speedup_estimate");
     std::printf(
-        "speed-up over uniform batches (from measured throughput): %.2fx (ideal %.2fx): "
-        "slowest compute per step %.1f ms vs %.1f ms uniform\n",
-        e.value("speedup_over_uniform", 0.0), e.value("ideal_speedup", 0.0),
+        "speed-up over uniform batches: %.2fx ESTIMATE, not measured (%s): slowest compute per "
+        "step %.1f ms vs %.1f ms predicted for uniform\n",
+        e.value("speedup_over_uniform", 0.0), e.value("basis", "").c_str(),
         1000 * e.value("planned_compute_s", 0.0), 1000 * e.value("uniform_compute_s", 0.0));
   }
   if (!s.value("reason", "").empty()) std::printf("reason: %s\n", s.value("reason", "").c_str());
   std::fflush(stdout);
 }
 
+// Writes the run's report when its directory is readable here, and says where it is (or how to
+// make it on the head's machine).
+void print_report_link(const std::string& run_dir, const std::string& job_id) {
+  if (run_dir.empty()) return;
+  std::error_code ec;
+  if (std::filesystem::exists(std::filesystem::path(run_dir) / "events.jsonl", ec)) {
+    try {
+      auto report = write_report(run_dir, {}, /*png=*/false);
+      std::printf("report: %s (charts; `omnilearn report %s` adds PNGs)\n",
+                  std::filesystem::absolute(report.html).string().c_str(), run_dir.c_str());
+      std::fflush(stdout);
+      return;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "omnilearn: no report for job %s: %s\n", job_id.c_str(), e.what());
+    }
+  }
+  std::printf("report: run `omnilearn report %s` where the run directory is\n", run_dir.c_str());
+  std::fflush(stdout);
+}
+
 }  // namespace
+
+bool want_live_progress(bool json) {
+  if (json) return false;
+  const char* mode = std::getenv("OMNILEARN_PROGRESS");
+  if (mode && std::string(mode) == "plain") return false;
+  if (mode && std::string(mode) == "live") return true;
+  return ::isatty(STDOUT_FILENO) == 1;
+}
 
 int follow_job(runtime::ActorSystem& system, const runtime::ActorAddress& jobs,
                const std::string& job_id, std::chrono::milliseconds head_timeout,
                const FollowOptions& options) {
-  EventPrinter printer;
+  EventPrinter printer(options.live_progress && !options.json);
   std::uint64_t since = 0;
   bool answered = options.head_answered;
   auto last_answer = std::chrono::steady_clock::now();
@@ -186,6 +281,7 @@ int follow_job(runtime::ActorSystem& system, const runtime::ActorAddress& jobs,
     }
     answered = true;
     last_answer = std::chrono::steady_clock::now();
+    printer.set_total_steps(status->job.total_steps);
     for (const auto& line : status->events) {
       if (options.json) {
         std::printf("%s\n", line.c_str());
@@ -203,7 +299,9 @@ int follow_job(runtime::ActorSystem& system, const runtime::ActorAddress& jobs,
           std::printf("%s\n", summary.dump().c_str());
           std::fflush(stdout);
         } else {
+          printer.clear_progress();
           print_summary(summary);
+          print_report_link(options.run_dir, job_id);
         }
       }
       return status->job.state == "succeeded" ? 0 : 1;

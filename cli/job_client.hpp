@@ -30,10 +30,21 @@ struct FollowOptions {
   // The head answered this client already (submit): a silent head is then waited for (30 s),
   // not at once an unreachable one.
   bool head_answered = true;
+  // The job's run directory as the head named it: once the job has ended, its report is
+  // written there (report.html) and named under the summary, when this machine can read it.
+  std::string run_dir;
+  // Redraw one progress line for the steps instead of printing step lines: on a terminal
+  // (stdout a TTY, not --json) unless $OMNILEARN_PROGRESS=plain.
+  bool live_progress = false;
 };
 
-// Prints the job's events from its first (one line each, steps thinned to about one a second)
-// and, once it has finished, its summary. Returns 0 if the job succeeded or, not following,
+// Whether follow_job should redraw a progress line: stdout is a terminal, no --json, and
+// $OMNILEARN_PROGRESS is not "plain" ("live" forces it).
+bool want_live_progress(bool json);
+
+// Prints the job's events from its first (one line each, steps thinned to about one a second,
+// or one redrawn progress line with options.live_progress) and, once it has finished, its
+// summary and where its report is. Returns 0 if the job succeeded or, not following,
 // has not finished yet; 1 if it failed or was stopped. Throws CliError: no such job (exit 1),
 // no answer from the head at all (2), contact lost while following (1).
 int follow_job(runtime::ActorSystem& system, const runtime::ActorAddress& jobs,

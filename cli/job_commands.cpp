@@ -138,6 +138,8 @@ void add_job_commands(CLI::App& app, int& exit_code) {
       std::fflush(stdout);
       FollowOptions follow;
       follow.json = flags->json;
+      follow.run_dir = reply.run_dir;
+      follow.live_progress = want_live_progress(flags->json);
       exit_code = flags->follow ? follow_job(system, jobs, reply.job_id, timeout, follow) : 0;
     });
   }

@@ -46,6 +46,8 @@ int main(int argc, char** argv) {
   omnilearn::cli::add_job_commands(app, exit_code);
   omnilearn::cli::add_run_command(app, exit_code);
   omnilearn::cli::add_simulate_command(app, exit_code);
+  omnilearn::cli::add_report_command(app, exit_code);
+  omnilearn::cli::add_dashboard_token_command(app, exit_code);
   if (auto word = unknown_command(app, argc, argv)) {
     std::fprintf(stderr, "omnilearn: error: unknown command '%s'; see omnilearn --help\n",
                  word->c_str());

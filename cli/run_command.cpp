@@ -23,6 +23,7 @@
 #include "actors/job_spec.hpp"
 #include "cli/command.hpp"
 #include "cli/common.hpp"
+#include "cli/dashboard.hpp"
 #include "cli/job_client.hpp"
 #include "runtime/endpoint.hpp"
 #include "runtime/shutdown.hpp"
@@ -39,6 +40,7 @@ struct RunFlags {
   int heartbeat_interval_ms = 500;
   int heartbeat_timeout_ms = 3000;
   bool pin = false;
+  DashboardFlags dashboard;
 };
 
 // Worker processes of the embedded cluster; killed (and reaped) however `run` ends.
@@ -189,6 +191,7 @@ int run_local(const RunFlags& flags) {
               flags.local,
               flags.slowdown.empty() ? "none" : fmt::format("{}", fmt::join(slowdown, ",")).c_str());
   std::fflush(stdout);
+  auto dashboard = start_dashboard(system, flags.dashboard, cluster.credentials());
 
   std::error_code ec;
   std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
@@ -254,7 +257,10 @@ int run_local(const RunFlags& flags) {
   });
   int code = 1;
   try {
-    code = follow_job(system, jobs, submitted->job_id, std::chrono::seconds(5));
+    FollowOptions follow;
+    follow.run_dir = submitted->run_dir;
+    follow.live_progress = want_live_progress(false);
+    code = follow_job(system, jobs, submitted->job_id, std::chrono::seconds(5), follow);
   } catch (...) {
     done = true;
     interrupt.join();
@@ -263,6 +269,7 @@ int run_local(const RunFlags& flags) {
   done = true;
   interrupt.join();
   workers.stop();
+  dashboard.reset();
   system.shutdown();
   return code;
 }
@@ -293,6 +300,7 @@ void add_run_command(CLI::App& app, int& exit_code) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   command->add_flag("--pin", flags->pin, "Pin worker i to CPU i mod #cpus");
+  add_dashboard_flags(command, flags->dashboard, /*allow_host=*/false);
   command->callback([flags, &exit_code] { exit_code = run_local(*flags); });
 }
 

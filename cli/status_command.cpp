@@ -11,6 +11,7 @@
 #include "actors/membership_protocol.hpp"
 #include "cli/command.hpp"
 #include "cli/common.hpp"
+#include "dashboard/status_json.hpp"
 #include "runtime/actor_system.hpp"
 
 namespace omnilearn::cli {
@@ -21,44 +22,6 @@ struct StatusFlags {
   bool json = false;
   int timeout_ms = 3000;
 };
-
-nlohmann::json to_json(const actors::NodeInfo& node) {
-  nlohmann::json actors = nlohmann::json::array();
-  for (const auto& actor : node.actors) {
-    actors.push_back({{"actor", actor.actor}, {"job", actor.job_id}, {"rank", actor.rank},
-                      {"steps", actor.steps}, {"batch", actor.batch},
-                      {"samples_per_s", actor.samples_per_s}, {"step_time_s", actor.step_time_s}});
-  }
-  return {{"id", node.id},
-          {"name", node.name},
-          {"state", node.state},
-          {"incarnation", node.incarnation},
-          {"last_heartbeat_ms", node.last_heartbeat_ms},
-          {"resources",
-           {{"cpus", node.resources.cpus},
-            {"memory_bytes", node.resources.memory_bytes},
-            {"gpus", node.resources.gpus},
-            {"labels", node.resources.labels}}},
-          {"usage",
-           {{"load_average", node.usage.load_average},
-            {"rss_bytes", node.usage.rss_bytes},
-            {"slowdown", node.usage.slowdown},
-            {"cpu_quota", node.usage.cpu_quota}}},
-          {"actors", actors}};
-}
-
-nlohmann::json to_json(const actors::JobInfo& job) {
-  nlohmann::json workers = nlohmann::json::array();
-  for (const auto& worker : job.workers) {
-    workers.push_back({{"node", worker.node}, {"actor", worker.actor}, {"rank", worker.rank},
-                       {"batch", worker.batch}, {"samples_per_s", worker.samples_per_s},
-                       {"step_time_s", worker.step_time_s}});
-  }
-  return {{"id", job.id},           {"name", job.name},       {"state", job.state},
-          {"reason", job.reason},   {"step", job.step},       {"total_steps", job.total_steps},
-          {"generation", job.generation}, {"loss", job.loss}, {"workers", workers},
-          {"checkpoint", job.checkpoint}, {"checkpoint_node", job.checkpoint_node}};
-}
 
 std::string human_bytes(std::int64_t bytes) {
   if (bytes >= (1LL << 30)) return fmt::format("{:.1f}G", bytes / double(1LL << 30));
@@ -135,11 +98,7 @@ int run_status(const StatusFlags& flags) {
                   .get();
   if (auto job_status = jobs.as<actors::StatusReply>()) status->jobs = job_status->jobs;
   if (flags.json) {
-    nlohmann::json out{{"nodes", nlohmann::json::array()}, {"jobs", nlohmann::json::array()}};
-    for (const auto& node : status->nodes) out["nodes"].push_back(to_json(node));
-    for (const auto& job : status->jobs) out["jobs"].push_back(to_json(job));
-    out["counters"] = status->counters;
-    std::printf("%s\n", out.dump().c_str());
+    std::printf("%s\n", dashboard::status_json(*status).dump().c_str());
   } else {
     print_table(*status);
   }

@@ -2,7 +2,11 @@
 # Installs everything OmniLearn needs to build, test and run, from Debian packages only
 # (clang and its runtime are for the libFuzzer targets, scripts/fuzz.sh; python3-torch and
 # python3-numpy, the same LibTorch 1.13 for /usr/bin/python3, for examples/torchscript and the
-# tests that save users' models and tensors from Python).
+# tests that save users' models and tensors from Python; cpp-httplib and Chart.js for the head's
+# dashboard and `omnilearn report`).
+# `--test` adds what only the tests need: Chromium (the dashboard and report are checked in a
+# real headless browser) and Prometheus's promtool (checks /metrics). scripts/test.sh passes it;
+# scripts/demo.sh does not, so a first run does not wait for a browser to install.
 # Idempotent: packages already present are skipped by apt-get. Needs root (or sudo).
 set -euo pipefail
 
@@ -19,7 +23,17 @@ packages=(
   zlib1g-dev
   iproute2 procps
   clang libclang-rt-14-dev
+  libcpp-httplib-dev libjs-chart.js
 )
+test_packages=(
+  chromium prometheus
+)
+if [ "${1:-}" = "--test" ]; then
+  packages+=("${test_packages[@]}")
+elif [ $# -gt 0 ]; then
+  echo "install-deps: unknown argument '$1' (only --test)" >&2
+  exit 2
+fi
 
 missing=()
 for p in "${packages[@]}"; do

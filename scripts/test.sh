@@ -8,7 +8,7 @@
 # Extra arguments go to the main ctest run (e.g. -L e2e, -R closed_cluster).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install-deps.sh
+bash scripts/install-deps.sh --test
 bash scripts/build.sh
 build_dir="${OMNILEARN_BUILD_DIR:-build}"
 logs="$build_dir/test-logs"
