@@ -11,6 +11,13 @@
 namespace omnilearn::scheduler {
 namespace {
 
+// OMNILEARN_TEST_CLUSTERS: 100 under the sanitizers (tests/scheduler/CMakeLists.txt), where the
+// point is memory and thread errors and 1,000 clusters take minutes.
+#ifndef OMNILEARN_TEST_CLUSTERS
+#define OMNILEARN_TEST_CLUSTERS 1000
+#endif
+constexpr int kClusters = OMNILEARN_TEST_CLUSTERS;
+
 using testing::random_cluster;
 using testing::random_event;
 using testing::simulation_of;
@@ -103,7 +110,7 @@ void expect_recovery(Policy policy, double overhead_share, double noise, std::ui
   std::mt19937_64 rng(seed);
   int runs = 0;
   double worst[4] = {1, 1, 1, 1};
-  for (int k = 0; k < 1000; ++k) {
+  for (int k = 0; k < kClusters; ++k) {
     const auto c = random_cluster(rng);
     auto s = simulation_of(c, policy, overhead_share, noise, k);
     s.deadband = 0.02;
@@ -137,7 +144,7 @@ void expect_recovery(Policy policy, double overhead_share, double noise, std::ui
       "and the 3 after: %.3f %.3f %.3f %.3f\n",
       std::string(to_string(policy)).c_str(), overhead_share * 100, noise * 100, runs, worst[0],
       worst[1], worst[2], worst[3]);
-  EXPECT_GT(runs, 900);
+  EXPECT_GT(runs, kClusters * 9 / 10);  // nearly every cluster got its event
 }
 
 TEST(EventRecovery, ProportionalLinearCostRecoversWithinThreeRounds) {
