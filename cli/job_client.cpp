@@ -218,17 +218,14 @@ void print_summary(const Json& s) {
   std::fflush(stdout);
 }
 
-// Writes the run's report when its directory is readable here, and says where it is (or how to
-// make it on the head's machine).
+// Writes the run's report (and its PNGs, as `omnilearn report` does) when its directory is
+// readable here, and says where it is (or how to make it on the head's machine).
 void print_report_link(const std::string& run_dir, const std::string& job_id) {
   if (run_dir.empty()) return;
   std::error_code ec;
   if (std::filesystem::exists(std::filesystem::path(run_dir) / "events.jsonl", ec)) {
     try {
-      auto report = write_report(run_dir, {}, /*png=*/false);
-      std::printf("report: %s (charts; `omnilearn report %s` adds PNGs)\n",
-                  std::filesystem::absolute(report.html).string().c_str(), run_dir.c_str());
-      std::fflush(stdout);
+      print_report(write_report(run_dir, {}, /*png=*/true));
       return;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "omnilearn: no report for job %s: %s\n", job_id.c_str(), e.what());

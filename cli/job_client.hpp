@@ -31,7 +31,8 @@ struct FollowOptions {
   // not at once an unreachable one.
   bool head_answered = true;
   // The job's run directory as the head named it: once the job has ended, its report is
-  // written there (report.html) and named under the summary, when this machine can read it.
+  // written there (report.html, and a PNG per chart when Chromium is installed: write_report)
+  // and named under the summary, when this machine can read it.
   std::string run_dir;
   // Redraw one progress line for the steps instead of printing step lines: on a terminal
   // (stdout a TTY, not --json) unless $OMNILEARN_PROGRESS=plain.

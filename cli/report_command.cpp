@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -44,44 +45,63 @@ std::optional<fs::path> find_on_path(const std::string& name) {
   return std::nullopt;
 }
 
+// How a bounded child ended.
+struct BoundedRun {
+  pid_t pid = -1;          // -1: fork failed
+  bool timed_out = false;  // outlasted the bound and was killed
+  int exit_code = -1;      // its exit code when it exited by itself; -1 otherwise
+};
+
 // Runs `argv` with stdout into `out_file` and stderr discarded, in its own process group,
-// killed (the whole group: a browser starts helpers) if it outlasts `timeout`. Returns the exit
-// status, or -1 if it could not start or timed out.
-int run_bounded(const std::vector<std::string>& argv, const fs::path& out_file,
-                std::chrono::seconds timeout) {
-  pid_t pid = ::fork();
-  if (pid < 0) return -1;
-  if (pid == 0) {
+// killed by PID (the whole group: a browser starts helpers) if it outlasts `timeout`.
+BoundedRun run_bounded(const std::vector<std::string>& argv, const fs::path& out_file,
+                       std::chrono::seconds timeout) {
+  // Everything the child uses is made before the fork: `run` and `submit --follow` call this
+  // with the actor system's threads running, and the child of a multithreaded process may make
+  // only async-signal-safe calls (a malloc could wait forever on a lock held at the fork).
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  const std::string out_path = out_file.string();
+  BoundedRun run;
+  run.pid = ::fork();
+  if (run.pid < 0) return run;
+  if (run.pid == 0) {
     ::setpgid(0, 0);
-    int out = ::open(out_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    // `run` blocks SIGINT and SIGTERM to take them itself; the browser gets the default.
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
     int null = ::open("/dev/null", O_RDWR);
     if (out < 0 || null < 0) ::_exit(127);
     ::dup2(null, 0);
     ::dup2(out, 1);
     ::dup2(null, 2);
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
+    // Not the head's sockets: a browser that lingers must not hold the cluster's ports.
+    ::close_range(3, ~0U, 0);
     ::execv(args[0], args.data());
     ::_exit(127);
   }
-  ::setpgid(pid, pid);
+  ::setpgid(run.pid, run.pid);
   auto deadline = std::chrono::steady_clock::now() + timeout;
   int status = 0;
   while (true) {
-    pid_t done = ::waitpid(pid, &status, WNOHANG);
-    if (done == pid) break;
-    if (done < 0) return -1;
+    pid_t done = ::waitpid(run.pid, &status, WNOHANG);
+    if (done == run.pid) break;
+    if (done < 0) return run;
     if (std::chrono::steady_clock::now() > deadline) {
-      ::kill(-pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      return -1;
+      ::kill(-run.pid, SIGKILL);
+      ::waitpid(run.pid, &status, 0);
+      run.timed_out = true;
+      return run;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   // The browser's helpers leave with it; any still there are ended with their group.
-  ::kill(-pid, SIGKILL);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  ::kill(-run.pid, SIGKILL);
+  if (WIFEXITED(status)) run.exit_code = WEXITSTATUS(status);
+  return run;
 }
 
 }  // namespace
@@ -95,6 +115,15 @@ std::optional<std::filesystem::path> find_chromium() {
     if (auto found = find_on_path(name)) return found;
   }
   return std::nullopt;
+}
+
+std::chrono::seconds report_chromium_timeout() {
+  if (const char* env = std::getenv("OMNILEARN_REPORT_TIMEOUT_S"); env && *env) {
+    char* end = nullptr;
+    long seconds = std::strtol(env, &end, 10);
+    if (end && *end == '\0' && seconds >= 1) return std::chrono::seconds(seconds);
+  }
+  return std::chrono::seconds(60);
 }
 
 ReportResult write_report(const fs::path& run_dir, const fs::path& output, bool png) {
@@ -125,9 +154,14 @@ ReportResult write_report(const fs::path& run_dir, const fs::path& output, bool 
   }
   // The page draws its charts and, opened as #png, adds a PNG copy of each to its DOM, which
   // the browser prints.
-  auto profile = fs::temp_directory_path() / fmt::format("omnilearn-report-{}", ::getpid());
-  auto dom_file = profile / "dom.html";
-  fs::create_directories(profile, ec);
+  std::string pattern = (fs::temp_directory_path() / "omnilearn-report-XXXXXX").string();
+  if (!::mkdtemp(pattern.data())) {
+    result.png_note =
+        "no PNGs: cannot create a browser profile under " + fs::temp_directory_path().string();
+    return result;
+  }
+  const fs::path profile = pattern;
+  const auto dom_file = profile / "dom.html";
   std::vector<std::string> argv{chromium->string(),
                                 "--headless",
                                 "--disable-gpu",
@@ -138,15 +172,30 @@ ReportResult write_report(const fs::path& run_dir, const fs::path& output, bool 
                                 "--dump-dom",
                                 "file://" + fs::absolute(result.html).string() + "#png"};
   if (::geteuid() == 0) argv.insert(argv.begin() + 1, "--no-sandbox");
-  int code = run_bounded(argv, dom_file, std::chrono::seconds(90));
-  std::ifstream dom_in(dom_file, std::ios::binary);
-  std::ostringstream dom;
-  dom << dom_in.rdbuf();
-  auto pngs = dashboard::extract_png_exports(dom.str());
+  const auto timeout = report_chromium_timeout();
+  const BoundedRun browser = run_bounded(argv, dom_file, timeout);
+  std::map<std::string, std::string> pngs;
+  if (!browser.timed_out) {
+    std::ifstream dom_in(dom_file, std::ios::binary);
+    std::ostringstream dom;
+    dom << dom_in.rdbuf();
+    pngs = dashboard::extract_png_exports(dom.str());
+  }
   fs::remove_all(profile, ec);
+  if (browser.timed_out) {
+    result.png_note = fmt::format(
+        "no PNGs: {} did not draw the charts within {} s and was killed (pid {}); the HTML "
+        "report is complete ($OMNILEARN_REPORT_TIMEOUT_S gives the browser longer)",
+        chromium->string(), timeout.count(), browser.pid);
+    return result;
+  }
   if (pngs.empty()) {
-    result.png_note = fmt::format("no PNGs: {} {} and drew no chart", chromium->string(),
-                                  code == 0 ? "ran" : "failed or timed out");
+    result.png_note =
+        browser.pid < 0 ? fmt::format("no PNGs: cannot start {} (fork failed)", chromium->string())
+        : browser.exit_code == 0
+            ? fmt::format("no PNGs: {} ran and drew no chart", chromium->string())
+            : fmt::format("no PNGs: {} failed (exit code {}) and drew no chart", chromium->string(),
+                          browser.exit_code);
     return result;
   }
   auto stem = result.html;
@@ -158,6 +207,15 @@ ReportResult write_report(const fs::path& run_dir, const fs::path& output, bool 
     if (out) result.pngs.push_back(file);
   }
   return result;
+}
+
+void print_report(const ReportResult& report) {
+  std::printf("report: %s\n", fs::absolute(report.html).string().c_str());
+  for (const auto& png : report.pngs) {
+    std::printf("chart: %s\n", fs::absolute(png).string().c_str());
+  }
+  std::fflush(stdout);
+  if (!report.png_note.empty()) std::fprintf(stderr, "omnilearn: %s\n", report.png_note.c_str());
 }
 
 void add_report_command(CLI::App& app, int& exit_code) {
@@ -176,9 +234,7 @@ void add_report_command(CLI::App& app, int& exit_code) {
     } catch (const dashboard::ReportError& e) {
       throw CliError(e.what());
     }
-    std::printf("report: %s\n", fs::absolute(result.html).string().c_str());
-    for (const auto& png : result.pngs) std::printf("chart: %s\n", png.string().c_str());
-    if (!result.png_note.empty()) std::fprintf(stderr, "%s\n", result.png_note.c_str());
+    print_report(result);
     exit_code = 0;
   });
 }

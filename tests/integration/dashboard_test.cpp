@@ -444,18 +444,54 @@ TEST(DashboardFlags, AnInsecureHeadCannotServeBeyondLoopback) {
   EXPECT_NE(result.err.find("--dashboard-host 127.0.0.2"), std::string::npos) << result.err;
 }
 
+// Whether process `pid` is still running (a zombie has ended; it only waits to be reaped).
+bool running(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return false;
+  auto state = line.rfind(") ");
+  return state != std::string::npos && state + 2 < line.size() && line[state + 2] != 'Z';
+}
+
+// The first line of `file` as a PID, or 0.
+pid_t read_pid(const fs::path& file) {
+  std::ifstream in(file);
+  long pid = 0;
+  in >> pid;
+  return static_cast<pid_t>(pid);
+}
+
 // `run` redraws one progress line where it is asked to (a terminal; here forced, since ctest
-// gives none), prints plain event lines where not, and names the run's report under the summary.
-TEST(DashboardRun, ProgressRedrawsOnATerminalAndTheSummaryNamesTheReport) {
+// gives none), prints plain event lines where not, and names the run's report under the summary:
+// with a PNG per chart beside it, drawn by the same headless Chromium `omnilearn report` uses;
+// and, when the browser hangs, with the HTML alone once the browser has been killed (the plain
+// run's "Chromium" is a script that never finishes, nor does the helper it starts).
+TEST(DashboardRun, ProgressRedrawsOnATerminalAndTheSummaryNamesTheReportAndItsCharts) {
   ScratchDir scratch("dashboard-run");
   auto job = scratch.write("job.toml", synthetic_elastic_job("progress", 40, 3));
+  const auto pid_dir = scratch.path() / "hung-browser";
+  fs::create_directories(pid_dir);
+  const std::string script = "#!/bin/sh\necho $$ > " + (pid_dir / "browser.pid").string() +
+                             "\nsleep 600 &\necho $! > " + (pid_dir / "helper.pid").string() +
+                             "\nwait\n";
+  const auto hung_browser = scratch.write("hung-chromium.sh", script);
+  fs::permissions(hung_browser, fs::perms::owner_all);
+  std::string missing;
   for (const bool live : {true, false}) {
-    SCOPED_TRACE(live ? "live" : "plain");
+    SCOPED_TRACE(live ? "live, with Chromium" : "plain, with a Chromium that hangs");
     auto run_dir = scratch.path() / (live ? "live" : "plain");
     ProcessOptions options;
-    if (live) options.env = {"OMNILEARN_PROGRESS=live"};
+    if (live) {
+      options.env = {"OMNILEARN_PROGRESS=live"};
+      // The browser the test looks for is the one `run` uses; none at all where it is missing.
+      options.env.push_back(std::string("OMNILEARN_CHROMIUM=") +
+                            (installed(kChromium) ? kChromium : "/nonexistent/chromium"));
+    } else {
+      options.env = {"OMNILEARN_CHROMIUM=" + hung_browser.string(), "OMNILEARN_REPORT_TIMEOUT_S=3"};
+    }
     auto result = run_omnilearn(
         {"run", job.string(), "--local", "2", "--run-dir", run_dir.string()}, 180s, options);
+    ASSERT_FALSE(result.timed_out) << result.out << result.err;
     ASSERT_EQ(result.status.code, 0) << result.out << result.err;
     const bool redrawn = result.out.find("\r\x1b[2Kstep ") != std::string::npos;
     const bool plain_steps = result.out.find("  epoch ") != std::string::npos;
@@ -467,8 +503,51 @@ TEST(DashboardRun, ProgressRedrawsOnATerminalAndTheSummaryNamesTheReport) {
     }
     EXPECT_NE(result.out.find("report: " + (run_dir / "report.html").string()), std::string::npos)
         << result.out;
-    EXPECT_TRUE(fs::exists(run_dir / "report.html"));
+    ASSERT_TRUE(fs::exists(run_dir / "report.html"));
+    std::ifstream in(run_dir / "report.html");
+    const std::string html((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NE(html.find("</html>"), std::string::npos) << "the HTML report is complete";
+    if (live && !installed(kChromium)) {
+      EXPECT_NE(result.err.find("no PNGs: no headless Chromium found"), std::string::npos)
+          << result.err;
+      missing =
+          "chromium is not installed (Debian package chromium; scripts/test.sh installs it): "
+          "the PNGs `run` writes beside its report were not checked";
+    } else if (live) {
+      for (const auto& chart : {"loss", "batches", "throughput", "steptime", "timeline"}) {
+        const auto png = run_dir / (std::string("report-") + chart + ".png");
+        EXPECT_NE(result.out.find("chart: " + png.string()), std::string::npos)
+            << chart << ": " << result.out << result.err;
+        ASSERT_TRUE(fs::exists(png)) << png << "\n" << result.out << result.err;
+        std::ifstream file(png, std::ios::binary);
+        std::string magic(8, '\0');
+        file.read(magic.data(), 8);
+        EXPECT_EQ(magic, std::string("\x89PNG\r\n\x1a\n", 8)) << png;
+        EXPECT_GT(fs::file_size(png), 1000u) << png << ": a chart, not an empty image";
+      }
+    } else {
+      EXPECT_NE(result.err.find(hung_browser.string() +
+                                " did not draw the charts within 3 s and was killed (pid "),
+                std::string::npos)
+          << result.err;
+      EXPECT_NE(result.err.find("the HTML report is complete"), std::string::npos) << result.err;
+      EXPECT_EQ(result.out.find("chart: "), std::string::npos) << result.out;
+      for (const auto& entry : fs::directory_iterator(run_dir)) {
+        EXPECT_NE(entry.path().extension(), ".png") << entry.path();
+      }
+      const pid_t browser = read_pid(pid_dir / "browser.pid");
+      const pid_t helper = read_pid(pid_dir / "helper.pid");
+      ASSERT_GT(browser, 0) << "the stand-in browser never started";
+      ASSERT_GT(helper, 0);
+      EXPECT_NE(result.err.find("(pid " + std::to_string(browser) + ")"), std::string::npos)
+          << result.err;
+      // Its helper was killed with it (a process group), not left to the init process.
+      EXPECT_TRUE(wait_until([&] { return !running(browser) && !running(helper); }, 5s))
+          << "the hung browser (pid " << browser << ") or its helper (pid " << helper
+          << ") outlived `run`";
+    }
   }
+  if (!missing.empty()) GTEST_SKIP() << missing;
 }
 
 }  // namespace
