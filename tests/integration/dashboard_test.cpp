@@ -3,11 +3,14 @@
 // trains, finds every node and a batch chart with points, and saves a screenshot; Prometheus's
 // promtool checks /metrics; the JSON API says what `omnilearn status --json` and events.jsonl
 // say; `omnilearn report` writes a report that a browser with every network request sent to a
-// counting trap draws completely without one. A dashboard on another address than 127.0.0.1
-// refuses every request without the cluster's token, the browser's included.
+// counting trap draws completely without one; `run` writes the same report with its PNGs, and
+// kills a browser that hangs. A dashboard on another address than 127.0.0.1 refuses every
+// request without the cluster's token, the browser's included: on a second loopback address,
+// and on a veth interface in network namespaces the test makes, asked across the link.
 //
 // Tests that need chromium or promtool skip (saying which package) where they are missing;
-// scripts/test.sh installs both (scripts/install-deps.sh --test).
+// scripts/test.sh installs both (scripts/install-deps.sh --test). The namespace test skips,
+// with the reason, where namespaces cannot be made (root and iproute2 needed).
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -26,6 +29,7 @@
 #include <thread>
 
 #include "tests/support/job_run.hpp"
+#include "tests/support/netns.hpp"
 
 namespace omnilearn::testing {
 namespace {
@@ -36,6 +40,7 @@ using Json = nlohmann::json;
 
 const char* kChromium = "/usr/bin/chromium";
 const char* kPromtool = "/usr/bin/promtool";
+const char* kCurl = "/usr/bin/curl";
 
 bool installed(const char* path) { return ::access(path, X_OK) == 0; }
 
@@ -434,6 +439,98 @@ TEST_F(Dashboard, BeyondLoopbackEveryRequestNeedsTheClustersToken) {
   auto admitted = chromium(scratch, url->base + "/?token=" + url->token, {"--dump-dom"});
   ASSERT_EQ(admitted.status.code, 0) << admitted.err;
   EXPECT_EQ(node_rows(admitted.out), std::set<std::string>{"tok-a"}) << admitted.out;
+}
+
+// An HTTP GET with curl, run through `in_namespace` (`ip netns exec NS`): the request starts in
+// that namespace and goes nowhere else. `code` is the HTTP status, or 0 with curl's error in
+// `error` when there was no answer.
+struct CurlAnswer {
+  int code = 0;
+  std::string body;
+  std::string error;
+};
+CurlAnswer curl_get(const std::vector<std::string>& in_namespace, const std::string& url,
+                    const std::vector<std::string>& headers = {}) {
+  std::vector<std::string> argv = in_namespace;
+  // --noproxy: a proxy from the environment would send the request out of the namespace.
+  for (const char* a : {kCurl, "--silent", "--show-error", "--max-time", "10", "--noproxy", "*",
+                        "--write-out", "\n%{http_code}"}) {
+    argv.push_back(a);
+  }
+  for (const auto& h : headers) {
+    argv.push_back("--header");
+    argv.push_back(h);
+  }
+  argv.push_back(url);
+  auto result = run_command(argv, 20s);
+  CurlAnswer answer;
+  while (!result.out.empty() && result.out.back() == '\n') result.out.pop_back();
+  auto last = result.out.rfind('\n');
+  if (result.status.code != 0 || last == std::string::npos) {
+    answer.error = result.status.to_string() + ": " + result.err;
+    return answer;
+  }
+  answer.body = result.out.substr(0, last);
+  answer.code = std::atoi(result.out.c_str() + last + 1);
+  return answer;
+}
+
+// "Bound elsewhere" on a real interface, not a second loopback address: the head runs in a
+// network namespace the test makes (NetworkPair: two namespaces joined by a veth pair; nothing
+// outside them is touched) with its dashboard on the namespace's veth address. curl asks it from
+// the other namespace, across the link, as another machine would, and from the head's own:
+// every request without the cluster's token is refused (401), every one with it answered (200);
+// nothing listens on the head namespace's loopback.
+TEST(DashboardOnAnInterface, EveryRequestNeedsTheClustersTokenAcrossTheNetwork) {
+  if (!installed(kCurl)) {
+    GTEST_SKIP() << "curl is not installed (Debian package curl): the dashboard on a "
+                    "non-loopback interface was not checked";
+  }
+  NetworkPair network;
+  std::string why;
+  if (!network.create(&why)) GTEST_SKIP() << "dashboard on an interface skipped: " << why;
+  NamespacedCluster cluster(
+      network, 200ms, 1500ms,
+      {"--dashboard-port", "0", "--dashboard-host", NetworkPair::kHeadAddress});
+  auto url = dashboard_url(cluster.head());
+  ASSERT_TRUE(url) << cluster.head().describe();
+  EXPECT_EQ(url->host, NetworkPair::kHeadAddress);
+  ASSERT_EQ(url->token.size(), 64u) << "the head prints the URL with its token";
+  auto derived = run_omnilearn({"dashboard-token"});
+  ASSERT_EQ(derived.status.code, 0) << derived.err;
+  EXPECT_EQ(derived.out, url->token + "\n") << "anyone with the cluster file derives the token";
+  cluster.start_worker("far-a", Side::kWorker);
+  ASSERT_TRUE(
+      cluster.wait_for_status([](const ClusterStatus& s) { return s.nodes().size() == 1; }, 20s))
+      << cluster.last_status_text();
+
+  const auto far = network.in_worker_namespace();
+  const auto near = network.in_head_namespace();
+  const std::string bearer = "Authorization: Bearer " + url->token;
+  for (const char* path : {"/", "/api/status", "/api/nodes", "/metrics", "/static/chart.min.js"}) {
+    SCOPED_TRACE(path);
+    const std::string target = url->base + path;
+    for (const auto* side : {&far, &near}) {
+      auto plain = curl_get(*side, target);
+      EXPECT_EQ(plain.code, 401) << plain.error << plain.body;
+      auto wrong = curl_get(*side, target, {"Authorization: Bearer " + std::string(64, '0')});
+      EXPECT_EQ(wrong.code, 401) << wrong.error << wrong.body;
+      auto right = curl_get(*side, target, {bearer});
+      EXPECT_EQ(right.code, 200) << right.error << right.body;
+    }
+  }
+  auto refused = curl_get(far, url->base + "/api/nodes");
+  EXPECT_NE(refused.body.find("needs its token"), std::string::npos) << refused.body;
+  EXPECT_EQ(refused.body.find("far-a"), std::string::npos) << "a refusal shows nothing";
+  auto nodes = curl_get(far, url->base + "/api/nodes?token=" + url->token);
+  ASSERT_EQ(nodes.code, 200) << nodes.error << nodes.body;
+  auto parsed = Json::parse(nodes.body, nullptr, false);
+  ASSERT_TRUE(parsed.is_array() && parsed.size() == 1u) << nodes.body;
+  EXPECT_EQ(parsed[0]["name"], "far-a");
+  // Bound to the interface only: the head namespace's loopback has no dashboard.
+  auto loopback =
+      curl_get(near, "http://127.0.0.1:" + std::to_string(url->port) + "/api/status", {bearer});
+  EXPECT_EQ(loopback.code, 0) << "answered on loopback: " << loopback.body;
 }
 
 TEST(DashboardFlags, AnInsecureHeadCannotServeBeyondLoopback) {

@@ -95,15 +95,23 @@ std::vector<std::string> with_prefix(std::vector<std::string> prefix,
 }  // namespace
 
 NamespacedCluster::NamespacedCluster(NetworkPair& network, std::chrono::milliseconds interval,
-                                     std::chrono::milliseconds timeout)
+                                     std::chrono::milliseconds timeout,
+                                     std::vector<std::string> head_args)
     : network_(network) {
   ProcessOptions options;
   options.name = "head";
-  head_.emplace(with_prefix(network.in_head_namespace(),
-                            {omnilearn_binary().string(), "head", "--host",
-                             NetworkPair::kHeadAddress, "--port", "0", "--heartbeat-interval-ms",
-                             std::to_string(interval.count()), "--heartbeat-timeout-ms",
-                             std::to_string(timeout.count())}),
+  std::vector<std::string> command{omnilearn_binary().string(),
+                                   "head",
+                                   "--host",
+                                   NetworkPair::kHeadAddress,
+                                   "--port",
+                                   "0",
+                                   "--heartbeat-interval-ms",
+                                   std::to_string(interval.count()),
+                                   "--heartbeat-timeout-ms",
+                                   std::to_string(timeout.count())};
+  command.insert(command.end(), head_args.begin(), head_args.end());
+  head_.emplace(with_prefix(network.in_head_namespace(), command),
                 omnilearn_process_options(options));
   static const std::regex kListening(R"(listening on (\S+):(\d+))");
   auto line = head_->wait_for_output(kListening, std::chrono::seconds(15));

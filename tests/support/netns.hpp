@@ -50,9 +50,12 @@ enum class Side { kHead, kWorker };
 // run in the head namespace. Every process is killed when it goes away (before the network).
 class NamespacedCluster {
  public:
-  // Starts the head (heartbeats `interval`, dead after `timeout`); throws if it does not come up.
-  NamespacedCluster(NetworkPair& network, std::chrono::milliseconds interval = std::chrono::milliseconds(100),
-                    std::chrono::milliseconds timeout = std::chrono::milliseconds(600));
+  // Starts the head (heartbeats `interval`, dead after `timeout`, `head_args` appended to its
+  // command line); throws if it does not come up.
+  NamespacedCluster(NetworkPair& network,
+                    std::chrono::milliseconds interval = std::chrono::milliseconds(100),
+                    std::chrono::milliseconds timeout = std::chrono::milliseconds(600),
+                    std::vector<std::string> head_args = {});
 
   ChildProcess& start_worker(const std::string& name, Side side);
   ChildProcess& head() { return *head_; }
