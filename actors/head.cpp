@@ -3,6 +3,8 @@
 #include "actors/job_manager.hpp"
 #include "actors/node_registry.hpp"
 #include "actors/store_actor.hpp"
+#include "core/protocol.hpp"
+#include "core/task_router.hpp"
 
 namespace omnilearn::actors {
 
@@ -18,6 +20,8 @@ void spawn_head_actors(runtime::ActorSystem& system, const HeadOptions& options)
   jobs.max_jobs = options.max_jobs;
   jobs.heartbeat_timeout = options.membership.heartbeat_timeout;
   system.spawn<JobManager>(kJobsActor, jobs);
+  // Remote tasks and actors of user libraries (include/omnilearn/omnilearn.hpp).
+  system.spawn<core::TaskRouter>(core::kTaskRouterActor);
 }
 
 }  // namespace omnilearn::actors

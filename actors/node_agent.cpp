@@ -11,6 +11,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "runtime/actor_scheduler.hpp"
+
 namespace omnilearn::actors {
 
 NodeAgent::NodeAgent(AgentOptions options) : options_(std::move(options)) {}
@@ -104,6 +106,7 @@ void NodeAgent::on_stop() {
   if (!state_.registered) return;
   // Blocking here is deliberate: the process is exiting and the head should hear the goodbye
   // before the socket closes, so the node shows as left instead of dying after the timeout.
+  runtime::ActorScheduler::BlockingScope blocking;
   auto answer = system().ask(registry(), LeaveNode{state_.node_id, state_.incarnation, "shutdown"},
                              options_.leave_timeout);
   if (answer.wait_for(options_.leave_timeout + std::chrono::milliseconds(200)) ==

@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "runtime/actor_scheduler.hpp"
 #include "runtime/system_messages.hpp"
 
 namespace omnilearn::actors {
@@ -122,6 +123,7 @@ void WorkerAgent::on_stop() {
   for (auto& [name, hosted] : hosted_) {
     if (hosted.pid > 0) ::kill(hosted.pid, SIGTERM);
   }
+  runtime::ActorScheduler::BlockingScope blocking;  // up to 3 s of waiting for the exits
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
   for (auto& [name, hosted] : hosted_) {
     while (hosted.pid > 0) {

@@ -12,6 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/worker_agent.hpp"
+#include "core/executor.hpp"
 #include "cli/command.hpp"
 #include "cli/common.hpp"
 #include "runtime/advertised_address.hpp"
@@ -29,6 +30,7 @@ struct WorkerFlags {
   double slowdown = 1.0;
   double cpu_quota = 0;
   std::string advertise_address;  // --advertise-address, or its older name --gloo-host
+  std::vector<std::string> load;  // --load: user libraries of remote functions and actors
 };
 
 // omnilearn-trainer sits next to this binary (both are built into bin/); $OMNILEARN_TRAINER
@@ -124,6 +126,18 @@ int run_worker(const WorkerFlags& flags) {
     throw CliError("cannot run the trainer program " + worker.trainer_binary +
                    " (build the omnilearn-trainer target, or set OMNILEARN_TRAINER)");
   }
+  // User libraries load before anything joins: one that cannot load is an error at start.
+  std::vector<core::LoadedLibrary> libraries;
+  std::string loaded;
+  for (const auto& path : flags.load) {
+    try {
+      libraries.push_back(core::load_library(path));
+    } catch (const std::exception& e) {
+      throw CliError(e.what());
+    }
+    loaded += (loaded.empty() ? "" : "+") + std::filesystem::path(path).filename().string();
+  }
+  if (!loaded.empty()) options.resources.labels["omnilearn.load"] = loaded;  // shown by status
   std::unique_ptr<actors::CpuQuota> quota;
   if (flags.cpu_quota > 0) {
     try {
@@ -140,6 +154,16 @@ int run_worker(const WorkerFlags& flags) {
   worker.local_endpoint = system.listen("tcp://127.0.0.1:0");
   auto outcome = std::make_shared<AgentOutcome>();
   system.spawn<WatchedAgent>(actors::kAgentActor, worker, std::move(quota), outcome);
+  if (!libraries.empty()) {
+    core::ExecutorOptions executor;
+    executor.router = runtime::ActorAddress{options.head_endpoint, core::kTaskRouterActor};
+    executor.node = options.name;
+    executor.resources = core::ResourceSpec{options.resources.cpus,
+                                            static_cast<double>(options.resources.gpus),
+                                            options.resources.labels};
+    executor.libraries = std::move(libraries);
+    system.spawn<core::Executor>(core::kExecutorActor, std::move(executor));
+  }
   std::printf("omnilearn worker '%s' joining %s:%u\n", options.name.c_str(), head.host.c_str(),
               head.port);
   std::fflush(stdout);
@@ -199,6 +223,9 @@ void add_worker_command(CLI::App& app, int& exit_code) {
                       "trainers' collectives (Gloo) at; they listen there (default: 127.0.0.1 "
                       "for a head on this machine, else the host name's address). --gloo-host "
                       "is its older name");
+  command->add_option("--load", flags->load,
+                      "Shared library of remote functions and actors to run here (repeatable; "
+                      "see include/omnilearn/omnilearn.hpp)");
   command->add_option("--join-timeout-s", flags->join_timeout_s,
                       "Give up if the head cannot be reached this long at start (0: never)")
       ->check(CLI::NonNegativeNumber)

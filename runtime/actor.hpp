@@ -1,7 +1,9 @@
 #pragma once
-// An actor is a state object plus message handlers. The system runs each actor's handlers on the
-// actor's own thread, one letter at a time, so an actor's state needs no lock: other threads
-// reach it only through messages.
+// An actor is a state object plus message handlers. The system runs each actor's handlers one
+// letter at a time, in turns on a shared pool of threads (runtime/actor_scheduler.hpp), so an
+// actor's state needs no lock: other threads reach it only through messages. A turn may run on
+// any pool thread, so handlers must not rely on thread-local state, and should not block: a
+// handler that must wait wraps the wait in ActorScheduler::BlockingScope.
 
 #include <chrono>
 #include <cstdint>
@@ -12,6 +14,7 @@
 #include "runtime/address.hpp"
 #include "runtime/codec.hpp"
 #include "runtime/envelope.hpp"
+#include "runtime/message_types.hpp"
 
 namespace omnilearn::runtime {
 
@@ -28,18 +31,26 @@ struct AskResult {
   // The reply decoded as M, or nullopt if it is not an M (an ErrorReply, say, or malformed).
   template <class M>
   std::optional<M> as() const {
-    if (status != Status::kOk || reply.kind != M::kKind) return std::nullopt;
+    if (status != Status::kOk || reply.kind != kind_of<M>()) return std::nullopt;
     return unpack_payload<M>(reply.payload);
   }
 };
 using AskCallback = std::function<void(AskResult)>;
+
+// `envelope`'s payload as M, or nullopt when the envelope is not an M or the payload is
+// malformed (never throws).
+template <class M>
+std::optional<M> message_as(const Envelope& envelope) {
+  if (envelope.kind != kind_of<M>()) return std::nullopt;
+  return unpack_payload<M>(envelope.payload);
+}
 using TimerId = std::uint64_t;
 
 class Actor {
  public:
   virtual ~Actor() = default;
 
-  // Each of these runs on the actor's thread.
+  // Each of these runs in one of the actor's turns.
   virtual void on_start() {}
   virtual void on_message(const Envelope& message) = 0;
   virtual void on_stop() {}
@@ -48,17 +59,17 @@ class Actor {
   const ActorAddress& self() const { return self_; }
   ActorSystem& system() { return *system_; }
 
-  // The helpers below may be called from the actor's own thread (its handlers).
+  // The helpers below may be called from the actor's own handlers.
   template <class M>
   void tell(const ActorAddress& to, const M& message);
   template <class M>
   void reply(const Envelope& request, const M& message);
-  // `on_reply` runs later on this actor's thread, exactly once: with the reply, or with a
+  // `on_reply` runs later in one of this actor's turns, exactly once: with the reply, or with a
   // timeout/unreachable status.
   template <class M>
   void ask(const ActorAddress& to, const M& message, std::chrono::milliseconds timeout,
            AskCallback on_reply);
-  // Runs `task` on this actor's thread after `delay` (unless cancelled first).
+  // Runs `task` in one of this actor's turns after `delay` (unless cancelled first).
   TimerId after(std::chrono::milliseconds delay, std::function<void()> task);
   void cancel_timer(TimerId id);
   // Receive a Down message when `target` stops or its system is declared down.

@@ -1,5 +1,7 @@
 #include "runtime/actor_system.hpp"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -18,6 +20,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "runtime/actor_scheduler.hpp"
 #include "runtime/mailbox.hpp"
 #include "runtime/system_messages.hpp"
 
@@ -35,13 +38,33 @@ namespace {
 
 constexpr const char* kSystemActor = "$system";
 
+// The actor whose turn the current thread is running (nullptr outside a turn): stop() from an
+// actor's own handler must not wait for that actor to finish.
+thread_local const void* t_current_cell = nullptr;
+
 // A single timer thread for the whole system. Expired timers hand their task to the actor's
 // mailbox (or run a completion), so no user code ever runs on this thread.
+//
+// Two kinds of entry share the heap: timers (a task each, cancellable by id) and ask deadlines,
+// which cost no allocation at all (no task, no map entry, nothing to cancel): every ask has one,
+// and an answered ask's deadline is simply skipped when it comes up.
 class TimerService {
  public:
   using Clock = std::chrono::steady_clock;
 
-  TimerService() : thread_([this] { run(); }) {}
+  // Called on the timer thread when an ask's deadline passes (the ask may have been answered).
+  using AskExpired = std::function<void(std::uint64_t correlation)>;
+  // Whether an ask is still waiting (for dropping the deadlines of answered ones). Called with
+  // the timer lock held: it may take locks of its own, but never call back into the service.
+  using AskPending = std::function<bool(std::uint64_t correlation)>;
+
+  TimerService(AskExpired expired, AskPending pending)
+      : ask_expired_(std::move(expired)),
+        ask_pending_(std::move(pending)),
+        thread_([this] {
+          ::pthread_setname_np(::pthread_self(), "ol-timer");
+          run();
+        }) {}
   ~TimerService() { stop(); }
 
   TimerId schedule(std::chrono::milliseconds delay, std::function<void()> fire) {
@@ -52,15 +75,39 @@ class TimerService {
     // that. (Every ask schedules a timeout: waking the thread for each cost a context switch
     // per ask.)
     bool earliest = queue_.empty() || deadline < queue_.top().deadline;
-    queue_.push(Entry{deadline, id});
+    queue_.push(Entry{deadline, id, false});
     tasks_.emplace(id, std::move(fire));
     if (earliest) changed_.notify_one();
     return id;
   }
 
+  void schedule_ask(std::chrono::milliseconds delay, std::uint64_t correlation) {
+    std::lock_guard lock(mutex_);
+    auto deadline = Clock::now() + delay;
+    bool earliest = queue_.empty() || deadline < queue_.top().deadline;
+    queue_.push(Entry{deadline, correlation, true});
+    ++live_asks_;
+    if (earliest) changed_.notify_one();
+  }
+
+  // One ask fewer waits (answered, timed out or failed). Once the deadlines of answered asks
+  // outnumber the live entries, the heap is rebuilt from the live ones (amortized O(1)): a
+  // process answering 50,000 asks/s with 10-minute timeouts would otherwise hold 30 million.
+  void ask_done() {
+    std::lock_guard lock(mutex_);
+    if (live_asks_ > 0) --live_asks_;
+    maybe_compact_locked();
+  }
+
   void cancel(TimerId id) {
     std::lock_guard lock(mutex_);
-    tasks_.erase(id);
+    if (tasks_.erase(id) == 0) return;
+    maybe_compact_locked();  // a cancelled timer's entry would otherwise wait for its deadline
+  }
+
+  std::size_t heap_size() const {
+    std::lock_guard lock(mutex_);
+    return queue_.size();
   }
 
   void stop() {
@@ -76,9 +123,22 @@ class TimerService {
  private:
   struct Entry {
     Clock::time_point deadline;
-    TimerId id;
+    std::uint64_t id;  // a TimerId, or an ask's correlation id
+    bool ask;
     bool operator>(const Entry& other) const { return deadline > other.deadline; }
   };
+
+  void maybe_compact_locked() {
+    if (queue_.size() <= 2 * (tasks_.size() + live_asks_) + 1024) return;
+    std::vector<Entry> live;
+    live.reserve(tasks_.size() + live_asks_);
+    while (!queue_.empty()) {
+      const Entry& entry = queue_.top();
+      if (entry.ask ? ask_pending_(entry.id) : tasks_.count(entry.id) > 0) live.push_back(entry);
+      queue_.pop();
+    }
+    queue_ = decltype(queue_)(std::greater<>(), std::move(live));
+  }
 
   void run() {
     std::unique_lock lock(mutex_);
@@ -93,6 +153,12 @@ class TimerService {
         continue;
       }
       queue_.pop();
+      if (next.ask) {
+        lock.unlock();
+        ask_expired_(next.id);
+        lock.lock();
+        continue;
+      }
       auto it = tasks_.find(next.id);
       if (it == tasks_.end()) continue;  // cancelled
       auto fire = std::move(it->second);
@@ -103,12 +169,15 @@ class TimerService {
     }
   }
 
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::condition_variable changed_;
   std::priority_queue<Entry, std::vector<Entry>, std::greater<>> queue_;  // guarded by mutex_
   std::unordered_map<TimerId, std::function<void()>> tasks_;             // guarded by mutex_
   TimerId next_id_ = 0;
+  std::size_t live_asks_ = 0;  // ask deadlines scheduled and not yet done
   bool stopping_ = false;
+  AskExpired ask_expired_;
+  AskPending ask_pending_;
   std::thread thread_;  // last: starts after the members above exist
 };
 
@@ -120,29 +189,40 @@ struct ActorSystem::Impl {
     Mailbox mailbox;
     ActorAddress address;
     std::string stop_reason = "stopped";  // guarded by Impl::mutex
-    std::thread::id thread_id;            // written once by spawn, before anyone can stop it
+    bool started = false;                 // touched only by the thread holding the claim
     std::promise<void> finished;  // set once on_stop ran and watchers were told
     std::shared_future<void> finished_future = finished.get_future().share();
   };
 
+  // A callback run on whichever thread completes the ask (ask_then).
+  struct InlineCallback {
+    AskCallback callback;
+  };
   struct PendingAsk {
-    std::variant<std::promise<AskResult>, std::pair<std::weak_ptr<Cell>, AskCallback>> waiter;
-    TimerId timer = 0;
+    std::variant<std::promise<AskResult>, std::pair<std::weak_ptr<Cell>, AskCallback>,
+                 InlineCallback>
+        waiter;
+    std::chrono::milliseconds timeout{0};
+    // Who was asked: a system id, or the endpoint the request went to. Only a reply from there
+    // completes the ask (a stale or forged correlation id from another peer is dropped).
+    std::string asked;
   };
 
   SystemOptions options;
   std::string id;
   std::unique_ptr<Transport> transport;
-  TimerService timers;
+  // Its thread only calls these once asks exist, i.e. after the constructor has finished.
+  TimerService timers{[this](std::uint64_t correlation) { time_out(correlation); },
+                      [this](std::uint64_t correlation) {
+                        std::lock_guard lock(mutex);
+                        return pending.count(correlation) > 0;
+                      }};
   std::atomic<std::uint64_t> next_correlation{1};
   std::atomic<std::uint64_t> dead_letters{0};
   std::atomic<std::uint64_t> refused_in_flight{0};
-  struct InFlight {
-    std::atomic<std::size_t> messages{0};
-    std::atomic<std::size_t> bytes{0};
-  };
+  std::atomic<std::uint64_t> mismatched_replies{0};
   // remote system -> what it has waiting in mailboxes here (see max_in_flight_per_peer)
-  std::unordered_map<std::string, std::shared_ptr<InFlight>> in_flight;  // guarded by mutex
+  std::unordered_map<std::string, std::shared_ptr<InFlightCounter>> in_flight;  // guarded by mutex
 
   mutable std::mutex mutex;
   std::unordered_map<std::string, std::shared_ptr<Cell>> cells;      // guarded by mutex
@@ -151,15 +231,8 @@ struct ActorSystem::Impl {
   std::map<std::string, std::set<ActorAddress>> watchers;            // guarded by mutex
   // remote system -> (watcher, target) pairs to fire on declare_system_down
   std::map<std::string, std::set<std::pair<ActorAddress, ActorAddress>>> remote_watches;
-  // Every actor thread not yet joined, with its actor's `finished`. A thread whose actor has
-  // stopped is joined at the next spawn or stop (reap_finished_threads), so a system that starts
-  // and stops actors for months (a job's scheduler each) does not keep a thread handle and its
-  // stack per stopped actor until shutdown. Guarded by mutex.
-  struct ActorThread {
-    std::thread thread;
-    std::shared_future<void> finished;
-  };
-  std::vector<ActorThread> threads;
+  // Runs every actor's turns (runtime/actor_scheduler.hpp); created by the constructor.
+  std::unique_ptr<ActorScheduler> scheduler;
   bool shut_down = false;                                            // guarded by mutex
 
   ActorSystem* owner = nullptr;
@@ -173,17 +246,19 @@ struct ActorSystem::Impl {
       entry = std::move(it->second);
       pending.erase(it);
     }
-    if (entry.timer) timers.cancel(entry.timer);
+    timers.ask_done();
     if (auto* promise = std::get_if<std::promise<AskResult>>(&entry.waiter)) {
       promise->set_value(std::move(result));
+    } else if (auto* inline_callback = std::get_if<InlineCallback>(&entry.waiter)) {
+      inline_callback->callback(std::move(result));
     } else {
       auto& [weak_cell, callback] = std::get<1>(entry.waiter);
       if (auto cell = weak_cell.lock()) {
-        cell->mailbox.push(Letter{std::nullopt, [callback = std::move(callback),
-                                                 result = std::move(result)]() mutable {
-                                    callback(std::move(result));
-                                  },
-                                  {}});
+        deliver(cell, Letter{std::nullopt,
+                             [callback = std::move(callback), result = std::move(result)]() mutable {
+                               callback(std::move(result));
+                             },
+                             {}});
       }
     }
   }
@@ -199,6 +274,10 @@ struct ActorSystem::Impl {
           result.error = error->code + ": " + error->message;
         }
       }
+      if (!reply_from_asked_peer(envelope)) {
+        mismatched_replies.fetch_add(1, std::memory_order_relaxed);
+        return;
+      }
       result.reply = std::move(envelope);
       complete(result.reply.correlation, std::move(result));
       return;
@@ -207,8 +286,9 @@ struct ActorSystem::Impl {
       handle_system_message(envelope);
       return;
     }
+    if (envelope.kind == MessageKind::kDown && envelope.from_network) forget_remote_watch(envelope);
     std::shared_ptr<Cell> cell;
-    std::shared_ptr<void> slot;
+    InFlightSlot slot;
     bool over_limit = false;
     {
       std::lock_guard lock(mutex);
@@ -216,7 +296,7 @@ struct ActorSystem::Impl {
       if (it != cells.end()) cell = it->second;
       if (cell && envelope.from.system != id) {
         slot = take_in_flight_slot(envelope.from.system, size_of(envelope));
-        over_limit = slot == nullptr;
+        over_limit = !slot;
       }
     }
     if (over_limit) {
@@ -225,13 +305,75 @@ struct ActorSystem::Impl {
     }
     if (cell) {
       Letter letter{std::move(envelope), {}, std::move(slot)};
-      if (cell->mailbox.push(std::move(letter))) return;
+      if (deliver(cell, std::move(letter))) return;
       envelope = std::move(*letter.envelope);
     }
     dead_letters.fetch_add(1, std::memory_order_relaxed);
     if (envelope.correlation != 0) {
       owner->reply(envelope, ErrorReply{"no-such-actor", "no actor named '" + envelope.to.actor +
                                                              "' on system " + id});
+    }
+  }
+
+  // A reply completes an ask only if it comes from the peer that was asked: the system id the
+  // request was addressed to, or the peer behind the endpoint it was sent to.
+  bool reply_from_asked_peer(const Envelope& reply) {
+    std::lock_guard lock(mutex);
+    auto it = pending.find(reply.correlation);
+    if (it == pending.end()) return true;  // late or duplicate: complete() ignores it
+    const std::string& asked = it->second.asked;
+    if (asked.empty()) return true;
+    // From this very system (a request that went out to our own endpoint and was answered
+    // here) is the peer asked, too.
+    return reply.from.system == asked || (!reply.arrived_via.empty() && reply.arrived_via == asked) ||
+           (!reply.from_network && reply.from.system == id);
+  }
+
+  // Registers a pending ask with its timeout and returns its correlation id.
+  std::uint64_t register_ask(Envelope& request, std::chrono::milliseconds timeout,
+                             decltype(PendingAsk::waiter) waiter) {
+    auto correlation = next_correlation.fetch_add(1);
+    request.correlation = correlation;
+    {
+      std::lock_guard lock(mutex);
+      auto& entry = pending[correlation];
+      entry.waiter = std::move(waiter);
+      entry.timeout = timeout;
+      entry.asked = request.to.system.empty() ? id : request.to.system;
+    }
+    timers.schedule_ask(timeout, correlation);
+    return correlation;
+  }
+
+  void time_out(std::uint64_t correlation) {
+    std::chrono::milliseconds timeout{0};
+    {
+      std::lock_guard lock(mutex);
+      auto it = pending.find(correlation);
+      if (it == pending.end()) return;  // answered meanwhile
+      timeout = it->second.timeout;
+    }
+    AskResult result;
+    result.status = AskResult::Status::kTimeout;
+    result.error = fmt::format("no reply within {} ms", timeout.count());
+    complete(correlation, std::move(result));
+  }
+
+  // A Down from a remote system ends that watch: without this, every watch of a remote actor
+  // that stopped on its own stayed in remote_watches until its whole system was declared down
+  // (and then fired a second, stale Down).
+  void forget_remote_watch(const Envelope& envelope) {
+    auto down = unpack_payload<Down>(envelope.payload);
+    if (!down) return;
+    std::lock_guard lock(mutex);
+    for (const auto* key : {&envelope.from.system, &envelope.arrived_via}) {
+      if (key->empty()) continue;
+      auto it = remote_watches.find(*key);
+      if (it == remote_watches.end()) continue;
+      std::erase_if(it->second, [&](const auto& watch) {
+        return watch.first.actor == envelope.to.actor && watch.second.actor == down->actor;
+      });
+      if (it->second.empty()) remote_watches.erase(it);
     }
   }
 
@@ -260,26 +402,21 @@ struct ActorSystem::Impl {
     return bytes;
   }
 
-  // Caller holds mutex. An empty pointer when `peer` is at its limit; otherwise a slot that
-  // frees itself when the letter holding it is destroyed (handled or dropped).
-  std::shared_ptr<void> take_in_flight_slot(const std::string& peer, std::size_t bytes) {
+  // Caller holds mutex. An empty slot when `peer` is at its limit; otherwise one that frees
+  // itself when the letter holding it is destroyed (handled or dropped).
+  InFlightSlot take_in_flight_slot(const std::string& peer, std::size_t bytes) {
     if (in_flight.size() > 65536 && !in_flight.count(peer)) {
       // Bounded like the transport's routes: forget peers with nothing waiting.
       std::erase_if(in_flight, [](const auto& entry) { return entry.second->messages == 0; });
     }
     auto& counter = in_flight[peer];
-    if (!counter) counter = std::make_shared<InFlight>();
+    if (!counter) counter = std::make_shared<InFlightCounter>();
     if (counter->messages.load() >= options.max_in_flight_per_peer ||
         (counter->messages.load() > 0 &&
          counter->bytes.load() + bytes > options.max_in_flight_bytes_per_peer)) {
       return {};
     }
-    counter->messages.fetch_add(1);
-    counter->bytes.fetch_add(bytes);
-    return std::shared_ptr<void>(counter.get(), [keep = counter, bytes](void*) {
-      keep->bytes.fetch_sub(bytes);
-      keep->messages.fetch_sub(1);
-    });
+    return InFlightSlot(counter, bytes);
   }
 
   void handle_system_message(const Envelope& envelope) {
@@ -313,59 +450,77 @@ struct ActorSystem::Impl {
     }
   }
 
-  void run_actor(std::shared_ptr<Cell> cell) {
-    auto& actor = *cell->actor;
-    bool alive = true;
-    try {
-      actor.on_start();
-    } catch (const std::exception& e) {
-      spdlog::error("actor {}: on_start failed: {}", cell->address.actor, e.what());
-      set_reason(*cell, std::string("failed to start: ") + e.what());
-      alive = false;
+  // Queues `letter` for `cell`'s actor and schedules a turn if the actor was idle. False (and
+  // `letter` untouched) when the actor has stopped. Any thread.
+  bool deliver(const std::shared_ptr<Cell>& cell, Letter&& letter) {
+    switch (cell->mailbox.push(std::move(letter))) {
+      case Mailbox::Push::kRejected: return false;
+      case Mailbox::Push::kQueued: return true;
+      case Mailbox::Push::kClaimed: schedule_turn(cell); return true;
     }
-    while (alive) {
-      auto letter = cell->mailbox.pop();
-      if (!letter) break;
+    return true;
+  }
+
+  // Only the holder of the cell's claim calls this.
+  void schedule_turn(const std::shared_ptr<Cell>& cell) {
+    scheduler->schedule([this, cell] { run_turn(cell); });
+  }
+
+  // One turn of an actor on a pool thread: on_start the first time, then up to a batch of
+  // letters; then the actor goes back to the end of the run queue if it still holds its claim.
+  void run_turn(const std::shared_ptr<Cell>& cell) {
+    struct CurrentCell {
+      explicit CurrentCell(const void* cell) { t_current_cell = cell; }
+      ~CurrentCell() { t_current_cell = nullptr; }
+    } current(cell.get());
+    auto& actor = *cell->actor;
+    if (!cell->started) {
+      cell->started = true;
       try {
-        if (letter->envelope) {
-          actor.on_message(*letter->envelope);
-        } else if (letter->task) {
-          letter->task();
+        actor.on_start();
+      } catch (const std::exception& e) {
+        spdlog::error("actor {}: on_start failed: {}", cell->address.actor, e.what());
+        set_reason(*cell, std::string("failed to start: ") + e.what());
+        finish(cell);
+        return;
+      }
+    }
+    for (std::size_t i = 0; i < scheduler->batch(); ++i) {
+      Letter letter;
+      switch (cell->mailbox.take(letter)) {
+        case Mailbox::Take::kReleased: return;
+        case Mailbox::Take::kFinished: finish(cell); return;
+        case Mailbox::Take::kLetter: break;
+      }
+      try {
+        if (letter.envelope) {
+          actor.on_message(*letter.envelope);
+        } else if (letter.task) {
+          letter.task();
         }
       } catch (const std::exception& e) {
         // Let it crash: the actor ends and its monitors learn why.
         spdlog::error("actor {}: handler failed: {}", cell->address.actor, e.what());
         set_reason(*cell, std::string("crashed: ") + e.what());
-        if (letter->envelope && letter->envelope->correlation != 0 &&
-            !letter->envelope->is_reply()) {
-          owner->reply(*letter->envelope, ErrorReply{"internal", e.what()});
+        if (letter.envelope && letter.envelope->correlation != 0 && !letter.envelope->is_reply()) {
+          owner->reply(*letter.envelope, ErrorReply{"internal", e.what()});
         }
-        break;
+        finish(cell);
+        return;
       }
     }
+    schedule_turn(cell);  // still claimed: letters may be waiting
+  }
+
+  // The actor's last turn: no more letters, on_stop, unregister, tell the watchers.
+  void finish(const std::shared_ptr<Cell>& cell) {
     cell->mailbox.close();
     try {
-      actor.on_stop();
+      cell->actor->on_stop();
     } catch (const std::exception& e) {
       spdlog::error("actor {}: on_stop failed: {}", cell->address.actor, e.what());
     }
     retire(cell);
-  }
-
-  // Joins the threads of actors that have stopped. Any thread; never joins the caller's own.
-  void reap_finished_threads() {
-    std::vector<std::thread> done;
-    {
-      std::lock_guard lock(mutex);
-      auto keep = std::partition(threads.begin(), threads.end(), [](const ActorThread& t) {
-        return t.thread.get_id() == std::this_thread::get_id() ||
-               t.finished.wait_for(std::chrono::seconds(0)) != std::future_status::ready;
-      });
-      for (auto it = keep; it != threads.end(); ++it) done.push_back(std::move(it->thread));
-      threads.erase(keep, threads.end());
-    }
-    // Outside the lock: the thread may still be destroying its actor, which may use the system.
-    for (auto& thread : done) thread.join();
   }
 
   void set_reason(Cell& cell, std::string reason) {
@@ -373,7 +528,7 @@ struct ActorSystem::Impl {
     cell.stop_reason = std::move(reason);
   }
 
-  // Runs on the actor's own thread after it stopped: unregister, notify watchers.
+  // Runs on the actor's last turn: unregister, notify watchers.
   void retire(const std::shared_ptr<Cell>& cell) {
     std::set<ActorAddress> to_notify;
     std::string reason;
@@ -396,7 +551,11 @@ struct ActorSystem::Impl {
 };
 
 ActorSystem::ActorSystem(SystemOptions options) : impl_(std::make_unique<Impl>()) {
+  check_message_types();  // a name collision stops the process here, at start
   impl_->options = std::move(options);
+  std::size_t threads = impl_->options.actor_threads;
+  if (threads == 0) threads = std::max<std::size_t>(2, std::thread::hardware_concurrency());
+  impl_->scheduler = std::make_unique<ActorScheduler>(threads);
   impl_->owner = this;
   impl_->id = impl_->options.system_id.empty() ? new_system_id() : impl_->options.system_id;
   TransportOptions transport_options;
@@ -433,12 +592,8 @@ ActorAddress ActorSystem::spawn(const std::string& name, std::unique_ptr<Actor> 
     if (!impl_->cells.emplace(name, cell).second) {
       throw std::invalid_argument("an actor named '" + name + "' already exists");
     }
-    impl_->threads.push_back(Impl::ActorThread{
-        std::thread([impl = impl_.get(), cell] { impl->run_actor(cell); }),
-        cell->finished_future});
-    cell->thread_id = impl_->threads.back().thread.get_id();
   }
-  impl_->reap_finished_threads();
+  impl_->schedule_turn(cell);  // a new mailbox is claimed: its first turn runs on_start
   return cell->address;
 }
 
@@ -454,10 +609,12 @@ void ActorSystem::stop(const std::string& name, const std::string& reason) {
     std::lock_guard lock(impl_->mutex);
     if (!cell->mailbox.closed()) cell->stop_reason = reason;
   }
-  cell->mailbox.close();
-  if (cell->thread_id != std::this_thread::get_id()) {
+  if (cell->mailbox.close()) impl_->schedule_turn(cell);
+  if (t_current_cell != cell.get()) {
+    // Waiting for another actor's on_stop from a pool thread: the pool keeps a thread free to
+    // run it.
+    ActorScheduler::BlockingScope blocking;
     cell->finished_future.wait();
-    impl_->reap_finished_threads();
   }
 }
 
@@ -495,24 +652,8 @@ std::future<AskResult> ActorSystem::ask_envelope(Envelope request,
                                                  std::chrono::milliseconds timeout) {
   std::promise<AskResult> promise;
   auto future = promise.get_future();
-  auto correlation = impl_->next_correlation.fetch_add(1);
-  request.correlation = correlation;
   if (request.from.actor.empty()) request.from.actor = "$ask";
-  {
-    std::lock_guard lock(impl_->mutex);
-    impl_->pending[correlation].waiter = std::move(promise);
-  }
-  auto timer = impl_->timers.schedule(timeout, [impl = impl_.get(), correlation, timeout] {
-    AskResult result;
-    result.status = AskResult::Status::kTimeout;
-    result.error = fmt::format("no reply within {} ms", timeout.count());
-    impl->complete(correlation, std::move(result));
-  });
-  {
-    std::lock_guard lock(impl_->mutex);
-    auto it = impl_->pending.find(correlation);
-    if (it != impl_->pending.end()) it->second.timer = timer;
-  }
+  impl_->register_ask(request, timeout, std::move(promise));
   send(std::move(request));
   return future;
 }
@@ -525,24 +666,15 @@ void ActorSystem::ask_envelope(Envelope request, std::chrono::milliseconds timeo
     auto it = impl_->cells.find(request.from.actor);
     if (it != impl_->cells.end()) cell = it->second;
   }
-  auto correlation = impl_->next_correlation.fetch_add(1);
-  request.correlation = correlation;
-  {
-    std::lock_guard lock(impl_->mutex);
-    impl_->pending[correlation].waiter =
-        std::make_pair(std::weak_ptr<Impl::Cell>(cell), std::move(on_reply));
-  }
-  auto timer = impl_->timers.schedule(timeout, [impl = impl_.get(), correlation, timeout] {
-    AskResult result;
-    result.status = AskResult::Status::kTimeout;
-    result.error = fmt::format("no reply within {} ms", timeout.count());
-    impl->complete(correlation, std::move(result));
-  });
-  {
-    std::lock_guard lock(impl_->mutex);
-    auto it = impl_->pending.find(correlation);
-    if (it != impl_->pending.end()) it->second.timer = timer;
-  }
+  impl_->register_ask(request, timeout,
+                      std::make_pair(std::weak_ptr<Impl::Cell>(cell), std::move(on_reply)));
+  send(std::move(request));
+}
+
+void ActorSystem::ask_then(Envelope request, std::chrono::milliseconds timeout,
+                           AskCallback on_reply) {
+  if (request.from.actor.empty()) request.from.actor = "$ask";
+  impl_->register_ask(request, timeout, Impl::InlineCallback{std::move(on_reply)});
   send(std::move(request));
 }
 
@@ -581,8 +713,9 @@ TimerId ActorSystem::after(const std::string& actor, std::chrono::milliseconds d
     auto it = impl_->cells.find(actor);
     if (it != impl_->cells.end()) weak_cell = it->second;
   }
-  return impl_->timers.schedule(delay, [weak_cell, task = std::move(task)]() mutable {
-    if (auto cell = weak_cell.lock()) cell->mailbox.push(Letter{std::nullopt, std::move(task), {}});
+  return impl_->timers.schedule(delay, [impl = impl_.get(), weak_cell,
+                                        task = std::move(task)]() mutable {
+    if (auto cell = weak_cell.lock()) impl->deliver(cell, Letter{std::nullopt, std::move(task), {}});
   });
 }
 
@@ -592,28 +725,33 @@ const TransportStats& ActorSystem::transport_stats() const { return impl_->trans
 
 SystemStats ActorSystem::stats() const {
   std::lock_guard lock(impl_->mutex);
-  return SystemStats{impl_->dead_letters.load(), impl_->cells.size(), impl_->pending.size(),
-                     impl_->refused_in_flight.load()};
+  std::uint64_t watches = 0;
+  for (const auto& [system, set] : impl_->remote_watches) watches += set.size();
+  return SystemStats{impl_->dead_letters.load(),     impl_->cells.size(),
+                     impl_->pending.size(),           impl_->refused_in_flight.load(),
+                     impl_->mismatched_replies.load(), watches,
+                     impl_->scheduler->threads(),     impl_->timers.heap_size()};
 }
 
 void ActorSystem::shutdown() {
   std::vector<std::shared_ptr<Impl::Cell>> cells;
-  std::vector<Impl::ActorThread> threads;
   {
     std::lock_guard lock(impl_->mutex);
     if (impl_->shut_down) return;
     impl_->shut_down = true;
     for (auto& [name, cell] : impl_->cells) cells.push_back(cell);
-    threads.swap(impl_->threads);
   }
-  for (auto& cell : cells) cell->mailbox.close();
-  for (auto& [thread, finished] : threads) {
-    if (thread.get_id() == std::this_thread::get_id()) {
-      thread.detach();  // shutdown called from an actor's handler: it ends on its own
-    } else {
-      thread.join();
+  for (auto& cell : cells) {
+    if (cell->mailbox.close()) impl_->schedule_turn(cell);
+  }
+  {
+    ActorScheduler::BlockingScope blocking;
+    for (auto& cell : cells) {
+      // Called from an actor's handler: that actor ends on its own after this letter.
+      if (cell.get() != t_current_cell) cell->finished_future.wait();
     }
   }
+  impl_->scheduler->stop();
   impl_->timers.stop();
   impl_->transport->stop();
   // Whoever still waits on an ask learns that no reply will come.
@@ -623,11 +761,13 @@ void ActorSystem::shutdown() {
     orphans.swap(impl_->pending);
   }
   for (auto& [correlation, entry] : orphans) {
+    AskResult result;
+    result.status = AskResult::Status::kError;
+    result.error = "actor system shut down";
     if (auto* promise = std::get_if<std::promise<AskResult>>(&entry.waiter)) {
-      AskResult result;
-      result.status = AskResult::Status::kError;
-      result.error = "actor system shut down";
       promise->set_value(std::move(result));
+    } else if (auto* inline_callback = std::get_if<Impl::InlineCallback>(&entry.waiter)) {
+      inline_callback->callback(std::move(result));
     }
   }
 }
@@ -639,7 +779,7 @@ TimerId Actor::after(std::chrono::milliseconds delay, std::function<void()> task
 void Actor::cancel_timer(TimerId id) { system_->cancel_timer(id); }
 void Actor::monitor(const ActorAddress& target) { system_->monitor(self_, target); }
 void Actor::stop_self(const std::string& reason) {
-  // Closing the mailbox ends the loop after the current letter; the thread retires itself.
+  // The actor finishes after the current letter and whatever is already queued.
   system_->stop(self_.actor, reason);
 }
 

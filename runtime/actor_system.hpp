@@ -8,6 +8,7 @@
 #include <string>
 
 #include "runtime/actor.hpp"
+#include "runtime/message_types.hpp"
 #include "runtime/transport.hpp"
 
 namespace omnilearn::runtime {
@@ -24,6 +25,9 @@ struct SystemOptions {
   std::size_t max_in_flight_bytes_per_peer = 256u << 20;
   // CURVE credentials for every connection (runtime/security.hpp); unset: plain TCP.
   std::optional<ClusterCredentials> credentials;
+  // Threads that run the actors' turns (runtime/actor_scheduler.hpp); 0: max(4, cores). Any
+  // number of actors share them.
+  std::size_t actor_threads = 0;
 };
 
 // Counters beyond the transport's.
@@ -32,6 +36,10 @@ struct SystemStats {
   std::uint64_t actors = 0;
   std::uint64_t pending_asks = 0;
   std::uint64_t refused_in_flight = 0;  // messages refused by max_in_flight_per_peer
+  std::uint64_t mismatched_replies = 0;  // replies from a peer other than the one asked: dropped
+  std::uint64_t remote_watches = 0;      // monitors of actors on other systems still armed
+  std::uint64_t actor_threads = 0;       // the scheduler's threads now (spares included)
+  std::uint64_t timer_entries = 0;       // timers held, live or cancelled-not-yet-dropped
 };
 
 class ActorSystem {
@@ -46,39 +54,47 @@ class ActorSystem {
   // Accept connections from other processes (any thread). Returns the bound endpoint.
   std::string listen(const std::string& endpoint);
 
-  // Starts `actor` on its own thread under `name` (unique in this system). Any thread.
+  // Starts `actor` under `name` (unique in this system); its handlers run on the system's actor
+  // threads, one letter at a time. Any thread.
   // Throws std::invalid_argument if the name is taken.
   ActorAddress spawn(const std::string& name, std::unique_ptr<Actor> actor);
   template <class A, class... Args>
   ActorAddress spawn(const std::string& name, Args&&... args) {
     return spawn(name, std::make_unique<A>(std::forward<Args>(args)...));
   }
-  // Stops a local actor (any thread but its own); blocks until its on_stop has run.
+  // Stops a local actor; blocks until its on_stop has run, except when called from that actor's
+  // own handler (it then finishes after the current letter). Any thread.
   void stop(const std::string& name, const std::string& reason = "stopped");
   bool has_actor(const std::string& name) const;
 
   // Fire-and-forget (any thread). `from` may be empty for messages from outside any actor.
   template <class M>
   void tell(const ActorAddress& to, const M& message, const ActorAddress& from = {}) {
-    send(make_envelope(to, M::kKind, pack_payload(message), from));
+    send(make_envelope(to, kind_of<M>(), pack_payload(message), from));
   }
   // Ask from outside an actor (any thread): the future is always satisfied, at the latest when
   // the timeout fires.
   template <class M>
   std::future<AskResult> ask(const ActorAddress& to, const M& message,
                              std::chrono::milliseconds timeout) {
-    return ask_envelope(make_envelope(to, M::kKind, pack_payload(message), {}), timeout);
+    return ask_envelope(make_envelope(to, kind_of<M>(), pack_payload(message), {}), timeout);
   }
   std::future<AskResult> ask_envelope(Envelope request, std::chrono::milliseconds timeout);
-  // Ask on behalf of a local actor: `on_reply` runs on that actor's thread.
+  // Ask on behalf of a local actor: `on_reply` runs in one of that actor's turns.
   void ask_envelope(Envelope request, std::chrono::milliseconds timeout, AskCallback on_reply);
+  // Ask from outside an actor with a completion instead of a future: `on_reply` runs exactly
+  // once, on whichever thread completes the ask (the I/O thread, the timer thread, the caller's
+  // or an actor's), so it must be quick and must not block. Any thread.
+  void ask_then(Envelope request, std::chrono::milliseconds timeout, AskCallback on_reply);
 
   // Replies to `request` (any thread).
   template <class M>
   void reply(const Envelope& request, const M& message) {
-    Envelope envelope = make_envelope(request.from, M::kKind, pack_payload(message), request.to);
+    Envelope envelope = make_envelope(request.from, kind_of<M>(), pack_payload(message), request.to);
     envelope.correlation = request.correlation;
     envelope.flags = Envelope::kReply;
+    envelope.reply_dealer = request.arrived_via;
+    envelope.reply_router = request.from_network && request.arrived_via.empty();
     send(std::move(envelope));
   }
 
@@ -88,7 +104,7 @@ class ActorSystem {
   // above the runtime: the node registry decides when a system is dead).
   void declare_system_down(const std::string& system, const std::string& reason);
 
-  // Runs `task` on `actor`'s thread after `delay`. Returns an id for cancel_timer.
+  // Runs `task` in one of `actor`'s turns after `delay`. Returns an id for cancel_timer.
   TimerId after(const std::string& actor, std::chrono::milliseconds delay,
                 std::function<void()> task);
   void cancel_timer(TimerId id);
@@ -121,7 +137,7 @@ void Actor::reply(const Envelope& request, const M& message) {
 template <class M>
 void Actor::ask(const ActorAddress& to, const M& message, std::chrono::milliseconds timeout,
                 AskCallback on_reply) {
-  system_->ask_envelope(system_->make_envelope(to, M::kKind, pack_payload(message), self_), timeout,
+  system_->ask_envelope(system_->make_envelope(to, kind_of<M>(), pack_payload(message), self_), timeout,
                         std::move(on_reply));
 }
 

@@ -36,9 +36,28 @@ std::string_view to_string(DecodeError error);
 // Frames on the wire: frame 0 is the msgpack header array
 // [version, kind, to_actor, from_system, from_actor, correlation, flags, payload(bin)];
 // frames 1.. are attachments.
+// The transport sends the header from encode_header and the attachments as they are (no copy);
+// encode_envelope copies everything into strings (tests, fuzzing, benchmarks).
+std::string encode_header(const Envelope& envelope);
 std::vector<std::string> encode_envelope(const Envelope& envelope);
-std::variant<Envelope, DecodeError> decode_envelope(const std::vector<std::string_view>& frames,
-                                                    const CodecLimits& limits = {});
+// `attachment_frames`, when given, holds frames 1.. as Bytes that own them (the received
+// ZeroMQ frames): the envelope's attachments then share them instead of copying.
+std::variant<Envelope, DecodeError> decode_envelope(
+    const std::vector<std::string_view>& frames, const CodecLimits& limits = {},
+    std::vector<Bytes>* attachment_frames = nullptr);
+
+// A bundle: several envelopes without attachments in one frame, for a burst to one peer (one
+// ZeroMQ message, one CURVE box, one wake-up for all of them). The frame is the msgpack array
+// [kBundleTag, [header(bin), header(bin), ...]] with each header as encode_header writes it;
+// a plain header is an array of 8 or more, so the two never look alike.
+inline constexpr std::uint32_t kBundleTag = 0x4f4c42;  // "OLB"
+inline constexpr std::size_t kMaxBundleEnvelopes = 4096;
+inline constexpr std::size_t kMaxBundleBytes = 1u << 20;  // a sender starts a new bundle beyond
+std::string encode_bundle(const std::vector<const Envelope*>& envelopes);
+bool is_bundle(std::string_view frame);
+// The headers inside a bundle (views into `frame`), or why it is not one. Bounded: at most
+// kMaxBundleEnvelopes entries, each within the frame. Decode each with decode_envelope.
+std::variant<std::vector<std::string_view>, DecodeError> split_bundle(std::string_view frame);
 
 // Bounded unpacking of one msgpack object. Returns nullopt on any error.
 std::optional<msgpack::object_handle> unpack_bounded(std::string_view bytes,
@@ -52,6 +71,17 @@ struct StringSink {
   std::string& out;
   void write(const char* data, std::size_t size) { out.append(data, size); }
 };
+
+// unpack_bounded into a zone the caller owns; false on any error.
+bool unpack_in(std::string_view bytes, const CodecLimits& limits, msgpack::zone& zone,
+               msgpack::object& out);
+// This thread's zone for payloads decoded and converted at once (unpack_payload): its first
+// chunk is kept between messages, so a warm thread decodes without allocating for the zone.
+msgpack::zone& scratch_zone();
+// decode_envelope without its fast path for the header this build writes: the reference the
+// fast path is checked against (tests, fuzzing).
+std::variant<Envelope, DecodeError> decode_envelope_generic(
+    const std::vector<std::string_view>& frames, const CodecLimits& limits = {});
 }  // namespace internal
 
 // Typed payloads: any type with MSGPACK_DEFINE (or a msgpack adaptor).
@@ -67,11 +97,16 @@ std::string pack_payload(const Message& message) {
 // Decodes a payload; nullopt when it is malformed or of the wrong shape (never throws).
 template <class Message>
 std::optional<Message> unpack_payload(std::string_view bytes, const CodecLimits& limits = {}) {
-  auto handle = unpack_bounded(bytes, limits);
-  if (!handle) return std::nullopt;
+  msgpack::zone& zone = internal::scratch_zone();
+  struct Cleared {  // the objects live in the zone only until the message is converted
+    msgpack::zone& zone;
+    ~Cleared() { zone.clear(); }
+  } cleared{zone};
+  msgpack::object object;
+  if (!internal::unpack_in(bytes, limits, zone, object)) return std::nullopt;
   try {
     Message message{};
-    handle->get().convert(message);
+    object.convert(message);
     return message;
   } catch (const std::exception&) {
     return std::nullopt;

@@ -2,42 +2,34 @@
 
 namespace omnilearn::runtime {
 
-bool Mailbox::push(Letter&& letter) {
-  {
-    std::lock_guard lock(mutex_);
-    if (closed_) return false;
-    letters_.push_back(std::move(letter));
+Mailbox::Push Mailbox::push(Letter&& letter) {
+  std::lock_guard lock(mutex_);
+  if (closed_) return Push::kRejected;
+  letters_.push_back(std::move(letter));
+  if (claimed_) return Push::kQueued;
+  claimed_ = true;
+  return Push::kClaimed;
+}
+
+Mailbox::Take Mailbox::take(Letter& out) {
+  std::lock_guard lock(mutex_);
+  if (!letters_.empty()) {
+    out = std::move(letters_.front());
+    letters_.pop_front();
+    return Take::kLetter;
   }
-  ready_.notify_one();
+  if (closed_) return Take::kFinished;
+  claimed_ = false;
+  return Take::kReleased;
+}
+
+bool Mailbox::close() {
+  std::lock_guard lock(mutex_);
+  if (closed_) return false;
+  closed_ = true;
+  if (claimed_) return false;
+  claimed_ = true;
   return true;
-}
-
-std::optional<Letter> Mailbox::pop() {
-  std::unique_lock lock(mutex_);
-  ready_.wait(lock, [&] { return !letters_.empty() || closed_; });
-  if (letters_.empty()) return std::nullopt;
-  Letter letter = std::move(letters_.front());
-  letters_.pop_front();
-  return letter;
-}
-
-std::optional<Letter> Mailbox::pop_for(std::chrono::milliseconds timeout) {
-  std::unique_lock lock(mutex_);
-  if (!ready_.wait_for(lock, timeout, [&] { return !letters_.empty() || closed_; })) {
-    return std::nullopt;
-  }
-  if (letters_.empty()) return std::nullopt;
-  Letter letter = std::move(letters_.front());
-  letters_.pop_front();
-  return letter;
-}
-
-void Mailbox::close() {
-  {
-    std::lock_guard lock(mutex_);
-    closed_ = true;
-  }
-  ready_.notify_all();
 }
 
 bool Mailbox::closed() const {

@@ -1,5 +1,7 @@
 #include "runtime/message_kind.hpp"
 
+#include "runtime/message_types.hpp"
+
 namespace omnilearn::runtime {
 
 std::string_view kind_name(MessageKind kind) {
@@ -16,6 +18,9 @@ std::string_view kind_name(MessageKind kind) {
     OL_KIND(kStoreRequest) OL_KIND(kStoreReply) OL_KIND(kSimpleReply) OL_KIND(kJobStatusRequest)
     OL_KIND(kJobStatusReply) OL_KIND(kTrainerExited) OL_KIND(kSetTrainerSpeed) OL_KIND(kTrainerHelloReply)
     OL_KIND(kLeaseRequest) OL_KIND(kLeaseGrant)
+    OL_KIND(kExecutorHello) OL_KIND(kExecutorHelloReply) OL_KIND(kSubmitTask) OL_KIND(kTaskResult)
+    OL_KIND(kCreateActor) OL_KIND(kActorCall) OL_KIND(kGetActor) OL_KIND(kActorRef)
+    OL_KIND(kKillActor) OL_KIND(kClusterInfoRequest) OL_KIND(kClusterInfoReply)
 #undef OL_KIND
     case MessageKind::kLastKind: break;
   }
@@ -23,6 +28,7 @@ std::string_view kind_name(MessageKind kind) {
 }
 
 bool is_known_kind(std::uint16_t kind) {
+  if (kind >= kFirstUserKind) return is_registered_user_kind(kind);
   return kind_name(static_cast<MessageKind>(kind)) != "unknown";
 }
 

@@ -54,7 +54,20 @@ enum class MessageKind : std::uint16_t {
   kTrainerHelloReply = 221,
   kLeaseRequest = 222,
   kLeaseGrant = 223,
-  kLastKind = 299,
+  // remote tasks and actors, core/ (300..399)
+  kExecutorHello = 300,   // executor -> task router: this node runs these functions
+  kExecutorHelloReply = 301,
+  kSubmitTask = 302,      // driver -> router -> executor: run a registered function
+  kTaskResult = 303,      // the reply to kSubmitTask, kCreateActor and kActorCall
+  kCreateActor = 304,     // driver -> router -> executor: construct a registered actor class
+  kActorCall = 305,       // driver -> router -> executor: call a registered method
+  kGetActor = 306,        // driver -> router: a named actor's handle
+  kActorRef = 307,        // reply to kCreateActor (router) and kGetActor
+  kKillActor = 308,
+  kClusterInfoRequest = 309,
+  kClusterInfoReply = 310,
+  kLastKind = 399,
+  // 1024..65535: user message types registered by name (runtime/message_types.hpp)
 };
 
 // True for numbers this build knows; anything else is dropped at decode time.

@@ -1,10 +1,12 @@
 #include "runtime/transport.hpp"
 
 #include <poll.h>
+#include <pthread.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <array>
 #include <cstring>
 #include <deque>
@@ -76,7 +78,10 @@ struct Transport::Impl {
 
   // Guarded by mutex: work handed to the I/O thread.
   std::mutex mutex;
-  std::deque<Envelope> outbox;
+  // A vector swapped with the I/O thread's and cleared there, so both keep their capacity: no
+  // allocation per message once the traffic has warmed them up.
+  std::vector<Envelope> outbox;
+  std::condition_variable outbox_space;  // signalled when the I/O thread takes the outbox
   std::deque<std::function<void()>> commands;
   bool stopping = false;
 
@@ -241,6 +246,26 @@ struct Transport::Impl {
       it->second = std::move(route);
       return;
     }
+    add_route(system, std::move(route));
+  }
+
+  // learn_route for the hot path: a peer that speaks again over the same connection only
+  // refreshes its entry (no strings built per message).
+  void refresh_route(const std::string& system, const std::string* dealer_endpoint,
+                     const std::string& identity) {
+    if (system.empty() || is_endpoint(system)) return;
+    auto it = routes.find(system);
+    if (it != routes.end() &&
+        (dealer_endpoint ? it->second.dealer_endpoint == *dealer_endpoint
+                         : it->second.dealer_endpoint.empty() &&
+                               it->second.router_identity == identity)) {
+      it->second.last_used = ++route_clock;
+      return;
+    }
+    learn_route(system, dealer_endpoint ? Route{*dealer_endpoint, {}} : Route{{}, identity});
+  }
+
+  void add_route(const std::string& system, Route route) {
     if (routes.size() >= static_cast<size_t>(std::max(1, options.max_learned_routes))) {
       forget_oldest_routes();
     }
@@ -264,8 +289,20 @@ struct Transport::Impl {
     });
   }
 
+  // An attachment handed to ZeroMQ without a copy: the message points at the Bytes' memory and
+  // holds a reference to its owner until ZeroMQ is done with it (released on ZeroMQ's thread).
+  static zmq::message_t zero_copy_message(const Bytes& bytes) {
+    if (bytes.empty() || !bytes.owner()) return zmq::message_t(bytes.data(), bytes.size());
+    auto* keep = new std::shared_ptr<const void>(bytes.owner());
+    return zmq::message_t(const_cast<char*>(bytes.data()), bytes.size(),
+                          [](void*, void* hint) {
+                            delete static_cast<std::shared_ptr<const void>*>(hint);
+                          },
+                          keep);
+  }
+
   static bool send_frames(zmq::socket_t& socket, const std::string* identity,
-                          const std::vector<std::string>& frames) {
+                          const std::string& header, const std::vector<Bytes>& attachments) {
     try {
       if (identity) {
         if (!socket.send(zmq::buffer(*identity), zmq::send_flags::sndmore |
@@ -273,10 +310,14 @@ struct Transport::Impl {
           return false;
         }
       }
-      for (size_t i = 0; i < frames.size(); ++i) {
+      auto header_flags = zmq::send_flags::dontwait;
+      if (!attachments.empty()) header_flags = header_flags | zmq::send_flags::sndmore;
+      if (!socket.send(zmq::buffer(header), header_flags)) return false;
+      for (size_t i = 0; i < attachments.size(); ++i) {
         auto flags = zmq::send_flags::dontwait;
-        if (i + 1 < frames.size()) flags = flags | zmq::send_flags::sndmore;
-        if (!socket.send(zmq::buffer(frames[i]), flags)) return false;
+        if (i + 1 < attachments.size()) flags = flags | zmq::send_flags::sndmore;
+        auto message = zero_copy_message(attachments[i]);
+        if (!socket.send(message, flags)) return false;
       }
       return true;
     } catch (const zmq::error_t&) {
@@ -284,40 +325,120 @@ struct Transport::Impl {
     }
   }
 
-  void deliver_out(Envelope& envelope) {
-    auto frames = encode_envelope(envelope);
-    bool sent = false;
-    std::string why;
+  // Where an envelope goes: a socket, and for a ROUTER the peer's identity; or why nowhere.
+  struct Target {
+    zmq::socket_t* socket = nullptr;
+    std::string identity;  // ROUTER sends only
+    std::string why;       // set when there is no socket
+  };
+
+  Target resolve(const Envelope& envelope) {
+    Target target;
     const std::string& system = envelope.to.system;
     if (is_endpoint(system)) {
       try {
-        sent = send_frames(dealer_for(system), nullptr, frames);
-        if (!sent) why = "send queue to " + system + " is full";
+        target.socket = &dealer_for(system);
       } catch (const zmq::error_t& e) {
-        why = "cannot connect to " + system + ": " + e.what();
+        target.why = "cannot connect to " + system + ": " + e.what();
       }
-    } else {
-      auto it = routes.find(system);
-      if (it == routes.end()) {
-        why = "no route to system " + system;
-        log_drop_once(stats.dropped_unroutable, "unroutable");
-        if (on_undeliverable) on_undeliverable(envelope, why);
-        return;
-      }
-      it->second.last_used = ++route_clock;
-      if (!it->second.dealer_endpoint.empty()) {
-        sent = send_frames(dealer_for(it->second.dealer_endpoint), nullptr, frames);
-      } else if (router) {
-        sent = send_frames(*router, &it->second.router_identity, frames);
-      }
-      if (!sent) why = "peer " + system + " is unreachable";
+      return target;
     }
-    if (sent) {
-      stats.messages_out.fetch_add(1, std::memory_order_relaxed);
-    } else {
-      log_drop_once(stats.dropped_send_full, "undeliverable");
-      if (on_undeliverable) on_undeliverable(envelope, why);
+    auto it = routes.find(system);
+    if (it == routes.end()) {
+      target.why = "no route to system " + system;
+      return target;
     }
+    it->second.last_used = ++route_clock;
+    if (!envelope.reply_dealer.empty() && dealers.count(envelope.reply_dealer)) {
+      target.socket = &dealer_for(envelope.reply_dealer);
+    } else if (envelope.reply_router && router) {
+      target.socket = router.get();
+      target.identity = system;
+    } else if (!it->second.dealer_endpoint.empty()) {
+      target.socket = &dealer_for(it->second.dealer_endpoint);
+    } else if (router) {
+      target.socket = router.get();
+      target.identity = it->second.router_identity;
+    } else {
+      target.why = "peer " + system + " is unreachable";
+    }
+    return target;
+  }
+
+  void undeliverable(const Envelope& envelope, const std::string& why, bool unroutable) {
+    log_drop_once(unroutable ? stats.dropped_unroutable : stats.dropped_send_full,
+                  unroutable ? "unroutable" : "undeliverable");
+    if (on_undeliverable) on_undeliverable(envelope, why);
+  }
+
+  // Sends `envelopes` (all for `target`, in order). Runs of envelopes without attachments go
+  // as bundles (codec.hpp): a burst of asks to one peer costs one ZeroMQ message, not one each.
+  void send_to(const Target& target, const std::vector<Envelope*>& envelopes) {
+    const std::string* identity = target.identity.empty() ? nullptr : &target.identity;
+    auto failed = [&](const Envelope& envelope) {
+      undeliverable(envelope,
+                    is_endpoint(envelope.to.system)
+                        ? "send queue to " + envelope.to.system + " is full"
+                        : "peer " + envelope.to.system + " is unreachable",
+                    false);
+    };
+    std::vector<const Envelope*> run;
+    std::size_t run_bytes = 0;
+    auto flush = [&] {
+      if (run.empty()) return;
+      bool sent;
+      if (run.size() == 1) {
+        sent = send_frames(*target.socket, identity, encode_header(*run[0]), {});
+      } else {
+        sent = send_frames(*target.socket, identity, encode_bundle(run), {});
+        if (sent) stats.bundles_out.fetch_add(1, std::memory_order_relaxed);
+      }
+      if (sent) {
+        stats.messages_out.fetch_add(run.size(), std::memory_order_relaxed);
+      } else {
+        for (const auto* envelope : run) failed(*envelope);
+      }
+      run.clear();
+      run_bytes = 0;
+    };
+    for (Envelope* envelope : envelopes) {
+      if (!envelope->attachments.empty()) {
+        flush();
+        if (send_frames(*target.socket, identity, encode_header(*envelope),
+                        envelope->attachments)) {
+          stats.messages_out.fetch_add(1, std::memory_order_relaxed);
+        } else {
+          failed(*envelope);
+        }
+        continue;
+      }
+      run.push_back(envelope);
+      run_bytes += 64 + envelope->payload.size();
+      if (run.size() >= kMaxBundleEnvelopes || run_bytes >= kMaxBundleBytes) flush();
+    }
+    flush();
+  }
+
+  // Everything the I/O thread took from the outbox in one go, grouped by where it goes (order
+  // kept per destination, which is all ZeroMQ keeps anyway).
+  void deliver_all(std::vector<Envelope>& out) {
+    std::vector<std::pair<Target, std::vector<Envelope*>>> groups;
+    for (auto& envelope : out) {
+      Target target = resolve(envelope);
+      if (!target.socket) {
+        undeliverable(envelope, target.why, target.why.rfind("no route", 0) == 0);
+        continue;
+      }
+      auto group = std::find_if(groups.begin(), groups.end(), [&](const auto& g) {
+        return g.first.socket == target.socket && g.first.identity == target.identity;
+      });
+      if (group == groups.end()) {
+        groups.emplace_back(std::move(target), std::vector<Envelope*>{});
+        group = std::prev(groups.end());
+      }
+      group->second.push_back(&envelope);
+    }
+    for (const auto& [target, envelopes] : groups) send_to(target, envelopes);
   }
 
   void handle_inbound(std::vector<zmq::message_t>& parts, const std::string* dealer_endpoint) {
@@ -327,10 +448,51 @@ struct Transport::Impl {
       if (parts.empty()) return;
       identity = parts[0].to_string();
       first = 1;
+      // A routing id is only ever a system id. One shaped like an endpoint ("tcp://...") would
+      // make a reply to this peer dial that address from here: never accept it.
+      if (is_endpoint(identity)) {
+        log_drop_once(stats.dropped_malformed, "endpoint-shaped routing id");
+        return;
+      }
+    }
+    if (parts.size() > first + 1 + options.limits.max_attachments) {
+      log_drop_once(stats.dropped_malformed, "malformed");  // too many frames: not kept at all
+      return;
     }
     std::vector<std::string_view> frames;
-    for (size_t i = first; i < parts.size(); ++i) frames.push_back(parts[i].to_string_view());
-    auto decoded = decode_envelope(frames, options.limits);
+    frames.reserve(parts.size() - first);
+    frames.push_back(first < parts.size() ? parts[first].to_string_view() : std::string_view());
+    // Attachment frames are kept, not copied: each becomes the owner of its Bytes. (Moved into
+    // its holder before its data is read: a small message keeps its bytes inline, so moving it
+    // moves them.)
+    std::vector<Bytes> attachment_frames;
+    if (parts.size() > first + 1) attachment_frames.reserve(parts.size() - first - 1);
+    for (size_t i = first + 1; i < parts.size(); ++i) {
+      auto holder = std::make_shared<zmq::message_t>(std::move(parts[i]));
+      frames.push_back(holder->to_string_view());
+      attachment_frames.push_back(Bytes::view(holder, holder->data<char>(), holder->size()));
+    }
+    if (first >= parts.size()) frames.clear();
+    if (frames.size() == 1 && is_bundle(frames[0])) {
+      auto headers = split_bundle(frames[0]);
+      if (std::holds_alternative<DecodeError>(headers)) {
+        log_drop_once(stats.dropped_malformed, "malformed bundle");
+        return;
+      }
+      stats.bundles_in.fetch_add(1, std::memory_order_relaxed);
+      for (auto header : std::get<std::vector<std::string_view>>(headers)) {
+        accept(decode_envelope({header}, options.limits), identity, dealer_endpoint);
+      }
+      return;
+    }
+    accept(decode_envelope(frames, options.limits, &attachment_frames), identity,
+           dealer_endpoint);
+  }
+
+  // One decoded inbound envelope (or why it could not be decoded): count, learn the route,
+  // hand it on.
+  void accept(std::variant<Envelope, DecodeError> decoded, const std::string& identity,
+              const std::string* dealer_endpoint) {
     if (auto* error = std::get_if<DecodeError>(&decoded)) {
       switch (*error) {
         case DecodeError::kOversized: log_drop_once(stats.dropped_oversized, "oversized"); break;
@@ -346,14 +508,21 @@ struct Transport::Impl {
     }
     auto& envelope = std::get<Envelope>(decoded);
     if (dealer_endpoint) {
-      learn_route(envelope.from.system, Route{*dealer_endpoint, {}});
+      if (is_endpoint(envelope.from.system)) {
+        // A reply to it would make us dial wherever it says: refuse the message.
+        log_drop_once(stats.dropped_malformed, "endpoint-shaped sender id");
+        return;
+      }
+      envelope.arrived_via = *dealer_endpoint;
+      refresh_route(envelope.from.system, dealer_endpoint, identity);
     } else {
       // The identity is what we can reply to; a peer cannot claim another peer's route
       // because the route is keyed by the identity ZeroMQ saw, not by what the payload says.
       envelope.from.system = identity;
-      learn_route(identity, Route{{}, identity});
+      refresh_route(identity, nullptr, identity);
     }
     envelope.to.system = options.system_id;
+    envelope.from_network = true;
     stats.messages_in.fetch_add(1, std::memory_order_relaxed);
     on_inbound(std::move(envelope));
   }
@@ -385,8 +554,9 @@ struct Transport::Impl {
     // Parallel to items: what each one is, and for a DEALER or its monitor, its map entry (whose
     // address is stable: unordered_map nodes do not move, and dealers are never erased here).
     std::vector<std::pair<Polled, std::pair<const std::string, Dealer>*>> polled;
+    std::vector<Envelope> out;
     while (true) {
-      std::deque<Envelope> out;
+      out.clear();
       std::deque<std::function<void()>> todo;
       {
         std::lock_guard lock(mutex);
@@ -394,8 +564,9 @@ struct Transport::Impl {
         todo.swap(commands);
         if (stopping && out.empty() && todo.empty()) break;
       }
+      if (!out.empty()) outbox_space.notify_all();
       for (auto& command : todo) command();
-      for (auto& envelope : out) deliver_out(envelope);
+      if (!out.empty()) deliver_all(out);
       {
         std::lock_guard lock(mutex);
         // Leave only with nothing queued: a command posted before stop() must still run.
@@ -472,7 +643,10 @@ Transport::Transport(TransportOptions options, InboundHandler on_inbound,
   spdlog::default_logger_raw();
   impl_->wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (impl_->wake_fd < 0) throw std::runtime_error("transport: eventfd failed");
-  impl_->io_thread = std::thread([impl = impl_.get()] { impl->run(); });
+  impl_->io_thread = std::thread([impl = impl_.get()] {
+    ::pthread_setname_np(::pthread_self(), "ol-io");  // what top -H and perf show
+    impl->run();
+  });
 }
 
 Transport::~Transport() {
@@ -524,8 +698,27 @@ std::string Transport::bind(const std::string& endpoint) {
 void Transport::send(Envelope envelope) {
   bool was_empty;
   {
-    std::lock_guard lock(impl_->mutex);
+    std::unique_lock lock(impl_->mutex);
     if (impl_->stopping) return;
+    const std::size_t limit = std::max<std::size_t>(1, impl_->options.max_outbox);
+    if (impl_->outbox.size() >= limit && std::this_thread::get_id() != impl_->io_thread.get_id()) {
+      impl_->stats.outbox_waits.fetch_add(1, std::memory_order_relaxed);
+      bool room = impl_->outbox_space.wait_for(lock, impl_->options.outbox_wait, [&] {
+        return impl_->stopping || impl_->outbox.size() < limit;
+      });
+      if (impl_->stopping) return;
+      if (!room) {
+        lock.unlock();
+        log_drop_once(impl_->stats.dropped_outbox_full, "outbox-full");
+        if (impl_->on_undeliverable) {
+          impl_->on_undeliverable(
+              envelope, fmt::format("the outbox stayed full ({} messages) for {} ms: the network "
+                                    "or the peers cannot keep up",
+                                    limit, impl_->options.outbox_wait.count()));
+        }
+        return;
+      }
+    }
     was_empty = impl_->outbox.empty();
     impl_->outbox.push_back(std::move(envelope));
   }
@@ -541,6 +734,7 @@ void Transport::stop() {
     if (impl_->stopping && !impl_->io_thread.joinable()) return;
     impl_->stopping = true;
   }
+  impl_->outbox_space.notify_all();  // senders waiting for room give up
   impl_->wake();
   if (impl_->io_thread.joinable()) impl_->io_thread.join();
 }

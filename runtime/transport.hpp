@@ -4,6 +4,7 @@
 // thread-safe). Other threads hand messages over through a locked queue plus an eventfd wake-up.
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -26,6 +27,14 @@ struct TransportStats {
   std::atomic<std::uint64_t> dropped_bad_version{0};
   std::atomic<std::uint64_t> dropped_unroutable{0};   // no route to the destination system
   std::atomic<std::uint64_t> dropped_send_full{0};    // peer queue full or peer gone
+  // Sends that waited outbox_wait for room in a full outbox and were then refused (the sender's
+  // ask fails with the reason; a tell is counted and logged here).
+  std::atomic<std::uint64_t> dropped_outbox_full{0};
+  std::atomic<std::uint64_t> outbox_waits{0};  // sends that had to wait for room (backpressure)
+  // Bundles (several envelopes in one ZeroMQ message, runtime/codec.hpp) sent and received;
+  // messages_in/out count the envelopes inside them.
+  std::atomic<std::uint64_t> bundles_out{0};
+  std::atomic<std::uint64_t> bundles_in{0};
   // Connections the ZAP handler refused: the peer spoke CURVE but without the cluster's key.
   std::atomic<std::uint64_t> refused_peers{0};
   // Inbound connections whose handshake failed before any message: garbage bytes, a plain-text
@@ -40,6 +49,11 @@ struct TransportOptions {
   std::string system_id;
   CodecLimits limits;
   int send_high_water_mark = 10000;  // messages queued per peer before sends are dropped
+  // Messages handed to the I/O thread and not yet taken by it. A sender on any other thread
+  // waits (up to outbox_wait) while the outbox is full, so a producer faster than the network
+  // slows down instead of growing this process's memory; the I/O thread itself never waits.
+  std::size_t max_outbox = 65536;
+  std::chrono::milliseconds outbox_wait{5000};
   // Peers remembered by system id (to reply to them); when full, the least recently used
   // eighth is forgotten.
   int max_learned_routes = 65536;
@@ -52,7 +66,8 @@ class Transport {
  public:
   // Called on the I/O thread for every decoded inbound envelope; must not block.
   using InboundHandler = std::function<void(Envelope&&)>;
-  // Called on the I/O thread when a message cannot be routed or sent.
+  // Called on the I/O thread when a message cannot be routed or sent, or on the sender's thread
+  // when the outbox stayed full (max_outbox); must be thread-safe and must not block.
   using UndeliverableHandler = std::function<void(const Envelope&, const std::string& why)>;
 
   Transport(TransportOptions options, InboundHandler on_inbound,
@@ -65,7 +80,7 @@ class Transport {
   // returns the endpoint actually bound. Throws std::runtime_error if the address is unusable.
   std::string bind(const std::string& endpoint);
 
-  // Queues a message (any thread). Routing: to.system that is an endpoint ("tcp://...") goes
+  // Queues a message (any thread; blocks while the outbox is full, see max_outbox). Routing: to.system that is an endpoint ("tcp://...") goes
   // through a DEALER connected on first use; any other system id goes to the peer that
   // last spoke with that id.
   void send(Envelope envelope);

@@ -54,6 +54,31 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const CodecLimits limits = input.tight_limits ? omnilearn::fuzz::kTightLimits : CodecLimits{};
 
   const auto decoded = decode_envelope(input.frames, limits);
+  // The fast path for the header this build writes must agree with the generic decoder on
+  // every input: the same error, or the same envelope.
+  const auto generic = internal::decode_envelope_generic(input.frames, limits);
+  check(decoded.index() == generic.index(), "fast and generic header decoders disagree");
+  if (const auto* error = std::get_if<DecodeError>(&decoded)) {
+    check(*error == std::get<DecodeError>(generic), "fast and generic decoders: other errors");
+  } else {
+    check(same_envelope(std::get<Envelope>(decoded), std::get<Envelope>(generic)),
+          "fast and generic decoders: other envelopes");
+  }
+  // Bundles go through the same decoder, one header at a time; splitting must be total.
+  if (!input.frames.empty()) {
+    const auto split = split_bundle(input.frames[0]);
+    if (const auto* headers = std::get_if<std::vector<std::string_view>>(&split)) {
+      check(!headers->empty() && headers->size() <= kMaxBundleEnvelopes, "bundle bound broken");
+      for (auto header : *headers) {
+        check(header.data() >= input.frames[0].data() &&
+                  header.data() + header.size() <= input.frames[0].data() + input.frames[0].size(),
+              "a bundle entry outside its frame");
+        const auto one = decode_envelope({header}, limits);
+        const auto one_generic = internal::decode_envelope_generic({header}, limits);
+        check(one.index() == one_generic.index(), "bundle entry: decoders disagree");
+      }
+    }
+  }
   if (const auto* error = std::get_if<DecodeError>(&decoded)) {
     check(to_string(*error) != "unknown", "decode error without a name");
     return 0;

@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <map>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -27,18 +29,38 @@ Letter letter_from(int producer, std::uint64_t sequence) {
   return Letter{std::move(e), {}, {}};
 }
 
-TEST(Mailbox, FifoPerSenderUnderManyProducers) {
+// Models the scheduler exactly: a producer whose push claims the mailbox hands a token to the
+// run queue; one runner drains the mailbox per token until take() releases the claim. FIFO per
+// sender holds and nothing is left behind unscheduled. (That no two threads run one actor is
+// checked where it matters, on real actors: actor_scheduler_test.)
+TEST(Mailbox, FifoPerSenderUnderManyProducersAndNoLetterLeftUnscheduled) {
   constexpr int kProducers = 8;
   constexpr std::uint64_t kPerProducer = 20000;
   Mailbox mailbox;
+  // A new mailbox is claimed by its creator: release it first, as an actor's first turn would.
+  Letter none;
+  ASSERT_EQ(mailbox.take(none), Mailbox::Take::kReleased);
+
+  std::mutex run_mutex;
+  std::condition_variable run_ready;
+  int tokens = 0;                 // guarded by run_mutex
   std::atomic<int> ready{0};
   std::vector<std::jthread> producers;  // joined even when an assertion returns early
   for (int p = 0; p < kProducers; ++p) {
     producers.emplace_back([&, p] {
       ready.fetch_add(1);
       while (ready.load() < kProducers) std::this_thread::yield();  // start together
-      for (std::uint64_t i = 1; i <= kPerProducer; ++i)
-        ASSERT_TRUE(mailbox.push(letter_from(p, i)));
+      for (std::uint64_t i = 1; i <= kPerProducer; ++i) {
+        auto pushed = mailbox.push(letter_from(p, i));
+        ASSERT_NE(pushed, Mailbox::Push::kRejected);
+        if (pushed == Mailbox::Push::kClaimed) {
+          {
+            std::lock_guard lock(run_mutex);
+            ++tokens;
+          }
+          run_ready.notify_one();
+        }
+      }
     });
   }
   std::map<std::string, std::uint64_t> last;
@@ -46,49 +68,63 @@ TEST(Mailbox, FifoPerSenderUnderManyProducers) {
   bool interleaved = false;
   std::string previous;
   while (received < kProducers * kPerProducer) {
-    auto letter = mailbox.pop_for(10s);
-    ASSERT_TRUE(letter) << "mailbox stalled after " << received << " letters";
-    ASSERT_TRUE(letter->envelope);
-    const auto& from = letter->envelope->from.actor;
-    auto& seen = last[from];
-    ASSERT_EQ(letter->envelope->correlation, seen + 1) << "out of order from " << from;
-    seen = letter->envelope->correlation;
-    interleaved = interleaved || (!previous.empty() && previous != from);
-    previous = from;
-    ++received;
+    {
+      std::unique_lock lock(run_mutex);
+      ASSERT_TRUE(run_ready.wait_for(lock, 10s, [&] { return tokens > 0; }))
+          << "a letter was left unscheduled after " << received << " letters";
+      --tokens;
+    }
+    Letter letter;
+    while (mailbox.take(letter) == Mailbox::Take::kLetter) {
+      ASSERT_TRUE(letter.envelope);
+      const auto& from = letter.envelope->from.actor;
+      auto& seen = last[from];
+      ASSERT_EQ(letter.envelope->correlation, seen + 1) << "out of order from " << from;
+      seen = letter.envelope->correlation;
+      interleaved = interleaved || (!previous.empty() && previous != from);
+      previous = from;
+      ++received;
+    }
   }
   producers.clear();
   EXPECT_EQ(last.size(), static_cast<std::size_t>(kProducers));
   EXPECT_TRUE(interleaved) << "the producers never ran concurrently; the test proved nothing";
   EXPECT_EQ(mailbox.size(), 0u);
+  std::lock_guard lock(run_mutex);
+  EXPECT_EQ(tokens, 0) << "a claim was handed out for an empty mailbox";
 }
 
-TEST(Mailbox, CloseDeliversWhatIsQueuedThenEnds) {
-  Mailbox mailbox;
-  ASSERT_TRUE(mailbox.push(letter_from(0, 1)));
-  ASSERT_TRUE(mailbox.push(letter_from(0, 2)));
-  mailbox.close();
+TEST(Mailbox, CloseDeliversWhatIsQueuedThenFinishes) {
+  Mailbox mailbox;  // claimed by its creator
+  ASSERT_EQ(mailbox.push(letter_from(0, 1)), Mailbox::Push::kQueued);
+  ASSERT_EQ(mailbox.push(letter_from(0, 2)), Mailbox::Push::kQueued);
+  EXPECT_FALSE(mailbox.close()) << "a claimed mailbox needs no new turn to finish";
   EXPECT_TRUE(mailbox.closed());
   auto rejected = letter_from(0, 3);
-  EXPECT_FALSE(mailbox.push(std::move(rejected)));
+  EXPECT_EQ(mailbox.push(std::move(rejected)), Mailbox::Push::kRejected);
   ASSERT_TRUE(rejected.envelope) << "a refused letter is left untouched";
   EXPECT_EQ(rejected.envelope->correlation, 3u);
-  EXPECT_EQ(mailbox.pop()->envelope->correlation, 1u);
-  EXPECT_EQ(mailbox.pop()->envelope->correlation, 2u);
-  EXPECT_FALSE(mailbox.pop());
-  EXPECT_FALSE(mailbox.pop_for(1ms));
+  Letter letter;
+  ASSERT_EQ(mailbox.take(letter), Mailbox::Take::kLetter);
+  EXPECT_EQ(letter.envelope->correlation, 1u);
+  ASSERT_EQ(mailbox.take(letter), Mailbox::Take::kLetter);
+  EXPECT_EQ(letter.envelope->correlation, 2u);
+  EXPECT_EQ(mailbox.take(letter), Mailbox::Take::kFinished);
+  EXPECT_EQ(mailbox.take(letter), Mailbox::Take::kFinished);
 }
 
-TEST(Mailbox, PopForTimesOutAndCloseWakesABlockedOwner) {
+TEST(Mailbox, ClosingAnIdleMailboxClaimsItSoTheActorCanFinish) {
   Mailbox mailbox;
-  auto start = std::chrono::steady_clock::now();
-  EXPECT_FALSE(mailbox.pop_for(30ms));
-  EXPECT_GE(std::chrono::steady_clock::now() - start, 30ms);
-  std::jthread closer([&] {
-    std::this_thread::sleep_for(50ms);
-    mailbox.close();
-  });
-  EXPECT_FALSE(mailbox.pop()) << "pop() must return once the mailbox is closed";
+  Letter letter;
+  ASSERT_EQ(mailbox.take(letter), Mailbox::Take::kReleased);
+  EXPECT_EQ(mailbox.push(letter_from(0, 1)), Mailbox::Push::kClaimed);
+  EXPECT_EQ(mailbox.push(letter_from(0, 2)), Mailbox::Push::kQueued);
+  ASSERT_EQ(mailbox.take(letter), Mailbox::Take::kLetter);
+  ASSERT_EQ(mailbox.take(letter), Mailbox::Take::kLetter);
+  ASSERT_EQ(mailbox.take(letter), Mailbox::Take::kReleased);
+  EXPECT_TRUE(mailbox.close()) << "an idle mailbox: the closer must schedule the last turn";
+  EXPECT_FALSE(mailbox.close()) << "closing twice claims once";
+  EXPECT_EQ(mailbox.take(letter), Mailbox::Take::kFinished);
 }
 
 TEST(Mailbox, TasksAndMessagesShareOneOrder) {
@@ -97,12 +133,12 @@ TEST(Mailbox, TasksAndMessagesShareOneOrder) {
   mailbox.push(letter_from(0, 1));
   mailbox.push(Letter{std::nullopt, [&] { order.push_back(2); }, {}});
   mailbox.push(letter_from(0, 3));
-  for (int i = 0; i < 3; ++i) {
-    auto letter = mailbox.pop();
-    if (letter->envelope) {
-      order.push_back(static_cast<int>(letter->envelope->correlation));
+  Letter letter;
+  while (mailbox.take(letter) == Mailbox::Take::kLetter) {
+    if (letter.envelope) {
+      order.push_back(static_cast<int>(letter.envelope->correlation));
     } else {
-      letter->task();
+      letter.task();
     }
   }
   EXPECT_EQ(order, (std::vector<int>{1, 2, 3}));

@@ -132,6 +132,44 @@ TEST_F(Remote, AttachmentsTravelAsSeparateFrames) {
   EXPECT_EQ(received->attachments, expected);
 }
 
+// Attachments are shared, not copied: from the sender to a local actor, and from the received
+// ZeroMQ frame to the actor that reads it and on to the next actor it hands them to.
+TEST_F(Remote, AttachmentsAreNeverCopiedBetweenActorsOrOutOfTheReceivedFrame) {
+  auto local_inbox = testing::spawn_probe(a, "local-inbox");
+  Bytes tensor(std::string(4 << 20, '\x5a'));
+  auto local = a.make_envelope(ActorAddress{"", "local-inbox"}, MessageKind::kBlob,
+                               pack_payload(std::string("local")), {});
+  local.attachments = {tensor};
+  a.send(std::move(local));
+  auto got_local = local_inbox.queue->pop(5s);
+  ASSERT_TRUE(got_local);
+  ASSERT_EQ(got_local->attachments.size(), 1u);
+  EXPECT_EQ(got_local->attachments[0].data(), tensor.data()) << "copied on local delivery";
+
+  // On b, "relay" receives the frame from the network and hands the envelope to "inbox".
+  std::promise<const char*> relay_saw;
+  auto inbox = testing::spawn_probe(b, "inbox");
+  b.spawn("relay", std::make_unique<FunctionActor>([&](FunctionActor& self, const Envelope& m) {
+            relay_saw.set_value(m.attachments.empty() ? nullptr : m.attachments[0].data());
+            Envelope forward = m;
+            forward.to = ActorAddress{"", "inbox"};
+            forward.from_network = false;
+            self.system().send(std::move(forward));
+          }));
+  auto remote = a.make_envelope(ActorAddress{endpoint_b, "relay"}, MessageKind::kBlob,
+                                pack_payload(std::string("remote")), {});
+  remote.attachments = {tensor};
+  a.send(std::move(remote));
+  auto received = inbox.queue->pop(5s);
+  ASSERT_TRUE(received);
+  ASSERT_EQ(received->attachments.size(), 1u);
+  EXPECT_EQ(received->attachments[0], tensor) << "the bytes changed on the way";
+  auto seen = relay_saw.get_future();
+  ASSERT_EQ(seen.wait_for(5s), std::future_status::ready);
+  EXPECT_EQ(received->attachments[0].data(), seen.get()) << "copied between actors";
+  EXPECT_NE(received->attachments[0].data(), tensor.data()) << "crossed a socket: new memory";
+}
+
 TEST_F(Remote, ManyTellsFromOneSenderArriveInOrder) {
   // Well within the per-peer send queue: all arrive. (TransportOptions::send_high_water_mark
   // is 10,000, but ZeroMQ documents that its high-water mark may bite 60-70% earlier; drops

@@ -95,7 +95,7 @@ class EnvelopeQueue {
   // The oldest message of type M, decoded; nullopt on timeout (or if it does not decode).
   template <class M>
   std::optional<M> pop_as(std::chrono::milliseconds timeout) {
-    auto envelope = pop_if([](const runtime::Envelope& e) { return e.kind == M::kKind; }, timeout);
+    auto envelope = pop_if([](const runtime::Envelope& e) { return e.kind == runtime::kind_of<M>(); }, timeout);
     if (!envelope) return std::nullopt;
     return runtime::unpack_payload<M>(envelope->payload);
   }

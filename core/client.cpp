@@ -1,0 +1,220 @@
+// The driver side of the public API (include/omnilearn/omnilearn.hpp): Cluster::connect and the
+// Client that turns submits, spawns and calls into asks to the head's task router.
+#include <omnilearn/omnilearn.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+
+#include <fmt/format.h>
+
+#include "actors/cluster_file.hpp"
+#include "core/protocol.hpp"
+#include "runtime/actor_system.hpp"
+#include "runtime/endpoint.hpp"
+#include "runtime/system_messages.hpp"
+
+namespace omnilearn {
+
+std::string_view to_string(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::kOk: return "ok";
+    case ErrorCode::kRemoteException: return "remote exception";
+    case ErrorCode::kTimeout: return "timeout";
+    case ErrorCode::kNodeDied: return "node died";
+    case ErrorCode::kInfeasible: return "infeasible";
+    case ErrorCode::kDisconnected: return "disconnected";
+    case ErrorCode::kNoSuchActor: return "no such actor";
+    case ErrorCode::kNotRegistered: return "not registered";
+    case ErrorCode::kBadValue: return "bad value";
+    case ErrorCode::kRefused: return "refused";
+  }
+  return "error";
+}
+
+namespace {
+
+using runtime::AskResult;
+
+core::ResourceSpec to_spec(const Resources& resources) {
+  return core::ResourceSpec{resources.cpus, resources.gpus, resources.labels};
+}
+Resources from_spec(const core::ResourceSpec& spec) {
+  return Resources{spec.cpus, spec.gpus, spec.labels};
+}
+
+ErrorCode known_code(int code) {
+  if (code < 0 || code > static_cast<int>(ErrorCode::kRefused)) return ErrorCode::kBadValue;
+  return static_cast<ErrorCode>(code);
+}
+
+// The transport-level outcome of an ask as an Outcome (the task result inside, if any).
+detail::Outcome outcome_of(const AskResult& answer, const std::string& what) {
+  switch (answer.status) {
+    case AskResult::Status::kTimeout:
+      return {ErrorCode::kTimeout, what + ": " + answer.error, {}};
+    case AskResult::Status::kUnreachable:
+    case AskResult::Status::kError:
+      return {ErrorCode::kDisconnected, what + ": " + answer.error, {}};
+    case AskResult::Status::kOk:
+      break;
+  }
+  if (auto result = answer.as<core::TaskResult>()) {
+    return {known_code(result->code), result->message, std::move(result->value)};
+  }
+  if (answer.reply.kind == runtime::MessageKind::kError) {
+    return {ErrorCode::kRefused, what + ": " + answer.error, {}};
+  }
+  return {ErrorCode::kBadValue, what + ": a malformed answer", {}};
+}
+
+std::string random_id(const char* prefix) {
+  thread_local std::mt19937_64 rng{std::random_device{}() ^
+                                   static_cast<std::uint64_t>(
+                                       std::chrono::steady_clock::now().time_since_epoch().count())};
+  return fmt::format("{}{:016x}", prefix, rng());
+}
+
+class ClusterClient final : public detail::Client {
+ public:
+  ClusterClient(runtime::SystemOptions options, std::string head_endpoint)
+      : system_(std::move(options)),
+        router_{std::move(head_endpoint), core::kTaskRouterActor} {}
+
+  // Asks the router for the cluster's nodes; throws kDisconnected when it does not answer.
+  void check_reachable(std::chrono::milliseconds timeout) {
+    auto answer = system_.ask(router_, core::ClusterInfoRequest{}, timeout).get();
+    if (!answer.ok()) {
+      std::string hint;
+      if (system_.transport_stats().failed_handshakes_out.load() > 0) {
+        hint = " (the handshake failed: this cluster file's keys are not the head's, or one "
+               "side runs --insecure)";
+      }
+      throw Error(ErrorCode::kDisconnected,
+                  fmt::format("no answer from the head at {} within {} ms{}", router_.system,
+                              timeout.count(), hint));
+    }
+  }
+
+  std::shared_ptr<detail::FutureState> submit(const std::string& function, std::string args,
+                                              const TaskOptions& options) override {
+    core::SubmitTask task{random_id("t-"),        function,
+                          std::move(args),        to_spec(options.resources),
+                          options.max_retries,    options.timeout.count()};
+    return ask(task, options.timeout + std::chrono::seconds(2), "task " + function);
+  }
+
+  std::string spawn(const std::string& class_name, std::string args,
+                    const ActorOptions& options) override {
+    core::CreateActor request{random_id("a-"),
+                              class_name,
+                              std::move(args),
+                              options.name,
+                              to_spec(options.resources),
+                              options.max_restarts,
+                              static_cast<std::int32_t>(options.placement),
+                              options.group,
+                              options.timeout.count()};
+    auto ref = ask_ref(request, options.timeout + std::chrono::seconds(2),
+                       "creating actor " + class_name);
+    return ref.actor_id;
+  }
+
+  std::shared_ptr<detail::FutureState> call(const std::string& actor_id, const std::string& method,
+                                            std::string args, std::chrono::milliseconds timeout,
+                                            bool oneway) override {
+    core::ActorCall call{actor_id, method, std::move(args), oneway, timeout.count()};
+    if (oneway) {
+      system_.tell(router_, call);
+      auto state = std::make_shared<detail::FutureState>();
+      state->set(detail::Outcome{ErrorCode::kOk, {}, detail::encode(msgpack::type::nil_t())});
+      return state;
+    }
+    return ask(call, timeout + std::chrono::seconds(2), "call " + method);
+  }
+
+  std::pair<std::string, std::string> get_actor(const std::string& name) override {
+    auto ref = ask_ref(core::GetActor{name}, std::chrono::seconds(10), "looking up actor " + name);
+    return {ref.actor_id, ref.class_name};
+  }
+
+  void kill(const std::string& actor_id) override { system_.tell(router_, core::KillActor{actor_id}); }
+
+  std::vector<NodeInfo> nodes() override {
+    auto answer = system_.ask(router_, core::ClusterInfoRequest{}, std::chrono::seconds(10)).get();
+    auto info = answer.as<core::ClusterInfoReply>();
+    if (!info) throw Error(ErrorCode::kDisconnected, "no node list from the head: " + answer.error);
+    std::vector<NodeInfo> nodes;
+    for (auto& node : info->nodes) {
+      nodes.push_back(NodeInfo{node.name, from_spec(node.total), from_spec(node.used),
+                               node.libraries, node.functions, node.running_tasks, node.actors});
+    }
+    return nodes;
+  }
+
+ private:
+  template <class M>
+  std::shared_ptr<detail::FutureState> ask(const M& message, std::chrono::milliseconds timeout,
+                                           std::string what) {
+    auto state = std::make_shared<detail::FutureState>();
+    // Completes on the I/O or timer thread: only decodes and sets the state.
+    system_.ask_then(system_.make_envelope(router_, M::kKind, runtime::pack_payload(message), {}),
+                     timeout, [state, what = std::move(what)](AskResult answer) {
+                       state->set(outcome_of(answer, what));
+                     });
+    return state;
+  }
+
+  template <class M>
+  core::ActorRef ask_ref(const M& message, std::chrono::milliseconds timeout,
+                         const std::string& what) {
+    auto answer = system_.ask(router_, message, timeout).get();
+    if (!answer.ok()) {
+      auto outcome = outcome_of(answer, what);
+      throw Error(outcome.code, outcome.message);
+    }
+    auto ref = answer.template as<core::ActorRef>();
+    if (!ref) throw Error(ErrorCode::kRefused, what + ": " + answer.error);
+    if (ref->code != 0) throw Error(known_code(ref->code), ref->message);
+    return *ref;
+  }
+
+  runtime::ActorSystem system_;
+  runtime::ActorAddress router_;
+};
+
+}  // namespace
+
+Cluster Cluster::connect(const ConnectOptions& options) {
+  runtime::SystemOptions system_options;
+  std::string address = options.address;
+  if (address.empty()) {
+    if (const char* env = std::getenv("OMNILEARN_ADDRESS")) address = env;
+  }
+  try {
+    if (!options.insecure) {
+      std::string path = options.cluster_file;
+      if (path.empty()) {
+        if (const char* env = std::getenv("OMNILEARN_CLUSTER_FILE")) path = env;
+      }
+      if (path.empty()) path = actors::default_cluster_file_path().string();
+      auto file = actors::read_cluster_file(path);
+      system_options.credentials = file.credentials;
+      if (address.empty()) address = file.address;
+    }
+    if (address.empty()) {
+      throw Error(ErrorCode::kDisconnected,
+                  "no head address: pass ConnectOptions::address or set OMNILEARN_ADDRESS");
+    }
+    auto endpoint = runtime::tcp_endpoint(runtime::parse_host_port(address));
+    auto client = std::make_shared<ClusterClient>(std::move(system_options), endpoint);
+    client->check_reachable(options.timeout);
+    return Cluster(std::move(client));
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw Error(ErrorCode::kDisconnected, e.what());
+  }
+}
+
+}  // namespace omnilearn
