@@ -46,6 +46,8 @@ class Executor : public runtime::Actor {
 
   void on_start() override;
   void on_message(const runtime::Envelope& message) override;
+  // Its handlers only hand work to the WorkPool: they may run on the I/O thread.
+  bool runs_inline() const override { return true; }
 
  private:
   struct Hosted;

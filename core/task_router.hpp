@@ -7,7 +7,7 @@
 // tasks are retried elsewhere up to max_retries, its actors re-created up to max_restarts under
 // the same id and name, and everything else fails with node-died.
 //
-// All of its state lives on its own thread (it is an actor); nothing here blocks.
+// Its state is touched only in its turns (it is an actor); nothing here blocks.
 
 #include <deque>
 #include <map>
@@ -25,6 +25,8 @@ namespace omnilearn::core {
 class TaskRouter : public runtime::Actor {
  public:
   void on_message(const runtime::Envelope& message) override;
+  // Its handlers only place and relay (no I/O, no waits): they may run on the I/O thread.
+  bool runs_inline() const override { return true; }
 
   // Introspection for tests and status (on the router's thread only).
   std::size_t node_count() const { return nodes_.size(); }

@@ -54,6 +54,11 @@ class Actor {
   virtual void on_start() {}
   virtual void on_message(const Envelope& message) = 0;
   virtual void on_stop() {}
+  // True if every handler of this actor finishes in microseconds and never blocks. Its turns may
+  // then run directly on the transport's I/O thread when a message from the network (or the
+  // answer to one of its asks) finds it idle, saving two thread hand-offs per message: the task
+  // router and the executors, which only relay. Asked once, at spawn.
+  virtual bool runs_inline() const { return false; }
 
  protected:
   const ActorAddress& self() const { return self_; }

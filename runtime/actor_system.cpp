@@ -42,6 +42,9 @@ constexpr const char* kSystemActor = "$system";
 // actor's own handler must not wait for that actor to finish.
 thread_local const void* t_current_cell = nullptr;
 
+// Letters per inline turn (on the I/O thread): short, so sockets are read again soon.
+constexpr std::size_t kInlineBatch = 16;
+
 // A single timer thread for the whole system. Expired timers hand their task to the actor's
 // mailbox (or run a completion), so no user code ever runs on this thread.
 //
@@ -190,6 +193,8 @@ struct ActorSystem::Impl {
     ActorAddress address;
     std::string stop_reason = "stopped";  // guarded by Impl::mutex
     bool started = false;                 // touched only by the thread holding the claim
+    bool crashed = false;                 // the same: a handler threw, the actor must finish
+    bool runs_inline = false;             // Actor::runs_inline(), read once at spawn
     std::promise<void> finished;  // set once on_stop ran and watchers were told
     std::shared_future<void> finished_future = finished.get_future().share();
   };
@@ -456,7 +461,15 @@ struct ActorSystem::Impl {
     switch (cell->mailbox.push(std::move(letter))) {
       case Mailbox::Push::kRejected: return false;
       case Mailbox::Push::kQueued: return true;
-      case Mailbox::Push::kClaimed: schedule_turn(cell); return true;
+      case Mailbox::Push::kClaimed:
+        // Claimed on the I/O thread, for an actor that never blocks: run the turn here rather
+        // than wake a pool thread that would hand its replies back to this one.
+        if (cell->runs_inline && t_current_cell == nullptr && Transport::on_io_thread()) {
+          run_turn(cell, /*inline_turn=*/true);
+        } else {
+          schedule_turn(cell);
+        }
+        return true;
     }
     return true;
   }
@@ -468,12 +481,22 @@ struct ActorSystem::Impl {
 
   // One turn of an actor on a pool thread: on_start the first time, then up to a batch of
   // letters; then the actor goes back to the end of the run queue if it still holds its claim.
-  void run_turn(const std::shared_ptr<Cell>& cell) {
+  // An inline turn (on the I/O thread, deliver()) is shorter, and leaves starting and finishing
+  // to the pool: on_start and on_stop may block, and an actor's destruction may join threads.
+  void run_turn(const std::shared_ptr<Cell>& cell, bool inline_turn = false) {
     struct CurrentCell {
       explicit CurrentCell(const void* cell) { t_current_cell = cell; }
       ~CurrentCell() { t_current_cell = nullptr; }
     } current(cell.get());
     auto& actor = *cell->actor;
+    if (inline_turn && (!cell->started || cell->crashed)) {
+      schedule_turn(cell);
+      return;
+    }
+    if (cell->crashed) {
+      finish(cell);
+      return;
+    }
     if (!cell->started) {
       cell->started = true;
       try {
@@ -485,11 +508,18 @@ struct ActorSystem::Impl {
         return;
       }
     }
-    for (std::size_t i = 0; i < scheduler->batch(); ++i) {
+    const std::size_t batch = inline_turn ? kInlineBatch : scheduler->batch();
+    for (std::size_t i = 0; i < batch; ++i) {
       Letter letter;
       switch (cell->mailbox.take(letter)) {
         case Mailbox::Take::kReleased: return;
-        case Mailbox::Take::kFinished: finish(cell); return;
+        case Mailbox::Take::kFinished:
+          if (inline_turn) {
+            schedule_turn(cell);
+          } else {
+            finish(cell);
+          }
+          return;
         case Mailbox::Take::kLetter: break;
       }
       try {
@@ -505,7 +535,13 @@ struct ActorSystem::Impl {
         if (letter.envelope && letter.envelope->correlation != 0 && !letter.envelope->is_reply()) {
           owner->reply(*letter.envelope, ErrorReply{"internal", e.what()});
         }
-        finish(cell);
+        cell->crashed = true;
+        cell->mailbox.close();
+        if (inline_turn) {
+          schedule_turn(cell);
+        } else {
+          finish(cell);
+        }
         return;
       }
     }
@@ -586,6 +622,7 @@ ActorAddress ActorSystem::spawn(const std::string& name, std::unique_ptr<Actor> 
   actor->system_ = this;
   actor->self_ = cell->address;
   cell->actor = std::move(actor);
+  cell->runs_inline = cell->actor->runs_inline();
   {
     std::lock_guard lock(impl_->mutex);
     if (impl_->shut_down) throw std::runtime_error("actor system is shut down");
@@ -724,13 +761,19 @@ void ActorSystem::cancel_timer(TimerId id) { impl_->timers.cancel(id); }
 const TransportStats& ActorSystem::transport_stats() const { return impl_->transport->stats(); }
 
 SystemStats ActorSystem::stats() const {
+  SystemStats stats;
+  // Outside the system's lock: the timer service takes it under its own (lock order: timers,
+  // then the system).
+  stats.actor_threads = impl_->scheduler->threads();
+  stats.timer_entries = impl_->timers.heap_size();
   std::lock_guard lock(impl_->mutex);
-  std::uint64_t watches = 0;
-  for (const auto& [system, set] : impl_->remote_watches) watches += set.size();
-  return SystemStats{impl_->dead_letters.load(),     impl_->cells.size(),
-                     impl_->pending.size(),           impl_->refused_in_flight.load(),
-                     impl_->mismatched_replies.load(), watches,
-                     impl_->scheduler->threads(),     impl_->timers.heap_size()};
+  for (const auto& [system, set] : impl_->remote_watches) stats.remote_watches += set.size();
+  stats.dead_letters = impl_->dead_letters.load();
+  stats.actors = impl_->cells.size();
+  stats.pending_asks = impl_->pending.size();
+  stats.refused_in_flight = impl_->refused_in_flight.load();
+  stats.mismatched_replies = impl_->mismatched_replies.load();
+  return stats;
 }
 
 void ActorSystem::shutdown() {

@@ -61,6 +61,8 @@ std::string describe_handshake_failure(std::uint16_t event, std::uint32_t value)
   }
 }
 
+thread_local bool t_io_thread = false;  // set on every transport's I/O thread
+
 // The well-known endpoint libzmq sends ZAP requests to, one handler per context (RFC 27).
 constexpr const char* kZapEndpoint = "inproc://zeromq.zap.01";
 constexpr const char* kZapDomain = "omnilearn";
@@ -645,6 +647,7 @@ Transport::Transport(TransportOptions options, InboundHandler on_inbound,
   if (impl_->wake_fd < 0) throw std::runtime_error("transport: eventfd failed");
   impl_->io_thread = std::thread([impl = impl_.get()] {
     ::pthread_setname_np(::pthread_self(), "ol-io");  // what top -H and perf show
+    t_io_thread = true;
     impl->run();
   });
 }
@@ -694,6 +697,8 @@ std::string Transport::bind(const std::string& endpoint) {
   if (!error.empty()) throw std::runtime_error(error);
   return listening;
 }
+
+bool Transport::on_io_thread() { return t_io_thread; }
 
 void Transport::send(Envelope envelope) {
   bool was_empty;

@@ -80,6 +80,9 @@ class Transport {
   // returns the endpoint actually bound. Throws std::runtime_error if the address is unusable.
   std::string bind(const std::string& endpoint);
 
+  // True on the I/O thread of any Transport.
+  static bool on_io_thread();
+
   // Queues a message (any thread; blocks while the outbox is full, see max_outbox). Routing: to.system that is an endpoint ("tcp://...") goes
   // through a DEALER connected on first use; any other system id goes to the peer that
   // last spoke with that id.

@@ -16,7 +16,7 @@
 // Usage: runtime_bench [--rounds RUNS] [--blocks N] [--only pingpong|oneway|heartbeat]
 //                      [--pingpong-iters ROUND_TRIPS_PER_BLOCK] [--oneway-messages PER_RUN]
 //                      [--nodes N,N,...] [--heartbeat-seconds S] [--heartbeat-tell 1]
-//                      [--omnilearn PATH]
+//                      [--omnilearn PATH] [--inline-actors 1]
 
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
@@ -132,9 +132,15 @@ int serve_raw(bool sink) {
   }
 }
 
+// --inline-actors 1: every actor of the benchmark declares itself non-blocking
+// (Actor::runs_inline), so messages from the network are handled on the I/O thread; the
+// default measures actors on the pool, as most actors run.
+bool g_inline_actors = false;
+
 // Actor echo: replies to every Ping with a Pong to the sender.
 class EchoActor : public runtime::Actor {
  public:
+  bool runs_inline() const override { return g_inline_actors; }
   void on_message(const Envelope& message) override {
     if (message.kind != runtime::MessageKind::kPing) return;
     auto ping = runtime::unpack_payload<runtime::Ping>(message.payload);
@@ -146,6 +152,7 @@ class EchoActor : public runtime::Actor {
 // every kAckEvery and at the last one.
 class SinkActor : public runtime::Actor {
  public:
+  bool runs_inline() const override { return g_inline_actors; }
   void on_message(const Envelope& message) override {
     if (message.kind == runtime::MessageKind::kBlob) {
       expect_ = runtime::unpack_payload<std::uint64_t>(message.payload).value_or(0);
@@ -292,6 +299,7 @@ struct Counter {
 class PingerActor : public runtime::Actor {
  public:
   PingerActor(ActorAddress echo, Counter* done) : echo_(std::move(echo)), done_(done) {}
+  bool runs_inline() const override { return g_inline_actors; }
   void on_message(const Envelope& message) override {
     if (message.kind == runtime::MessageKind::kBlob) {
       remaining_ = runtime::unpack_payload<std::uint64_t>(message.payload).value_or(0);
@@ -396,6 +404,7 @@ class RawOneway {
 class AckActor : public runtime::Actor {
  public:
   explicit AckActor(Counter* acks) : acks_(acks) {}
+  bool runs_inline() const override { return g_inline_actors; }
   void on_message(const Envelope& message) override {
     auto pong = runtime::unpack_payload<runtime::Pong>(message.payload);
     if (message.kind == runtime::MessageKind::kPong && pong) acks_->raise_to(pong->sequence);
@@ -588,10 +597,16 @@ int main(int argc, char** argv) {
     if (role == "raw-echo") return serve_raw(false);
     if (role == "raw-sink") return serve_raw(true);
     if (role == "actors") return serve_actors();
+    if (role == "actors-inline") {
+      g_inline_actors = true;
+      return serve_actors();
+    }
     std::fprintf(stderr, "unknown role %s\n", role.c_str());
     return 2;
   }
   spdlog::set_level(spdlog::level::warn);
+  g_inline_actors = flags.count("--inline-actors") && flags["--inline-actors"] == "1";
+  const char* actor_role = g_inline_actors ? "actors-inline" : "actors";
   const int rounds = flags.count("--rounds") ? std::stoi(flags["--rounds"]) : 5;
   const std::string only = flags.count("--only") ? flags["--only"] : "";
   const int blocks = flags.count("--blocks") ? std::stoi(flags["--blocks"]) : 10;
@@ -607,7 +622,8 @@ int main(int argc, char** argv) {
   const std::string omnilearn =
       flags.count("--omnilearn") ? flags["--omnilearn"] : default_omnilearn().string();
 
-  std::printf("runtime_bench: %d rounds, %ld CPUs online, load average %s", rounds,
+  std::printf("runtime_bench: %d rounds, actors %s, %ld CPUs online, load average %s", rounds,
+              g_inline_actors ? "inline on the I/O thread" : "on the pool",
               sysconf(_SC_NPROCESSORS_ONLN), [] {
                 std::ifstream l("/proc/loadavg");
                 std::string a, b, c;
@@ -619,7 +635,7 @@ int main(int argc, char** argv) {
 
   if (only.empty() || only == "pingpong") {
     auto raw_server = start_server("raw-echo");
-    auto actor_server = start_server("actors");
+    auto actor_server = start_server(actor_role);
     RawPingPong raw_path(raw_server.endpoint);
     ActorPingPong actor_path(actor_server.endpoint);
     AskPingPong ask_path(actor_server.endpoint);
@@ -692,7 +708,7 @@ int main(int argc, char** argv) {
 
   if (only.empty() || only == "oneway") {
     auto raw_server = start_server("raw-sink");
-    auto actor_server = start_server("actors");
+    auto actor_server = start_server(actor_role);
     RawOneway raw_path(raw_server.endpoint);
     ActorOneway actor_path(actor_server.endpoint);
     const std::uint64_t block = std::max<std::uint64_t>(oneway_messages / blocks, kWindow * 2);

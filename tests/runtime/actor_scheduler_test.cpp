@@ -9,12 +9,15 @@
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
 #include "runtime/actor_system.hpp"
 #include "runtime/system_messages.hpp"
+#include "runtime/transport.hpp"
 #include "tests/support/actor_probe.hpp"
+#include "tests/support/wait.hpp"
 
 namespace omnilearn::runtime {
 namespace {
@@ -171,6 +174,59 @@ TEST(ActorScheduler, AnActorStoppingItselfFinishesAfterItsLetter) {
   auto down = probe.queue->pop_as<Down>(10s);
   ASSERT_TRUE(down);
   EXPECT_EQ(down->reason, "done");
+}
+
+// An actor that declares its handlers quick and non-blocking.
+class InlineEcho : public Actor {
+ public:
+  InlineEcho(std::atomic<int>& on_io, std::atomic<int>& off_io, std::promise<bool>& stopped_on_pool)
+      : on_io_(on_io), off_io_(off_io), stopped_on_pool_(stopped_on_pool) {}
+  bool runs_inline() const override { return true; }
+  void on_message(const Envelope& message) override {
+    (Transport::on_io_thread() ? on_io_ : off_io_).fetch_add(1);
+    auto ping = unpack_payload<Ping>(message.payload);
+    if (!ping) return;
+    if (ping->sequence == 13) throw std::runtime_error("thirteen");
+    reply(message, Pong{ping->sequence});
+  }
+  void on_stop() override { stopped_on_pool_.set_value(ActorScheduler::on_pool_thread()); }
+
+ private:
+  std::atomic<int>& on_io_;
+  std::atomic<int>& off_io_;
+  std::promise<bool>& stopped_on_pool_;
+};
+
+TEST(ActorScheduler, AnInlineActorHandlesNetworkMessagesOnTheIoThreadButStopsOnThePool) {
+  ActorSystem client;
+  ActorSystem server(pool_of(2));
+  auto endpoint = server.listen("tcp://127.0.0.1:0");
+  std::atomic<int> on_io{0}, off_io{0};
+  std::promise<bool> stopped_on_pool;
+  server.spawn("inline", std::make_unique<InlineEcho>(on_io, off_io, stopped_on_pool));
+  for (std::uint64_t i = 100; i < 150; ++i) {  // not 13: that one throws
+    auto answer = client.ask(ActorAddress{endpoint, "inline"}, Ping{i}, 10s).get();
+    ASSERT_TRUE(answer.as<Pong>()) << answer.error;
+    EXPECT_EQ(answer.as<Pong>()->sequence, i);
+  }
+  EXPECT_EQ(on_io.load(), 50) << off_io.load() << " handled on other threads";
+  // A local tell does not come from the I/O thread: it runs on the pool as usual.
+  server.tell(ActorAddress{"", "inline"}, Ping{0});
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (off_io.load() == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(2ms);
+  }
+  EXPECT_EQ(off_io.load(), 1);
+  // A handler that throws on the I/O thread: the asker gets the error, the actor ends, and its
+  // on_stop runs on a pool thread, never on the I/O thread.
+  auto crash = client.ask(ActorAddress{endpoint, "inline"}, Ping{13}, 10s).get();
+  ASSERT_TRUE(crash.ok());
+  EXPECT_EQ(crash.reply.kind, MessageKind::kError);
+  EXPECT_NE(crash.error.find("thirteen"), std::string::npos) << crash.error;
+  auto stopped = stopped_on_pool.get_future();
+  ASSERT_EQ(stopped.wait_for(10s), std::future_status::ready) << "on_stop never ran";
+  EXPECT_TRUE(stopped.get());
+  EXPECT_TRUE(testing::wait_until([&] { return !server.has_actor("inline"); }, 5s));
 }
 
 }  // namespace
