@@ -43,7 +43,7 @@ constexpr const char* kSystemActor = "$system";
 thread_local const void* t_current_cell = nullptr;
 
 // Letters per inline turn (on the I/O thread): short, so sockets are read again soon.
-constexpr std::size_t kInlineBatch = 16;
+constexpr std::size_t kInlineBatch = 1;
 
 // A single timer thread for the whole system. Expired timers hand their task to the actor's
 // mailbox (or run a completion), so no user code ever runs on this thread.
