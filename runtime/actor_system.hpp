@@ -25,7 +25,7 @@ struct SystemOptions {
   std::size_t max_in_flight_bytes_per_peer = 256u << 20;
   // CURVE credentials for every connection (runtime/security.hpp); unset: plain TCP.
   std::optional<ClusterCredentials> credentials;
-  // Threads that run the actors' turns (runtime/actor_scheduler.hpp); 0: max(4, cores). Any
+  // Threads that run the actors' turns (runtime/actor_scheduler.hpp); 0: max(2, cores). Any
   // number of actors share them.
   std::size_t actor_threads = 0;
 };
