@@ -545,7 +545,9 @@ struct ActorSystem::Impl {
         return;
       }
     }
-    schedule_turn(cell);  // still claimed: letters may be waiting
+    // Still claimed: another turn if letters wait (or it must finish), else let go of it here,
+    // without a trip through the run queue.
+    if (!cell->mailbox.release_if_empty()) schedule_turn(cell);
   }
 
   // The actor's last turn: no more letters, on_stop, unregister, tell the watchers.

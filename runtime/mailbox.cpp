@@ -23,6 +23,13 @@ Mailbox::Take Mailbox::take(Letter& out) {
   return Take::kReleased;
 }
 
+bool Mailbox::release_if_empty() {
+  std::lock_guard lock(mutex_);
+  if (!letters_.empty() || closed_) return false;
+  claimed_ = false;
+  return true;
+}
+
 bool Mailbox::close() {
   std::lock_guard lock(mutex_);
   if (closed_) return false;

@@ -89,6 +89,10 @@ class Mailbox {
   };
   // The claimer only.
   Take take(Letter& out);
+  // The claimer only: releases the claim if nothing is queued (true), else keeps it (false:
+  // the claimer must schedule another turn). Closed and empty counts as queued: the actor must
+  // still finish.
+  bool release_if_empty();
 
   // Any thread. Letters already queued are still delivered; then take() says kFinished. True
   // when the mailbox was idle: the caller now holds the claim and must schedule a turn, which

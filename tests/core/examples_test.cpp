@@ -28,10 +28,19 @@ TEST(Examples, BuildOutOfTreeAgainstTheInstalledPackageAndRun) {
   ASSERT_TRUE(fs::exists(prefix / "include/omnilearn/omnilearn.hpp"));
   EXPECT_FALSE(fs::exists(prefix / "include/runtime")) << "internal headers must not be installed";
 
-  auto configure = run({OL_CMAKE, "-S", std::string(OL_SOURCE_DIR) + "/examples/cpp", "-B",
-                        build.string(), "-G", "Ninja", "-DCMAKE_BUILD_TYPE=RelWithDebInfo",
-                        "-DCMAKE_PREFIX_PATH=" + prefix.string()},
-                       120s);
+  std::vector<std::string> configure_argv = {
+      OL_CMAKE, "-S", std::string(OL_SOURCE_DIR) + "/examples/cpp", "-B", build.string(), "-G",
+      "Ninja", "-DCMAKE_BUILD_TYPE=RelWithDebInfo", "-DCMAKE_PREFIX_PATH=" + prefix.string()};
+#ifdef OL_SANITIZE
+  // This tree is built with sanitizers, and so is the library installed from it: the examples
+  // are built the same way (an uninstrumented program cannot load an instrumented library), and
+  // run under the sanitizers with everything else.
+  const std::string sanitize = std::string("-fsanitize=") + OL_SANITIZE;
+  configure_argv.push_back("-DCMAKE_CXX_FLAGS=" + sanitize + " -fno-omit-frame-pointer");
+  configure_argv.push_back("-DCMAKE_EXE_LINKER_FLAGS=" + sanitize);
+  configure_argv.push_back("-DCMAKE_SHARED_LINKER_FLAGS=" + sanitize);
+#endif
+  auto configure = run(configure_argv, 120s);
   ASSERT_EQ(configure.status.code, 0) << configure.out << configure.err;
   auto compile = run({OL_CMAKE, "--build", build.string(), "-j1"}, 900s);
   ASSERT_EQ(compile.status.code, 0) << compile.out << compile.err;

@@ -69,10 +69,11 @@ TEST(ActorScheduler, NoActorEverRunsOnTwoThreadsAtOnce) {
   constexpr int kActors = 8;
   constexpr int kSenders = 8;
   constexpr std::uint64_t kPerSender = 3000;
-  ActorSystem system(pool_of(4));
+  // Declared before the system, so they outlive every handler (the system stops first).
   std::atomic<int> overlaps{0};
   std::vector<std::unique_ptr<std::atomic<int>>> inside;
   std::vector<std::unique_ptr<std::atomic<std::uint64_t>>> handled;
+  ActorSystem system(pool_of(4));
   for (int a = 0; a < kActors; ++a) {
     inside.push_back(std::make_unique<std::atomic<int>>(0));
     handled.push_back(std::make_unique<std::atomic<std::uint64_t>>(0));
@@ -83,8 +84,8 @@ TEST(ActorScheduler, NoActorEverRunsOnTwoThreadsAtOnce) {
                                                                        const Envelope&) {
                    if (in->fetch_add(1) != 0) overlaps.fetch_add(1);
                    std::this_thread::yield();  // widen the window a second runner would hit
-                   count->fetch_add(1);
                    in->fetch_sub(1);
+                   count->fetch_add(1);
                  }));
   }
   std::vector<std::jthread> senders;
@@ -112,9 +113,9 @@ TEST(ActorScheduler, NoActorEverRunsOnTwoThreadsAtOnce) {
 
 TEST(ActorScheduler, ABusyActorYieldsItsThreadToOthers) {
   constexpr int kLetters = 1000;
-  ActorSystem system(pool_of(1));  // one thread: fairness comes from the turns alone
-  std::atomic<int> hog_handled{0};
+  std::atomic<int> hog_handled{0};  // before the system: the hog still runs when the test ends
   std::promise<int> seen_by_other;
+  ActorSystem system(pool_of(1));  // one thread: fairness comes from the turns alone
   system.spawn("hog", std::make_unique<FunctionActor>([&](FunctionActor&, const Envelope&) {
                  std::this_thread::sleep_for(100us);
                  hog_handled.fetch_add(1);
@@ -132,8 +133,8 @@ TEST(ActorScheduler, ABusyActorYieldsItsThreadToOthers) {
 }
 
 TEST(ActorScheduler, WaitingForAnotherActorInsideAHandlerDoesNotDeadlockTheOnlyThread) {
-  ActorSystem system(pool_of(1));
   std::atomic<bool> target_stopped{false};
+  ActorSystem system(pool_of(1));
   system.spawn("target", std::make_unique<FunctionActor>(
                              [](FunctionActor&, const Envelope&) {}, FunctionActor::Hook{},
                              [&](FunctionActor&) { target_stopped = true; }));
@@ -198,11 +199,11 @@ class InlineEcho : public Actor {
 };
 
 TEST(ActorScheduler, AnInlineActorHandlesNetworkMessagesOnTheIoThreadButStopsOnThePool) {
+  std::atomic<int> on_io{0}, off_io{0};
+  std::promise<bool> stopped_on_pool;
   ActorSystem client;
   ActorSystem server(pool_of(2));
   auto endpoint = server.listen("tcp://127.0.0.1:0");
-  std::atomic<int> on_io{0}, off_io{0};
-  std::promise<bool> stopped_on_pool;
   server.spawn("inline", std::make_unique<InlineEcho>(on_io, off_io, stopped_on_pool));
   for (std::uint64_t i = 100; i < 150; ++i) {  // not 13: that one throws
     auto answer = client.ask(ActorAddress{endpoint, "inline"}, Ping{i}, 10s).get();

@@ -127,6 +127,20 @@ TEST(Mailbox, ClosingAnIdleMailboxClaimsItSoTheActorCanFinish) {
   EXPECT_EQ(mailbox.take(letter), Mailbox::Take::kFinished);
 }
 
+TEST(Mailbox, ReleaseIfEmptyLetsGoOnlyOfAnEmptyOpenMailbox) {
+  Mailbox mailbox;  // claimed by its creator
+  ASSERT_EQ(mailbox.push(letter_from(0, 1)), Mailbox::Push::kQueued);
+  EXPECT_FALSE(mailbox.release_if_empty()) << "a letter waits: the claim stays";
+  Letter letter;
+  ASSERT_EQ(mailbox.take(letter), Mailbox::Take::kLetter);
+  EXPECT_TRUE(mailbox.release_if_empty());
+  EXPECT_EQ(mailbox.push(letter_from(0, 2)), Mailbox::Push::kClaimed) << "it was released";
+  ASSERT_EQ(mailbox.take(letter), Mailbox::Take::kLetter);
+  EXPECT_FALSE(mailbox.close()) << "still claimed";
+  EXPECT_FALSE(mailbox.release_if_empty()) << "closed: the actor must still finish";
+  EXPECT_EQ(mailbox.take(letter), Mailbox::Take::kFinished);
+}
+
 TEST(Mailbox, TasksAndMessagesShareOneOrder) {
   Mailbox mailbox;
   std::vector<int> order;
