@@ -52,7 +52,10 @@ std::string describe_missing(const std::vector<const NodeLoad*>& nodes, const Re
   };
   largest([](const NodeLoad& n) { return n.total.cpus; }, "cpus", need.cpus);
   largest([](const NodeLoad& n) { return n.total.gpus; }, "gpus", need.gpus);
-  for (const auto& [key, value] : need.labels) {
+  for (const auto& label : need.labels) {
+    // Named references, not structured bindings: clang 14 (the fuzz build) cannot capture those.
+    const std::string& key = label.first;
+    const std::string& value = label.second;
     bool any = std::any_of(nodes.begin(), nodes.end(), [&](const NodeLoad* n) {
       auto it = n->total.labels.find(key);
       return it != n->total.labels.end() && it->second == value;
