@@ -62,13 +62,18 @@ TEST(WorkPool, TenThousandActorsRunOneLetterAtATimeInOrder) {
 }
 
 TEST(WorkPool, ABusyActorDoesNotHoldAThreadFromTheOthers) {
+  std::atomic<int> busy_done{0};  // before the pool: its destructor runs what is still queued
+  std::promise<int> other_ran;
+  std::promise<void> gate;
   WorkPool pool(1);
+  // The only thread waits at the gate until everything is queued: the order of the turns, not
+  // how fast the posting thread is, decides when the other actor runs.
+  pool.post([opened = gate.get_future().share()] { opened.wait(); });
   auto busy = std::make_shared<SerialQueue>(pool);
   auto other = std::make_shared<SerialQueue>(pool);
-  std::atomic<int> busy_done{0};
-  std::promise<int> other_ran;
   for (int i = 0; i < 1000; ++i) busy->post([&] { busy_done.fetch_add(1); });
   other->post([&] { other_ran.set_value(busy_done.load()); });
+  gate.set_value();
   auto at = other_ran.get_future();
   ASSERT_EQ(at.wait_for(std::chrono::seconds(30)), std::future_status::ready);
   // The busy queue yields after a batch: the other actor ran before all 1000 finished.
