@@ -37,6 +37,17 @@ TaskResult guarded(F&& invoke) {
   }
 }
 
+// The first entry `lookup` finds in the loaded libraries' registries, in load order; nullptr if
+// none has it.
+template <class Lookup>
+auto find_registered(const std::vector<LoadedLibrary>& libraries, Lookup lookup)
+    -> decltype(lookup(*libraries.front().registry)) {
+  for (const auto& library : libraries) {
+    if (auto* found = lookup(*library.registry)) return found;
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 LoadedLibrary load_library(const std::string& path) {
@@ -140,10 +151,8 @@ void Executor::on_message(const runtime::Envelope& message) {
 }
 
 void Executor::run_task(const runtime::Envelope& message, SubmitTask task) {
-  const omnilearn::detail::Registry::Function* function = nullptr;
-  for (const auto& library : options_.libraries) {
-    if ((function = library.registry->function(task.function))) break;
-  }
+  const auto* function = find_registered(
+      options_.libraries, [&](auto& registry) { return registry.function(task.function); });
   auto* system = &this->system();
   if (!function) {
     system->reply(message, error_result(ErrorCode::kNotRegistered,
@@ -158,10 +167,8 @@ void Executor::run_task(const runtime::Envelope& message, SubmitTask task) {
 }
 
 void Executor::create_actor(const runtime::Envelope& message, CreateActor request) {
-  const omnilearn::detail::Registry::Class* cls = nullptr;
-  for (const auto& library : options_.libraries) {
-    if ((cls = library.registry->find_class(request.class_name))) break;
-  }
+  const auto* cls = find_registered(
+      options_.libraries, [&](auto& registry) { return registry.find_class(request.class_name); });
   auto* system = &this->system();
   if (!cls) {
     system->reply(message, error_result(ErrorCode::kNotRegistered,
@@ -208,10 +215,8 @@ void Executor::call_actor(const runtime::Envelope& message, ActorCall call) {
     }
     return;
   }
-  const omnilearn::detail::Registry::Method* method = nullptr;
-  for (const auto& library : options_.libraries) {
-    if ((method = library.registry->method(call.method))) break;
-  }
+  const auto* method = find_registered(
+      options_.libraries, [&](auto& registry) { return registry.method(call.method); });
   if (!method) {
     if (!call.oneway) {
       system->reply(message, error_result(ErrorCode::kNotRegistered,
