@@ -3,10 +3,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -64,20 +66,36 @@ std::unique_ptr<CpuQuota> CpuQuota::create(const std::string& tag) {
 }
 
 CpuQuota::~CpuQuota() {
-  // Members go back to the parent group; then the (empty) group can be removed.
-  std::ifstream procs(path_ + "/cgroup.procs");
+  // Members go back to the parent group; then the (empty) group can be removed. A member may be
+  // on its way out (a trainer still exiting) or a thread may be starting while it moves, so the
+  // move and the removal are retried for a bounded time while the kernel says the group is busy.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
   std::vector<std::string> pids;
-  for (std::string pid; procs >> pid;) pids.push_back(pid);
-  for (const auto& pid : pids) {
-    try {
-      write_file(parent_ + "/cgroup.procs", pid);
-    } catch (const std::exception&) {
-      // The process may have exited meanwhile.
+  for (;;) {
+    pids.clear();
+    std::ifstream procs(path_ + "/cgroup.procs");
+    for (std::string pid; procs >> pid;) pids.push_back(pid);
+    for (const auto& pid : pids) {
+      try {
+        write_file(parent_ + "/cgroup.procs", pid);
+      } catch (const std::exception&) {
+        // The process may have exited meanwhile.
+      }
     }
+    if (::rmdir(path_.c_str()) == 0 || errno == ENOENT) return;
+    if (errno != EBUSY || std::chrono::steady_clock::now() > deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  if (::rmdir(path_.c_str()) != 0) {
-    spdlog::warn("cpu quota: could not remove {}: {}", path_, std::strerror(errno));
+  int error = errno;
+  std::string members;
+  for (const auto& pid : pids) {
+    std::ifstream comm("/proc/" + pid + "/comm");
+    std::string name;
+    std::getline(comm, name);
+    members += fmt::format(" {} ({})", pid, name.empty() ? "gone" : name);
   }
+  spdlog::warn("cpu quota: could not remove {}: {}; members at the last try:{}", path_,
+               std::strerror(error), members.empty() ? " none" : members);
 }
 
 void CpuQuota::set(double cpus) {

@@ -146,7 +146,13 @@ void WorkerAgent::on_stop() {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   }
-  NodeAgent::on_stop();
+  // The cgroup goes even when the goodbye fails: nothing else would remove it.
+  try {
+    NodeAgent::on_stop();
+  } catch (...) {
+    quota_.reset();
+    throw;
+  }
   quota_.reset();
 }
 
@@ -184,7 +190,26 @@ void WorkerAgent::spawn(const SpawnTrainer& request) {
   }
   static constexpr char kExecFailed[] = "omnilearn worker: cannot execute the trainer program ";
   pid_t parent = getpid();
-  pid_t pid = ::fork();
+  // Forked on the agent's fork thread, not this handler's pool thread: the death signal below
+  // is tied to the forking thread (see fork_thread.hpp).
+  pid_t pid = fork_thread_.run([&]() -> pid_t {
+    pid_t child = ::fork();
+    if (child != 0) return child;
+    // Child: only async-signal-safe calls until exec. The trainer dies with its agent, so a
+    // killed node never leaves a trainer training on its own.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(1);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    if (stderr_pipe[1] >= 0) ::dup2(stderr_pipe[1], STDERR_FILENO);  // the copy stays open
+    ::execv(argv[0], argv.data());
+    [[maybe_unused]] ssize_t written =
+        ::write(STDERR_FILENO, kExecFailed, sizeof kExecFailed - 1);
+    written = ::write(STDERR_FILENO, argv[0], ::strlen(argv[0]));
+    written = ::write(STDERR_FILENO, "\n", 1);
+    ::_exit(127);
+  });
   if (pid < 0) {
     int error = errno;
     for (int fd : stderr_pipe) {
@@ -195,21 +220,6 @@ void WorkerAgent::spawn(const SpawnTrainer& request) {
          TrainerExited{request.job_id, request.trainer, state().node_id,
                        fmt::format("fork failed: {}", std::strerror(error)), -1, ""});
     return;
-  }
-  if (pid == 0) {
-    // Child: only async-signal-safe calls until exec. The trainer dies with its agent, so a
-    // killed node never leaves a trainer training on its own.
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(1);
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    if (stderr_pipe[1] >= 0) ::dup2(stderr_pipe[1], STDERR_FILENO);  // the copy stays open
-    ::execv(argv[0], argv.data());
-    [[maybe_unused]] ssize_t written = ::write(STDERR_FILENO, kExecFailed, sizeof kExecFailed - 1);
-    written = ::write(STDERR_FILENO, argv[0], ::strlen(argv[0]));
-    written = ::write(STDERR_FILENO, "\n", 1);
-    ::_exit(127);
   }
   if (stderr_pipe[1] >= 0) {
     ::close(stderr_pipe[1]);

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "actors/cpu_quota.hpp"
+#include "actors/fork_thread.hpp"
 #include "actors/job_protocol.hpp"
 #include "actors/node_agent.hpp"
 
@@ -93,6 +94,7 @@ class WorkerAgent : public NodeAgent {
   WorkerOptions options_;
   std::map<std::string, Hosted> hosted_;  // by trainer name
   std::unique_ptr<CpuQuota> quota_;
+  ForkThread fork_thread_;  // forks the trainers; declared last, so it goes first
 };
 
 }  // namespace omnilearn::actors
