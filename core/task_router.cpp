@@ -155,16 +155,20 @@ void TaskRouter::release(const std::string& node, const ResourceSpec& resources,
 // ---- tasks
 
 void TaskRouter::on_submit(const Envelope& message, SubmitTask task) {
-  if (task.task_id.empty() || tasks_.count(task.task_id)) return;  // a duplicate
+  if (task.task_id.empty()) return;
+  auto [slot, inserted] = tasks_.try_emplace(task.task_id);
+  if (!inserted) return;  // a duplicate
   auto decision = choose(task.resources, PlacementStrategy::kLeastLoaded, "");
   if (!decision.feasible) {
+    tasks_.erase(slot);
     reply(message, failure(ErrorCode::kInfeasible,
                            fmt::format("task {} cannot run anywhere: {}", task.function,
                                        decision.missing)));
     return;
   }
-  auto id = task.task_id;
-  Task& entry = tasks_[id];
+  // The key, not the request's id: `task` is moved into the entry below.
+  const std::string& id = slot->first;
+  Task& entry = slot->second;
   entry.request = reply_handle(message);
   entry.payload = message.payload;  // forwarded as it came, on every attempt
   entry.deadline = std::chrono::steady_clock::now() +

@@ -13,6 +13,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <unordered_map>
 
 #include "core/placement.hpp"
 #include "core/protocol.hpp"
@@ -83,8 +84,9 @@ class TaskRouter : public runtime::Actor {
 
   std::map<std::string, Node> nodes_;          // by executor system id
   std::vector<const NodeLoad*> loads_;         // into nodes_, rebuilt when a node joins or goes
-  std::map<std::string, Task> tasks_;          // by task id
-  std::map<std::string, RemoteActor> actors_;  // by actor id
+  // Hashed: every task and call looks one of these up several times (ids are long strings).
+  std::unordered_map<std::string, Task> tasks_;          // by task id
+  std::unordered_map<std::string, RemoteActor> actors_;  // by actor id
   std::map<std::string, std::string> names_;   // actor name -> id
 };
 

@@ -26,12 +26,18 @@ WorkPool::~WorkPool() {
 }
 
 void WorkPool::post(std::function<void()> work) {
+  bool wake = false;
   {
     std::lock_guard lock(mutex_);
     if (stopping_) return;
     queue_.push_back(std::move(work));
+    // A wake-up costs a system call and a context switch: none while every idle thread has
+    // one on its way already (a burst of posts wakes each sleeper once, and the threads that
+    // wake drain the queue before they sleep again).
+    wake = idle_ > wakes_pending_;
+    if (wake) ++wakes_pending_;
   }
-  ready_.notify_one();
+  if (wake) ready_.notify_one();
 }
 
 void WorkPool::run() {
@@ -39,7 +45,12 @@ void WorkPool::run() {
     std::function<void()> work;
     {
       std::unique_lock lock(mutex_);
-      ready_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (!stopping_ && queue_.empty()) {
+        ++idle_;
+        ready_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+        --idle_;
+        if (wakes_pending_ > 0) --wakes_pending_;
+      }
       if (queue_.empty()) return;  // stopping, and nothing left
       work = std::move(queue_.front());
       queue_.pop_front();
