@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <future>
 #include <thread>
+#include <vector>
 
 #include "core/work_pool.hpp"
 
@@ -78,6 +80,41 @@ TEST(WorkPool, ABusyActorDoesNotHoldAThreadFromTheOthers) {
   ASSERT_EQ(at.wait_for(std::chrono::seconds(30)), std::future_status::ready);
   // The busy queue yields after a batch: the other actor ran before all 1000 finished.
   EXPECT_LT(at.get(), 1000);
+}
+
+// Wake-ups are skipped while one is already on its way, never when an item would be left
+// waiting: items posted in bursts, one at a time after the threads fell asleep, and from many
+// threads at once all run, each within a bounded wait.
+TEST(WorkPool, EveryItemRunsWhetherTheThreadsAreBusyOrAsleep) {
+  WorkPool pool(3);
+  std::atomic<int> ran{0};
+  auto wait_for = [&](int count) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (ran.load() < count && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    return ran.load();
+  };
+  int expected = 0;
+  for (int round = 0; round < 200; ++round) {
+    // Alternately a burst, and single items with the pool asleep in between.
+    int items = round % 2 == 0 ? 50 : 1;
+    for (int i = 0; i < items; ++i) pool.post([&] { ran.fetch_add(1); });
+    expected += items;
+    ASSERT_EQ(wait_for(expected), expected) << "round " << round;
+  }
+  std::vector<std::thread> posters;
+  for (int t = 0; t < 4; ++t) {
+    posters.emplace_back([&] {
+      for (int i = 0; i < 2000; ++i) {
+        pool.post([&] { ran.fetch_add(1); });
+        if (i % 97 == 0) std::this_thread::sleep_for(std::chrono::microseconds(300));
+      }
+    });
+  }
+  for (auto& poster : posters) poster.join();
+  expected += 4 * 2000;
+  EXPECT_EQ(wait_for(expected), expected);
 }
 
 }  // namespace
