@@ -40,21 +40,30 @@ void ActorScheduler::start_thread_locked(bool spare) {
 }
 
 void ActorScheduler::schedule(Turn turn) {
+  bool wake = false;
   {
     std::lock_guard lock(mutex_);
     queue_.push_back(std::move(turn));
+    // A wake-up is a system call and a context switch: none while every idle thread has one on
+    // its way already (the threads that wake take turns until the queue is empty).
+    wake = idle_ > wakes_pending_;
+    if (wake) ++wakes_pending_;
   }
-  ready_.notify_one();
+  if (wake) ready_.notify_one();
 }
 
 void ActorScheduler::run(bool spare) {
   std::unique_lock lock(mutex_);
   while (true) {
-    // A spare is there only while others are blocked: it leaves once enough threads run again.
-    if (spare && alive_ - blocked_ > target_) return;
     if (queue_.empty()) {
       if (stopping_) return;
+      // A spare is there only while others are blocked: it leaves once enough threads run
+      // again, and never with turns queued (the wake-up it took may have been the only one).
+      if (spare && alive_ - blocked_ > target_) return;
+      ++idle_;
       ready_.wait(lock);
+      --idle_;
+      if (wakes_pending_ > 0) --wakes_pending_;
       continue;
     }
     Turn turn = std::move(queue_.front());

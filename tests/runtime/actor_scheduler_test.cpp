@@ -37,6 +37,40 @@ std::unique_ptr<FunctionActor> echo_actor() {
   });
 }
 
+// Wake-ups are skipped while one is on its way, never when a turn would be left waiting: turns
+// scheduled in bursts, singly to a pool that has fallen asleep, and from many threads all run.
+TEST(ActorScheduler, EveryTurnRunsWhetherThePoolIsBusyOrAsleep) {
+  ActorScheduler scheduler(2);
+  std::atomic<int> ran{0};
+  auto wait_for = [&](int count) {
+    auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (ran.load() < count && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(200us);
+    }
+    return ran.load();
+  };
+  int expected = 0;
+  for (int round = 0; round < 200; ++round) {
+    int turns = round % 2 == 0 ? 50 : 1;
+    for (int i = 0; i < turns; ++i) scheduler.schedule([&] { ran.fetch_add(1); });
+    expected += turns;
+    ASSERT_EQ(wait_for(expected), expected) << "round " << round;
+  }
+  std::vector<std::thread> schedulers;
+  for (int t = 0; t < 4; ++t) {
+    schedulers.emplace_back([&] {
+      for (int i = 0; i < 2000; ++i) {
+        scheduler.schedule([&] { ran.fetch_add(1); });
+        if (i % 97 == 0) std::this_thread::sleep_for(300us);
+      }
+    });
+  }
+  for (auto& thread : schedulers) thread.join();
+  expected += 4 * 2000;
+  EXPECT_EQ(wait_for(expected), expected);
+  scheduler.stop();
+}
+
 TEST(ActorScheduler, TenThousandActorsRunOnAFixedPool) {
   constexpr int kActors = 10000;
   ActorSystem system(pool_of(4));

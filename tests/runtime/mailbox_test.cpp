@@ -141,6 +141,35 @@ TEST(Mailbox, ReleaseIfEmptyLetsGoOnlyOfAnEmptyOpenMailbox) {
   EXPECT_EQ(mailbox.take(letter), Mailbox::Take::kFinished);
 }
 
+// The claimer takes queued letters a burst at a time: letters pushed while it works through a
+// burst come after it, the claim is kept while any are left, size() counts both, and closing
+// mid-burst still delivers the rest of it.
+TEST(Mailbox, LettersPushedDuringABurstComeAfterIt) {
+  Mailbox mailbox;  // claimed by its creator
+  for (std::uint64_t i = 1; i <= 3; ++i) mailbox.push(letter_from(0, i));
+  Letter letter;
+  ASSERT_EQ(mailbox.take(letter), Mailbox::Take::kLetter);
+  EXPECT_EQ(letter.envelope->correlation, 1u);
+  EXPECT_EQ(mailbox.push(letter_from(1, 4)), Mailbox::Push::kQueued);
+  EXPECT_EQ(mailbox.push(letter_from(1, 5)), Mailbox::Push::kQueued);
+  EXPECT_EQ(mailbox.size(), 4u);
+  EXPECT_FALSE(mailbox.release_if_empty()) << "letters of the burst are left";
+  for (std::uint64_t want = 2; want <= 5; ++want) {
+    ASSERT_EQ(mailbox.take(letter), Mailbox::Take::kLetter);
+    EXPECT_EQ(letter.envelope->correlation, want);
+  }
+  EXPECT_EQ(mailbox.size(), 0u);
+  EXPECT_EQ(mailbox.take(letter), Mailbox::Take::kReleased);
+  EXPECT_EQ(mailbox.push(letter_from(0, 6)), Mailbox::Push::kClaimed);
+  mailbox.push(letter_from(0, 7));
+  ASSERT_EQ(mailbox.take(letter), Mailbox::Take::kLetter);
+  EXPECT_EQ(letter.envelope->correlation, 6u);
+  EXPECT_FALSE(mailbox.close());
+  ASSERT_EQ(mailbox.take(letter), Mailbox::Take::kLetter) << "closing mid-burst loses nothing";
+  EXPECT_EQ(letter.envelope->correlation, 7u);
+  EXPECT_EQ(mailbox.take(letter), Mailbox::Take::kFinished);
+}
+
 TEST(Mailbox, TasksAndMessagesShareOneOrder) {
   Mailbox mailbox;
   std::vector<int> order;
