@@ -1,0 +1,124 @@
+#include "asp/epoch_dealer.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+namespace omnilearn::asp {
+
+EpochDealer::EpochDealer(std::int64_t dataset_size, std::uint64_t seed, std::int64_t max_epochs)
+    : sampler_(dataset_size, seed), max_epochs_(max_epochs) {
+  if (max_epochs < 0) {
+    throw std::invalid_argument("asp: max_epochs must be >= 0, got " + std::to_string(max_epochs));
+  }
+}
+
+DealtBatch EpochDealer::deal(WorkerId worker, std::int64_t epoch,
+                             std::vector<std::int64_t> indices, bool reissued) {
+  DealtBatch out;
+  out.id = next_id_++;
+  out.epoch = epoch;
+  out.reissued = reissued;
+  out.indices = std::move(indices);
+  outstanding_.emplace(out.id, Holding{worker, epoch, out.indices});
+  ++counters_.batches_dealt;
+  const auto n = static_cast<std::int64_t>(out.indices.size());
+  counters_.samples_dealt += n;
+  if (reissued) counters_.samples_reissued += n;
+  return out;
+}
+
+DealtBatch EpochDealer::pull(WorkerId worker, std::int64_t batch) {
+  if (batch < 1) throw std::invalid_argument("asp: a pull needs batch >= 1, got " + std::to_string(batch));
+  if (!reissue_.empty()) {
+    // Reissued indices first, from the front chunks of one epoch.
+    const std::int64_t epoch = reissue_.front().epoch;
+    std::vector<std::int64_t> take;
+    while (!reissue_.empty() && reissue_.front().epoch == epoch &&
+           static_cast<std::int64_t>(take.size()) < batch) {
+      Chunk& front = reissue_.front();
+      const auto want = static_cast<std::size_t>(batch) - take.size();
+      const std::size_t n = std::min(want, front.indices.size());
+      take.insert(take.end(), front.indices.begin(), front.indices.begin() + n);
+      front.indices.erase(front.indices.begin(), front.indices.begin() + n);
+      if (front.indices.empty()) reissue_.pop_front();
+    }
+    return deal(worker, epoch, std::move(take), /*reissued=*/true);
+  }
+  if (max_epochs_ > 0 && cursor_.epoch >= max_epochs_) return DealtBatch{};
+  // Never across the epoch's end: the last batch of an epoch is what is left of it.
+  const std::int64_t left = sampler_.dataset_size() - cursor_.position;
+  const std::int64_t count = std::min(batch, left);
+  const std::int64_t epoch = cursor_.epoch;
+  auto indices = sampler_.indices(cursor_, 0, count);
+  cursor_ = sampler_.advance(cursor_, count);
+  return deal(worker, epoch, std::move(indices), /*reissued=*/false);
+}
+
+Receipt EpochDealer::push(WorkerId worker, std::uint64_t batch_id) {
+  auto it = outstanding_.find(batch_id);
+  if (it == outstanding_.end()) {
+    // Ids are dealt in order: one below next_id_ that is not outstanding was pushed already or
+    // retired when its worker was declared gone.
+    if (batch_id >= 1 && batch_id < next_id_) {
+      ++counters_.duplicates;
+      return Receipt::kDuplicate;
+    }
+    ++counters_.unknown;
+    return Receipt::kUnknown;
+  }
+  if (it->second.worker != worker) {
+    ++counters_.unknown;
+    return Receipt::kUnknown;
+  }
+  const std::int64_t epoch = it->second.epoch;
+  const auto n = static_cast<std::int64_t>(it->second.indices.size());
+  outstanding_.erase(it);
+  ++counters_.batches_accepted;
+  counters_.samples_accepted += n;
+  std::int64_t& done = accepted_[epoch];
+  done += n;
+  if (done == sampler_.dataset_size()) {
+    accepted_.erase(epoch);
+    ++epochs_completed_;
+  }
+  return Receipt::kAccepted;
+}
+
+std::int64_t EpochDealer::worker_gone(WorkerId worker) {
+  std::int64_t queued = 0;
+  for (auto it = outstanding_.begin(); it != outstanding_.end();) {
+    if (it->second.worker != worker) {
+      ++it;
+      continue;
+    }
+    queued += static_cast<std::int64_t>(it->second.indices.size());
+    reissue_.push_back(Chunk{it->second.epoch, std::move(it->second.indices)});
+    it = outstanding_.erase(it);
+  }
+  // Oldest epoch first, dealing order within it (stable: chunks already queued keep their place).
+  std::stable_sort(reissue_.begin(), reissue_.end(),
+                   [](const Chunk& a, const Chunk& b) { return a.epoch < b.epoch; });
+  return queued;
+}
+
+std::int64_t EpochDealer::outstanding_batches(WorkerId worker) const {
+  return std::count_if(outstanding_.begin(), outstanding_.end(),
+                       [&](const auto& entry) { return entry.second.worker == worker; });
+}
+
+std::int64_t EpochDealer::outstanding_samples(WorkerId worker) const {
+  std::int64_t n = 0;
+  for (const auto& [id, holding] : outstanding_) {
+    if (holding.worker == worker) n += static_cast<std::int64_t>(holding.indices.size());
+  }
+  return n;
+}
+
+std::int64_t EpochDealer::reissue_backlog() const {
+  std::int64_t n = 0;
+  for (const auto& chunk : reissue_) n += static_cast<std::int64_t>(chunk.indices.size());
+  return n;
+}
+
+}  // namespace omnilearn::asp

@@ -1,0 +1,111 @@
+#pragma once
+// Exactly-once sampling for asynchronous training (issue 13). Workers do not own shards of the
+// data: each pull hands out the next b indices of the epoch's global permutation (the same
+// seeded permutation as BSP's training::EpochSampler), so every sample is used once per epoch
+// however fast each worker is.
+//
+// Rules:
+// - A batch never spans two epochs: the pull that reaches the end of an epoch gets what is
+//   left (a partial batch), and the next fresh pull starts the next epoch.
+// - A batch is outstanding from its pull until its push. When a worker is declared gone, its
+//   outstanding batches are retired and their indices are handed out again, before any fresh
+//   index, to whoever pulls next (in the order they were dealt; a reissued batch also
+//   stays within one epoch, oldest epoch first, and may be shorter than asked for).
+// - A push of a retired batch (the "gone" worker was only late) or of a batch already pushed is
+//   a duplicate: reported and counted, never accepted twice.
+// - An epoch is complete when every one of its samples has been pushed (accepted) once.
+//
+// Not thread-safe: one owner (an actor) calls it.
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <vector>
+
+#include "asp/worker_id.hpp"
+#include "training/sampler.hpp"
+
+namespace omnilearn::asp {
+
+// What one pull hands out. id 0 with no indices: nothing left (the last epoch is dealt).
+struct DealtBatch {
+  std::uint64_t id = 0;
+  std::int64_t epoch = 0;
+  std::vector<std::int64_t> indices;
+  bool reissued = false;  // the indices were first dealt to a worker since declared gone
+  bool empty() const { return indices.empty(); }
+};
+
+// What a push of a batch id means.
+enum class Receipt {
+  kAccepted,   // first push of an outstanding batch by the worker holding it: apply it
+  kDuplicate,  // the batch was retired (reissued) or already pushed: do not apply
+  kUnknown,    // never dealt, or held by another worker: do not apply
+};
+
+struct DealerCounters {
+  std::int64_t batches_dealt = 0;
+  std::int64_t samples_dealt = 0;     // fresh and reissued
+  std::int64_t samples_reissued = 0;  // dealt again after their worker was declared gone
+  std::int64_t batches_accepted = 0;
+  std::int64_t samples_accepted = 0;
+  std::int64_t duplicates = 0;
+  std::int64_t unknown = 0;
+};
+
+class EpochDealer {
+ public:
+  // max_epochs 0: endless. Throws std::invalid_argument if dataset_size <= 0 or max_epochs < 0.
+  EpochDealer(std::int64_t dataset_size, std::uint64_t seed, std::int64_t max_epochs = 0);
+
+  // The next batch of at most `batch` indices for `worker` (reissued indices first). Empty when
+  // every epoch has been dealt. Throws std::invalid_argument if batch < 1.
+  DealtBatch pull(WorkerId worker, std::int64_t batch);
+
+  // `worker` pushes the batch `batch_id` it pulled.
+  Receipt push(WorkerId worker, std::uint64_t batch_id);
+
+  // Retires `worker`'s outstanding batches and queues their indices to be dealt again first.
+  // Returns how many samples were queued.
+  std::int64_t worker_gone(WorkerId worker);
+
+  std::int64_t outstanding_batches(WorkerId worker) const;
+  std::int64_t outstanding_samples(WorkerId worker) const;
+  // Samples waiting to be dealt again.
+  std::int64_t reissue_backlog() const;
+
+  std::int64_t dataset_size() const { return sampler_.dataset_size(); }
+  // The epoch fresh indices come from now (max_epochs once all are dealt).
+  std::int64_t epoch() const { return cursor_.epoch; }
+  // Epochs whose every sample has been accepted once.
+  std::int64_t epochs_completed() const { return epochs_completed_; }
+  // max_epochs > 0 and all of them are complete.
+  bool finished() const { return max_epochs_ > 0 && epochs_completed_ == max_epochs_; }
+  const DealerCounters& counters() const { return counters_; }
+
+ private:
+  struct Holding {
+    WorkerId worker = 0;
+    std::int64_t epoch = 0;
+    std::vector<std::int64_t> indices;
+  };
+  struct Chunk {
+    std::int64_t epoch = 0;
+    std::vector<std::int64_t> indices;
+  };
+
+  DealtBatch deal(WorkerId worker, std::int64_t epoch, std::vector<std::int64_t> indices,
+                  bool reissued);
+
+  training::EpochSampler sampler_;
+  std::int64_t max_epochs_;
+  training::Cursor cursor_;
+  std::uint64_t next_id_ = 1;
+  std::map<std::uint64_t, Holding> outstanding_;    // by batch id (dealing order)
+  std::deque<Chunk> reissue_;                       // dealt first, front first
+  std::map<std::int64_t, std::int64_t> accepted_;   // per unfinished epoch: samples accepted
+  std::int64_t epochs_completed_ = 0;
+  DealerCounters counters_;
+};
+
+}  // namespace omnilearn::asp

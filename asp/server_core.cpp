@@ -1,0 +1,146 @@
+#include "asp/server_core.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+namespace omnilearn::asp {
+namespace {
+
+constexpr char kMagic[8] = {'O', 'L', 'A', 'S', 'P', 'C', 'K', '1'};
+constexpr std::size_t kFixedWords = 7;  // incarnation .. rejected, then the pair count
+
+void put(std::vector<std::uint8_t>& out, std::int64_t value) {
+  auto u = static_cast<std::uint64_t>(value);
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<std::uint8_t>(u >> (8 * i)));
+}
+
+std::int64_t get(std::span<const std::uint8_t> bytes, std::size_t word) {
+  std::uint64_t u = 0;
+  const std::size_t at = sizeof(kMagic) + 8 * word;
+  for (int i = 0; i < 8; ++i) u |= static_cast<std::uint64_t>(bytes[at + i]) << (8 * i);
+  return static_cast<std::int64_t>(u);
+}
+
+}  // namespace
+
+std::vector<std::uint8_t> encode_checkpoint(const ServerCheckpoint& c) {
+  std::vector<std::uint8_t> out(kMagic, kMagic + sizeof(kMagic));
+  for (std::int64_t v : {c.incarnation, c.version, c.pushes, c.applied, c.dropped, c.rejected}) {
+    put(out, v);
+  }
+  put(out, static_cast<std::int64_t>(c.updates.size()));
+  for (const auto& [worker, n] : c.updates) {
+    put(out, worker);
+    put(out, n);
+  }
+  return out;
+}
+
+std::optional<ServerCheckpoint> decode_checkpoint(std::span<const std::uint8_t> bytes) {
+  const std::size_t fixed = sizeof(kMagic) + 8 * kFixedWords;
+  if (bytes.size() < fixed || std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) {
+    return std::nullopt;
+  }
+  const std::int64_t pairs = get(bytes, kFixedWords - 1);
+  if (pairs < 0 || static_cast<std::uint64_t>(pairs) != (bytes.size() - fixed) / 16 ||
+      (bytes.size() - fixed) % 16 != 0) {
+    return std::nullopt;
+  }
+  ServerCheckpoint c;
+  c.incarnation = get(bytes, 0);
+  c.version = get(bytes, 1);
+  c.pushes = get(bytes, 2);
+  c.applied = get(bytes, 3);
+  c.dropped = get(bytes, 4);
+  c.rejected = get(bytes, 5);
+  for (std::int64_t v : {c.incarnation, c.version, c.pushes, c.applied, c.dropped, c.rejected}) {
+    if (v < 0) return std::nullopt;
+  }
+  if (c.applied > c.version || c.applied + c.dropped != c.pushes) return std::nullopt;
+  for (std::int64_t p = 0; p < pairs; ++p) {
+    const WorkerId worker = get(bytes, kFixedWords + 2 * static_cast<std::size_t>(p));
+    const std::int64_t n = get(bytes, kFixedWords + 2 * static_cast<std::size_t>(p) + 1);
+    if (n < 0 || !c.updates.emplace(worker, n).second) return std::nullopt;
+  }
+  return c;
+}
+
+ServerCore::ServerCore(std::int64_t shard_size, StalenessConfig config, ApplyFn apply)
+    : shard_size_(shard_size), config_(config), apply_(std::move(apply)) {
+  if (shard_size < 1) {
+    throw std::invalid_argument("asp: a shard needs >= 1 parameter, got " + std::to_string(shard_size));
+  }
+  validate(config_);
+  if (!apply_) throw std::invalid_argument("asp: a server needs an apply callback");
+}
+
+ServerCore ServerCore::resume(const ServerCheckpoint& checkpoint, std::int64_t shard_size,
+                              StalenessConfig config, ApplyFn apply) {
+  ServerCore core(shard_size, config, std::move(apply));
+  core.state_ = checkpoint;
+  core.state_.incarnation = checkpoint.incarnation + 1;
+  core.resumed_from_ = checkpoint.version;
+  return core;
+}
+
+void ServerCore::set_batch_plan(std::int64_t global_batch, int workers) {
+  if (global_batch < 1 || workers < 1) {
+    throw std::invalid_argument("asp: a batch plan needs B >= 1 and n >= 1, got B = " +
+                                std::to_string(global_batch) + ", n = " + std::to_string(workers));
+  }
+  reference_batch_ = static_cast<double>(global_batch) / workers;
+}
+
+void ServerCore::note_version_seen(std::int64_t number) {
+  if (state_.incarnation > 0) lost_ = std::max(lost_, number - resumed_from_);
+}
+
+PushOutcome ServerCore::push(WorkerId worker, Version pulled, std::int64_t batch_size,
+                             std::span<const float> gradient) {
+  if (static_cast<std::int64_t>(gradient.size()) != shard_size_) {
+    throw std::invalid_argument("asp: a gradient of " + std::to_string(gradient.size()) +
+                                " floats for a shard of " + std::to_string(shard_size_));
+  }
+  if (batch_size < 1) {
+    throw std::invalid_argument("asp: a push needs batch >= 1, got " + std::to_string(batch_size));
+  }
+  if (config_.lr_scaling == LrScaling::kLinear && !reference_batch_) {
+    throw std::logic_error("asp: linear lr_scaling before any batch plan (set_batch_plan)");
+  }
+  PushOutcome out;
+  std::int64_t base = pulled.number;
+  if (pulled.incarnation > state_.incarnation ||
+      (pulled.incarnation == state_.incarnation && pulled.number > state_.version) ||
+      pulled.number < 0) {
+    ++state_.rejected;
+    out.version = pull();
+    return out;
+  }
+  if (pulled.incarnation < state_.incarnation) {
+    // Pulled from an earlier incarnation: what it saw past the checkpoint is lost.
+    if (pulled.incarnation == state_.incarnation - 1) note_version_seen(pulled.number);
+    base = std::min(pulled.number, resumed_from_);
+  }
+  out.staleness = state_.version - base;
+  const StepDecision decision =
+      decide_step(config_, out.staleness, batch_size, reference_batch_.value_or(1.0));
+  if (decision.apply) {
+    apply_(decision.scale, gradient);
+    ++state_.version;
+    ++state_.applied;
+    ++state_.updates[worker];
+    out.status = PushStatus::kApplied;
+    out.scale = decision.scale;
+  } else {
+    ++state_.dropped;
+    out.status = PushStatus::kDropped;
+  }
+  ++state_.pushes;
+  stats_.record(worker, out.staleness, decision.apply);
+  out.version = pull();
+  return out;
+}
+
+}  // namespace omnilearn::asp

@@ -1,0 +1,115 @@
+#pragma once
+// A parameter-server shard as a pure state machine (issue 13): it holds the shard's version,
+// weighs each push with the staleness policy, hands accepted steps to an injected `apply`
+// callback (the optimizer and the parameters live elsewhere), and records staleness. No I/O,
+// clock or thread; an actor will own one per shard.
+//
+// Versions carry the server's incarnation: a server restarted from a checkpoint resumes at the
+// checkpoint's version with incarnation + 1, so a push computed on a version the dead server
+// reached after its checkpoint (lost) is told apart from one computed on the same number after
+// the restart. Such a push counts as pulled at the version the restart resumed from (its
+// parameters are the lost line's; the newest state both lines share is the checkpoint), and
+// shows how many updates were lost.
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "asp/staleness.hpp"
+#include "asp/worker_id.hpp"
+
+namespace omnilearn::asp {
+
+// What a pull returns and a push names.
+struct Version {
+  std::int64_t incarnation = 0;
+  std::int64_t number = 0;
+  friend bool operator==(const Version&, const Version&) = default;
+};
+
+enum class PushStatus {
+  kApplied,   // apply() was called and the version moved on
+  kDropped,   // too stale under "bound": counted, not applied
+  kRejected,  // names a version this server never issued (a later incarnation, or a number
+              // ahead of it): a misaddressed or corrupt push, counted, not applied
+};
+
+struct PushOutcome {
+  PushStatus status = PushStatus::kRejected;
+  std::int64_t staleness = 0;  // 0 when rejected
+  double scale = 0;            // what apply() got; 0 unless applied
+  Version version;             // the server's version after the push
+};
+
+// What a restarted server needs to resume: small and plain.
+struct ServerCheckpoint {
+  std::int64_t incarnation = 0;
+  std::int64_t version = 0;
+  std::int64_t pushes = 0;  // weighed (applied + dropped)
+  std::int64_t applied = 0;
+  std::int64_t dropped = 0;
+  std::int64_t rejected = 0;
+  std::map<WorkerId, std::int64_t> updates;  // applied per worker
+  friend bool operator==(const ServerCheckpoint&, const ServerCheckpoint&) = default;
+};
+
+// A fixed little-endian layout ("OLASPCK1", then the fields as 64-bit words, then one
+// (worker, updates) pair per worker). Decoding is total: anything else gives nullopt.
+std::vector<std::uint8_t> encode_checkpoint(const ServerCheckpoint& checkpoint);
+std::optional<ServerCheckpoint> decode_checkpoint(std::span<const std::uint8_t> bytes);
+
+class ServerCore {
+ public:
+  // Called once per applied push with the step's scale (staleness and lr scaling) and the
+  // worker's gradient for this shard. If it throws, the push is not counted and the version
+  // stays.
+  using ApplyFn = std::function<void(double scale, std::span<const float> gradient)>;
+
+  // A fresh shard of `shard_size` floats at version 0, incarnation 0. Throws
+  // std::invalid_argument on shard_size < 1, an invalid config or an empty apply.
+  ServerCore(std::int64_t shard_size, StalenessConfig config, ApplyFn apply);
+  // A restarted shard: the checkpoint's version and counters, incarnation + 1.
+  static ServerCore resume(const ServerCheckpoint& checkpoint, std::int64_t shard_size,
+                           StalenessConfig config, ApplyFn apply);
+
+  // The plan in force (B = the sum of the workers' batches, n = the workers): linear
+  // lr_scaling divides by B / n. Throws std::invalid_argument unless both are >= 1.
+  void set_batch_plan(std::int64_t global_batch, int workers);
+
+  Version pull() const { return Version{state_.incarnation, state_.version}; }
+
+  // One push of `worker`'s gradient computed on `pulled` with `batch_size` samples. Throws
+  // std::invalid_argument when the gradient is not shard_size floats or batch_size < 1, and
+  // std::logic_error under linear lr_scaling before any set_batch_plan.
+  PushOutcome push(WorkerId worker, Version pulled, std::int64_t batch_size,
+                   std::span<const float> gradient);
+
+  ServerCheckpoint checkpoint() const { return state_; }
+
+  // Updates the previous incarnation made after the checkpoint this one resumed from, as far
+  // as known: the highest version heard of (note_version_seen, or pushes pulled from it) minus
+  // the checkpoint's. 0 for a server never restarted.
+  std::int64_t updates_lost() const { return lost_; }
+  // A version the previous incarnation was known to reach (a worker's or a heartbeat's word).
+  void note_version_seen(std::int64_t number);
+
+  // Staleness since this incarnation started (the histogram is not checkpointed).
+  const StalenessStats& stats() const { return stats_; }
+  StalenessStats& stats() { return stats_; }
+  const StalenessConfig& config() const { return config_; }
+
+ private:
+  std::int64_t shard_size_;
+  StalenessConfig config_;
+  ApplyFn apply_;
+  ServerCheckpoint state_;
+  std::optional<double> reference_batch_;  // B / n
+  std::int64_t resumed_from_ = 0;          // the checkpoint's version (0 when fresh)
+  std::int64_t lost_ = 0;
+  StalenessStats stats_;
+};
+
+}  // namespace omnilearn::asp

@@ -1,0 +1,150 @@
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <vector>
+
+#include "asp/epoch_dealer.hpp"
+#include "training/sampler.hpp"
+
+namespace omnilearn::asp {
+namespace {
+
+TEST(EpochDealer, DealsTheSamePermutationAsTheBspSamplerInOrder) {
+  EpochDealer dealer(50, 7);
+  training::EpochSampler sampler(50, 7);
+  std::vector<std::int64_t> dealt;
+  while (dealer.epoch() == 0) {
+    auto batch = dealer.pull(dealt.size() % 3, 1 + dealt.size() % 5);
+    dealt.insert(dealt.end(), batch.indices.begin(), batch.indices.end());
+  }
+  EXPECT_EQ(dealt, sampler.permutation(0));
+}
+
+TEST(EpochDealer, TheLastBatchOfAnEpochIsPartialAndTheNextStartsAFreshEpoch) {
+  EpochDealer dealer(10, 1);
+  auto a = dealer.pull(0, 4), b = dealer.pull(1, 4), c = dealer.pull(0, 4);
+  EXPECT_EQ(a.indices.size(), 4u);
+  EXPECT_EQ(b.indices.size(), 4u);
+  EXPECT_EQ(c.indices.size(), 2u);
+  EXPECT_EQ(c.epoch, 0);
+  auto d = dealer.pull(1, 4);
+  EXPECT_EQ(d.epoch, 1);
+  EXPECT_EQ(d.indices.size(), 4u);
+  EXPECT_EQ(dealer.epoch(), 1);
+}
+
+TEST(EpochDealer, EpochsCountWhenEverySampleIsPushedAndTheRunEnds) {
+  EpochDealer dealer(6, 3, /*max_epochs=*/2);
+  std::vector<DealtBatch> held;
+  for (int i = 0; i < 4; ++i) held.push_back(dealer.pull(i % 2, 3));
+  EXPECT_TRUE(dealer.pull(0, 3).empty());  // both epochs dealt
+  EXPECT_EQ(dealer.epochs_completed(), 0);
+  EXPECT_EQ(dealer.push(0, held[0].id), Receipt::kAccepted);
+  EXPECT_EQ(dealer.epochs_completed(), 0);
+  EXPECT_EQ(dealer.push(1, held[1].id), Receipt::kAccepted);
+  EXPECT_EQ(dealer.epochs_completed(), 1);
+  EXPECT_FALSE(dealer.finished());
+  EXPECT_EQ(dealer.push(0, held[2].id), Receipt::kAccepted);
+  EXPECT_EQ(dealer.push(1, held[3].id), Receipt::kAccepted);
+  EXPECT_EQ(dealer.epochs_completed(), 2);
+  EXPECT_TRUE(dealer.finished());
+}
+
+TEST(EpochDealer, AGoneWorkersIndicesAreDealtAgainFirstAndItsLatePushIsADuplicate) {
+  EpochDealer dealer(100, 5);
+  auto mine = dealer.pull(/*worker=*/2, 8);
+  auto other = dealer.pull(1, 8);
+  EXPECT_EQ(dealer.outstanding_batches(2), 1);
+  EXPECT_EQ(dealer.outstanding_samples(2), 8);
+  EXPECT_EQ(dealer.worker_gone(2), 8);
+  EXPECT_EQ(dealer.outstanding_batches(2), 0);
+  EXPECT_EQ(dealer.reissue_backlog(), 8);
+  // Reissued first, in pieces of what is asked.
+  auto again1 = dealer.pull(1, 5);
+  auto again2 = dealer.pull(0, 5);
+  EXPECT_TRUE(again1.reissued);
+  EXPECT_TRUE(again2.reissued);
+  EXPECT_EQ(again2.indices.size(), 3u);
+  std::vector<std::int64_t> both = again1.indices;
+  both.insert(both.end(), again2.indices.begin(), again2.indices.end());
+  EXPECT_EQ(both, mine.indices);
+  auto fresh = dealer.pull(0, 5);
+  EXPECT_FALSE(fresh.reissued);
+  EXPECT_EQ(dealer.counters().samples_reissued, 8);
+  // The "gone" worker was only late.
+  EXPECT_EQ(dealer.push(2, mine.id), Receipt::kDuplicate);
+  EXPECT_EQ(dealer.counters().duplicates, 1);
+  EXPECT_EQ(dealer.push(1, other.id), Receipt::kAccepted);
+  EXPECT_EQ(dealer.push(1, other.id), Receipt::kDuplicate);
+  EXPECT_EQ(dealer.counters().duplicates, 2);
+  EXPECT_EQ(dealer.counters().samples_accepted, 8);
+}
+
+TEST(EpochDealer, PushesOfUnknownOrAnotherWorkersBatchesAreNotAccepted) {
+  EpochDealer dealer(20, 1);
+  auto batch = dealer.pull(0, 4);
+  EXPECT_EQ(dealer.push(1, batch.id), Receipt::kUnknown);
+  EXPECT_EQ(dealer.push(0, 999), Receipt::kUnknown);
+  EXPECT_EQ(dealer.push(0, 0), Receipt::kUnknown);
+  EXPECT_EQ(dealer.counters().unknown, 3);
+  EXPECT_EQ(dealer.push(0, batch.id), Receipt::kAccepted);
+}
+
+TEST(EpochDealer, ReissuedBatchesStayWithinOneEpochOldestFirst) {
+  EpochDealer dealer(4, 2);
+  auto e0 = dealer.pull(0, 4);  // all of epoch 0
+  auto e1 = dealer.pull(1, 2);  // half of epoch 1
+  dealer.worker_gone(1);
+  dealer.worker_gone(0);
+  auto first = dealer.pull(2, 10);
+  EXPECT_EQ(first.epoch, 0);
+  EXPECT_EQ(first.indices, e0.indices);
+  auto second = dealer.pull(2, 10);
+  EXPECT_EQ(second.epoch, 1);
+  EXPECT_EQ(second.indices, e1.indices);
+}
+
+TEST(EpochDealer, ExactlyOncePerEpochWithRandomPullsPushesAndDepartures) {
+  for (std::uint64_t seed = 1; seed <= 30; ++seed) {
+    const std::int64_t n = 97;
+    EpochDealer dealer(n, seed, /*max_epochs=*/3);
+    std::vector<std::vector<int>> used(3, std::vector<int>(n, 0));
+    std::vector<DealtBatch> held;
+    std::vector<WorkerId> holder;
+    std::uint64_t x = seed;
+    auto next = [&] { x = x * 6364136223846793005ULL + 1442695040888963407ULL; return x >> 33; };
+    int guard = 0;
+    while (!dealer.finished() && ++guard < 100000) {
+      const auto r = next() % 10;
+      if (r < 5) {
+        const WorkerId w = static_cast<WorkerId>(next() % 4);
+        auto b = dealer.pull(w, 1 + static_cast<std::int64_t>(next() % 13));
+        if (!b.empty()) { held.push_back(b); holder.push_back(w); }
+      } else if (r < 9 && !held.empty()) {
+        const auto i = next() % held.size();
+        if (dealer.push(holder[i], held[i].id) == Receipt::kAccepted) {
+          for (auto idx : held[i].indices) ++used[static_cast<std::size_t>(held[i].epoch)][static_cast<std::size_t>(idx)];
+        }
+        held.erase(held.begin() + static_cast<std::ptrdiff_t>(i));
+        holder.erase(holder.begin() + static_cast<std::ptrdiff_t>(i));
+      } else {
+        dealer.worker_gone(static_cast<WorkerId>(next() % 4));  // its held batches become stale
+      }
+    }
+    ASSERT_TRUE(dealer.finished()) << "seed " << seed;
+    for (const auto& epoch : used) {
+      for (int count : epoch) ASSERT_EQ(count, 1) << "seed " << seed;
+    }
+  }
+}
+
+TEST(EpochDealer, RejectsBadArguments) {
+  EXPECT_THROW(EpochDealer(0, 1), std::invalid_argument);
+  EXPECT_THROW(EpochDealer(5, 1, -1), std::invalid_argument);
+  EpochDealer dealer(5, 1);
+  EXPECT_THROW(dealer.pull(0, 0), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace omnilearn::asp

@@ -1,0 +1,154 @@
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+#include <vector>
+
+#include "asp/server_core.hpp"
+
+namespace omnilearn::asp {
+namespace {
+
+// The injected optimizer: plain SGD on a shard, recording every call.
+struct FakeOptimizer {
+  std::vector<float> params = std::vector<float>(3, 0.0f);
+  std::vector<double> scales;
+  ServerCore::ApplyFn fn() {
+    return [this](double scale, std::span<const float> g) {
+      scales.push_back(scale);
+      for (std::size_t i = 0; i < g.size(); ++i) params[i] -= static_cast<float>(scale) * g[i];
+    };
+  }
+};
+
+const std::vector<float> kGrad = {1.0f, 2.0f, 3.0f};
+
+TEST(ServerCore, AScriptedInterleavingOfTwoWorkersGivesTheExpectedStaleness) {
+  FakeOptimizer opt;
+  ServerCore server(3, StalenessConfig{StalenessMode::kNone, 0, LrScaling::kNone}, opt.fn());
+  const Version a0 = server.pull();            // A pulls v0
+  const Version b0 = server.pull();            // B pulls v0
+  EXPECT_EQ(server.push(0, a0, 4, kGrad).staleness, 0);  // v0 -> v1
+  const Version a1 = server.pull();            // A pulls v1
+  EXPECT_EQ(server.push(1, b0, 4, kGrad).staleness, 1);  // B's push from v0 at v1 -> v2
+  EXPECT_EQ(server.push(0, a1, 4, kGrad).staleness, 1);  // A's push from v1 at v2 -> v3
+  EXPECT_EQ(server.pull().number, 3);
+  EXPECT_EQ(opt.scales.size(), 3u);
+  EXPECT_FLOAT_EQ(opt.params[2], -9.0f);
+  auto total = server.stats().total();
+  EXPECT_EQ(total.max, 1);
+  EXPECT_EQ(total.updates.at(0), 2);
+  EXPECT_EQ(total.updates.at(1), 1);
+}
+
+TEST(ServerCore, TheScaleReachesApplyAndADroppedPushDoesNotMoveTheVersion) {
+  FakeOptimizer opt;
+  ServerCore server(3, StalenessConfig{StalenessMode::kBound, 1, LrScaling::kLinear}, opt.fn());
+  server.set_batch_plan(/*global_batch=*/64, /*workers=*/4);  // B / n = 16
+  const Version old = server.pull();
+  auto first = server.push(0, server.pull(), 32, kGrad);
+  EXPECT_EQ(first.status, PushStatus::kApplied);
+  EXPECT_DOUBLE_EQ(first.scale, 2.0);
+  server.push(0, server.pull(), 16, kGrad);
+  auto late = server.push(1, old, 16, kGrad);  // staleness 2 > 1
+  EXPECT_EQ(late.status, PushStatus::kDropped);
+  EXPECT_EQ(late.staleness, 2);
+  EXPECT_EQ(late.version.number, 2);
+  EXPECT_EQ(opt.scales.size(), 2u);
+  EXPECT_EQ(server.checkpoint().dropped, 1);
+  EXPECT_EQ(server.stats().total().dropped, 1);
+}
+
+TEST(ServerCore, InverseScalingSeesTheStaleness) {
+  FakeOptimizer opt;
+  ServerCore server(3, StalenessConfig{StalenessMode::kInverse, 0, LrScaling::kNone}, opt.fn());
+  const Version v0 = server.pull();
+  server.push(0, v0, 1, kGrad);
+  server.push(0, server.pull(), 1, kGrad);
+  EXPECT_DOUBLE_EQ(server.push(1, v0, 1, kGrad).scale, 1.0 / 3);
+}
+
+TEST(ServerCore, PushesNamingVersionsNeverIssuedAreRejected) {
+  FakeOptimizer opt;
+  ServerCore server(3, StalenessConfig{StalenessMode::kNone, 0, LrScaling::kNone}, opt.fn());
+  EXPECT_EQ(server.push(0, Version{0, 1}, 1, kGrad).status, PushStatus::kRejected);
+  EXPECT_EQ(server.push(0, Version{1, 0}, 1, kGrad).status, PushStatus::kRejected);
+  EXPECT_EQ(server.checkpoint().rejected, 2);
+  EXPECT_EQ(server.pull().number, 0);
+  EXPECT_TRUE(opt.scales.empty());
+}
+
+TEST(ServerCore, RejectsBadArgumentsAndLinearScalingWithoutAPlan) {
+  FakeOptimizer opt;
+  EXPECT_THROW(ServerCore(0, StalenessConfig{}, opt.fn()), std::invalid_argument);
+  EXPECT_THROW(ServerCore(3, StalenessConfig{StalenessMode::kBound, 0, LrScaling::kNone}, opt.fn()),
+               std::invalid_argument);
+  EXPECT_THROW(ServerCore(3, StalenessConfig{}, nullptr), std::invalid_argument);
+  ServerCore server(3, StalenessConfig{}, opt.fn());  // linear by default
+  EXPECT_THROW(server.push(0, server.pull(), 4, kGrad), std::logic_error);
+  server.set_batch_plan(8, 2);
+  EXPECT_THROW(server.push(0, server.pull(), 4, std::vector<float>(2)), std::invalid_argument);
+  EXPECT_THROW(server.push(0, server.pull(), 0, kGrad), std::invalid_argument);
+  EXPECT_THROW(server.set_batch_plan(0, 2), std::invalid_argument);
+  EXPECT_EQ(server.push(0, server.pull(), 4, kGrad).status, PushStatus::kApplied);
+}
+
+TEST(ServerCore, AnApplyThatThrowsLeavesTheVersionAndCounters) {
+  ServerCore server(3, StalenessConfig{StalenessMode::kNone, 0, LrScaling::kNone},
+                    [](double, std::span<const float>) { throw std::runtime_error("oom"); });
+  EXPECT_THROW(server.push(0, server.pull(), 1, kGrad), std::runtime_error);
+  EXPECT_EQ(server.pull().number, 0);
+  EXPECT_EQ(server.checkpoint().pushes, 0);
+}
+
+TEST(ServerCore, ARestartedServerResumesFromItsCheckpointAndCountsTheLostUpdates) {
+  FakeOptimizer opt;
+  const StalenessConfig none{StalenessMode::kNone, 0, LrScaling::kNone};
+  ServerCore server(3, none, opt.fn());
+  for (int i = 0; i < 5; ++i) server.push(i % 2, server.pull(), 1, kGrad);
+  const ServerCheckpoint saved = server.checkpoint();  // at v5
+  EXPECT_EQ(saved.version, 5);
+  for (int i = 0; i < 3; ++i) server.push(0, server.pull(), 1, kGrad);  // v8, then it dies
+  const Version late = server.pull();  // a worker pulled v8 before the crash
+
+  FakeOptimizer opt2;
+  ServerCore restarted = ServerCore::resume(saved, 3, none, opt2.fn());
+  EXPECT_EQ(restarted.pull(), (Version{1, 5}));
+  EXPECT_EQ(restarted.updates_lost(), 0);  // nothing heard of the lost line yet
+  restarted.note_version_seen(7);
+  EXPECT_EQ(restarted.updates_lost(), 2);
+  restarted.push(1, restarted.pull(), 1, kGrad);  // v6 in incarnation 1
+  auto from_lost = restarted.push(0, late, 1, kGrad);
+  EXPECT_EQ(from_lost.status, PushStatus::kApplied);
+  EXPECT_EQ(from_lost.staleness, 1);  // counted from the checkpoint's v5; now at v6
+  EXPECT_EQ(restarted.updates_lost(), 3);  // it had reached v8
+  const auto after = restarted.checkpoint();
+  EXPECT_EQ(after.incarnation, 1);
+  EXPECT_EQ(after.version, 7);
+  EXPECT_EQ(after.applied, 7);
+  EXPECT_EQ(after.updates.at(0), 4);  // 3 before the checkpoint + the late one
+  EXPECT_EQ(after.updates.at(1), 3);
+}
+
+TEST(ServerCore, CheckpointsRoundTripAndDecodingIsTotal) {
+  ServerCheckpoint c{2, 40, 45, 40, 5, 1, {{0, 30}, {7, 10}}};
+  const auto bytes = encode_checkpoint(c);
+  EXPECT_EQ(decode_checkpoint(bytes), c);
+  EXPECT_FALSE(decode_checkpoint(std::span(bytes).first(bytes.size() - 1)));
+  auto extra = bytes;
+  extra.push_back(0);
+  EXPECT_FALSE(decode_checkpoint(extra));
+  auto bad_magic = bytes;
+  bad_magic[0] = 'X';
+  EXPECT_FALSE(decode_checkpoint(bad_magic));
+  auto bad_counts = c;
+  bad_counts.pushes = 44;  // applied + dropped != pushes
+  EXPECT_FALSE(decode_checkpoint(encode_checkpoint(bad_counts)));
+  EXPECT_FALSE(decode_checkpoint({}));
+  // Every truncation of a valid checkpoint is refused, never a crash.
+  for (std::size_t n = 0; n < bytes.size(); ++n) {
+    EXPECT_FALSE(decode_checkpoint(std::span(bytes).first(n))) << n;
+  }
+}
+
+}  // namespace
+}  // namespace omnilearn::asp
