@@ -256,14 +256,14 @@ JobSpec parse_job_spec(std::string_view toml_text, const std::string& source, Fi
                        std::string(e.description()));
   }
 
-  const std::set<std::string> sections = {"job",     "model",      "data",    "train",
-                                          "controller", "elastic", "checkpoint"};
+  const std::set<std::string> sections = {"job",     "model",   "data",       "train",
+                                          "controller", "elastic", "checkpoint", "asp"};
   for (const auto& [key, value] : root) {
     std::string name(key.str());
     if (!sections.count(name)) {
       throw JobSpecError(source, key.source().begin.line, key.source().begin.column,
                          fmt::format("unknown section [{}] (known: job, model, data, train, "
-                                     "controller, elastic, checkpoint)",
+                                     "controller, elastic, checkpoint, asp)",
                                      name));
     }
     if (!value.is_table()) {
@@ -285,10 +285,30 @@ JobSpec parse_job_spec(std::string_view toml_text, const std::string& source, Fi
   job.string("name", spec.name);
   if (spec.name.empty() || spec.name.size() > 64) job.fail("name", "expected 1 to 64 characters");
   job.string("mode", spec.mode, {"bsp", "asp"});
+  job.finish();
+
+  // [asp] is validated in full before mode = "asp" is refused, so that a job file written for
+  // asynchronous training learns of its mistakes now rather than when the mode lands.
+  auto asp = section("asp");
+  asp.integer("servers", spec.asp.servers, 1, 4096);
+  asp.string("staleness", spec.asp.staleness, {"none", "inverse", "bound"});
+  asp.integer("max_staleness", spec.asp.max_staleness, 1);
+  if (spec.asp.staleness == "bound" && !asp.has("max_staleness")) {
+    asp.fail("staleness", "\"bound\" needs max_staleness (an integer >= 1: pushes staler than "
+                          "that are dropped)");
+  }
+  if (spec.asp.staleness != "bound" && asp.has("max_staleness")) {
+    asp.fail("max_staleness", fmt::format("only with staleness = \"bound\" (staleness is \"{}\")",
+                                          spec.asp.staleness));
+  }
+  asp.string("lr_scaling", spec.asp.lr_scaling, {"none", "linear"});
+  asp.finish();
   if (spec.mode == "asp") {
     job.fail("mode", "asynchronous training (\"asp\") is not available yet; use \"bsp\"");
   }
-  job.finish();
+  if (root.contains("asp")) {
+    asp.fail_section(fmt::format("only for mode = \"asp\" (mode is \"{}\")", spec.mode));
+  }
 
   auto train = section("train");
   if (!train.has("global_batch")) train.fail_section("missing key 'global_batch'");

@@ -41,6 +41,15 @@ struct CheckpointSection {
   std::int64_t every = 0;   // steps between checkpoints (0: only the final one)
 };
 
+// [asp]: asynchronous training's settings (issue 13). Parsed and validated now; mode = "asp"
+// itself is still refused, so only a job that will run asynchronously may carry the table.
+struct AspSection {
+  int servers = 1;                     // parameter-server shards of the flat parameter vector
+  std::string staleness = "none";      // "none" | "inverse" | "bound"
+  std::int64_t max_staleness = 0;      // >= 1 with "bound" (required there), 0 otherwise
+  std::string lr_scaling = "linear";   // "none" | "linear": step x b_i / (B / n)
+};
+
 struct JobSpec {
   std::string name;
   std::string mode = "bsp";
@@ -51,6 +60,7 @@ struct JobSpec {
   ControllerSection controller;
   ElasticSection elastic;
   CheckpointSection checkpoint;
+  AspSection asp;
 };
 
 // A problem in a job file, located.

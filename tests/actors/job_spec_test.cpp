@@ -220,5 +220,67 @@ TEST_F(JobSpecUserFiles, SubmitChecksNpyPairsInFull) {
   EXPECT_NE(error.find("truncated"), std::string::npos) << error;
 }
 
+// [asp] (issue 13): validated in full, every error located at its key, while mode = "asp" itself
+// is still refused; a bsp job may not carry the table.
+std::string asp_job(const std::string& table) {
+  std::string text = kBase;
+  text.insert(text.find("[model]"), "mode = \"asp\"\n");
+  return text + "[asp]\n" + table;  // [asp] is line 12, its first key line 13
+}
+
+TEST(JobSpecAsp, AValidTableGetsAsFarAsTheModeWhichIsStillRefused) {
+  for (const std::string table :
+       {"", "servers = 2\nstaleness = \"bound\"\nmax_staleness = 3\nlr_scaling = \"none\"\n",
+        "staleness = \"inverse\"\nlr_scaling = \"linear\"\n", "staleness = \"none\"\n"}) {
+    const auto error = error_of(asp_job(table));
+    EXPECT_NE(error.find("job.toml:3:"), std::string::npos) << error;
+    EXPECT_NE(error.find("not available yet"), std::string::npos) << error;
+  }
+  const auto plain = error_of(asp_job("").substr(0, asp_job("").find("[asp]")));
+  EXPECT_NE(plain.find("not available yet"), std::string::npos) << plain;
+}
+
+TEST(JobSpecAsp, DefaultsAreOneServerNoStalenessRuleAndLinearScaling) {
+  const AspSection asp;
+  EXPECT_EQ(asp.servers, 1);
+  EXPECT_EQ(asp.staleness, "none");
+  EXPECT_EQ(asp.max_staleness, 0);
+  EXPECT_EQ(asp.lr_scaling, "linear");
+  EXPECT_EQ(parse_job_spec(kBase, "job.toml").asp.lr_scaling, "linear");
+}
+
+TEST(JobSpecAsp, BadSettingsAreLocatedErrors) {
+  struct Case {
+    std::string table;
+    std::string where;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {"servers = 0\n", "job.toml:13:11:", "[asp] servers: expected an integer in [1, 4096], got 0"},
+      {"servers = \"two\"\n", "job.toml:13:11:", "expected an integer, got a string"},
+      {"staleness = \"bounded\"\n", "job.toml:13:13:",
+       "expected one of \"none\", \"inverse\", \"bound\", got \"bounded\""},
+      {"staleness = \"bound\"\n", "job.toml:13:13:", "\"bound\" needs max_staleness"},
+      {"staleness = \"bound\"\nmax_staleness = 0\n", "job.toml:14:17:",
+       "[asp] max_staleness: expected an integer >= 1, got 0"},
+      {"staleness = \"inverse\"\nmax_staleness = 4\n", "job.toml:14:17:",
+       "only with staleness = \"bound\" (staleness is \"inverse\")"},
+      {"max_staleness = 4\n", "job.toml:13:17:", "only with staleness = \"bound\" (staleness is \"none\")"},
+      {"lr_scaling = \"sqrt\"\n", "job.toml:13:14:", "expected one of \"none\", \"linear\", got \"sqrt\""},
+      {"server = 2\n", "job.toml:13:1:", "[asp]: unknown key 'server'"},
+  };
+  for (const auto& c : cases) {
+    const auto error = error_of(asp_job(c.table));
+    EXPECT_EQ(error.rfind(c.where, 0), 0u) << c.table << " -> " << error;
+    EXPECT_NE(error.find(c.says), std::string::npos) << c.table << " -> " << error;
+  }
+}
+
+TEST(JobSpecAsp, ABspJobMayNotCarryTheTable) {
+  const auto error = error_of(kBase + "[asp]\nservers = 2\n");
+  EXPECT_EQ(error.rfind("job.toml:11:1:", 0), 0u) << error;
+  EXPECT_NE(error.find("only for mode = \"asp\" (mode is \"bsp\")"), std::string::npos) << error;
+}
+
 }  // namespace
 }  // namespace omnilearn::actors
