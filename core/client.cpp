@@ -140,6 +140,11 @@ class ClusterClient final : public detail::Client {
 
   void kill(const std::string& actor_id) override { system_.tell(router_, core::KillActor{actor_id}); }
 
+  std::shared_ptr<detail::FutureState> monitor(const std::string& actor_id,
+                                               std::chrono::milliseconds timeout) override {
+    return ask(core::WatchActor{actor_id}, timeout, "monitoring actor " + actor_id);
+  }
+
   std::vector<NodeInfo> nodes() override {
     auto answer = system_.ask(router_, core::ClusterInfoRequest{}, std::chrono::seconds(10)).get();
     auto info = answer.as<core::ClusterInfoReply>();

@@ -122,6 +122,14 @@ struct KillActor {
   MSGPACK_DEFINE(actor_id);
 };
 
+// Answered (a TaskResult whose value is the reason, a string) when the actor has ended for good:
+// killed, or died with no restarts left; at once when no such actor is running.
+struct WatchActor {
+  static constexpr runtime::MessageKind kKind = runtime::MessageKind::kWatchActor;
+  std::string actor_id;
+  MSGPACK_DEFINE(actor_id);
+};
+
 struct ClusterInfoRequest {
   static constexpr runtime::MessageKind kKind = runtime::MessageKind::kClusterInfoRequest;
   int unused = 0;

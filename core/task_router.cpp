@@ -83,6 +83,11 @@ void TaskRouter::on_message(const Envelope& message) {
     case MessageKind::kKillActor:
       if (auto request = runtime::unpack_payload<KillActor>(message.payload)) on_kill(*request);
       break;
+    case MessageKind::kWatchActor:
+      if (auto request = runtime::unpack_payload<WatchActor>(message.payload)) {
+        on_watch(message, *request);
+      }
+      break;
     case MessageKind::kClusterInfoRequest: {
       ClusterInfoReply info;
       for (const auto& [id, node] : nodes_) {
@@ -363,6 +368,36 @@ void TaskRouter::on_kill(const KillActor& request) {
   actor_failed(request.actor_id, ErrorCode::kNoSuchActor, "the actor was killed");
 }
 
+namespace {
+// Watchers one actor may have; one more is refused (a driver that watches in a loop must not
+// grow the head without bound: answered watches go, unanswered ones stay until the actor ends).
+constexpr std::size_t kMaxWatchersPerActor = 4096;
+
+TaskResult ended_because(const std::string& why) {
+  TaskResult result;
+  result.value = runtime::pack_payload(why);
+  return result;
+}
+}  // namespace
+
+void TaskRouter::on_watch(const Envelope& message, const WatchActor& request) {
+  if (!message.correlation) return;
+  auto it = actors_.find(request.actor_id);
+  if (it == actors_.end() || it->second.state == ActorState::kDead) {
+    reply(message, ended_because("no such actor is running (it has already ended, or never "
+                                 "existed)"));
+    return;
+  }
+  auto& watchers = it->second.watchers;
+  if (watchers.size() >= kMaxWatchersPerActor) {
+    reply(message, failure(ErrorCode::kRefused,
+                           fmt::format("actor {} already has {} monitors", request.actor_id,
+                                       kMaxWatchersPerActor)));
+    return;
+  }
+  watchers.push_back(reply_handle(message));
+}
+
 void TaskRouter::actor_failed(const std::string& actor_id, ErrorCode code, const std::string& why) {
   auto it = actors_.find(actor_id);
   if (it == actors_.end()) return;
@@ -376,6 +411,7 @@ void TaskRouter::actor_failed(const std::string& actor_id, ErrorCode code, const
     if (call.correlation) reply(call, failure(code, why));
   }
   for (auto& [sequence, call] : actor.in_flight) reply(call, failure(code, why));
+  for (auto& watcher : actor.watchers) reply(watcher, ended_because(why));
   if (!actor.spec.name.empty()) {
     auto name = names_.find(actor.spec.name);
     if (name != names_.end() && name->second == actor_id) names_.erase(name);

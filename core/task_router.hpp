@@ -58,6 +58,7 @@ class TaskRouter : public runtime::Actor {
     int incarnation = 0;  // bumped per creation: answers for an older one are stale
     std::optional<runtime::Envelope> create_request;  // the driver's spawn, until answered
     std::deque<runtime::Envelope> waiting;            // calls held while (re)creating
+    std::vector<runtime::Envelope> watchers;          // WatchActor asks, answered at its end
     std::map<std::uint64_t, runtime::Envelope> in_flight;  // forwarded calls, by sequence
     std::uint64_t next_call = 0;
   };
@@ -74,6 +75,7 @@ class TaskRouter : public runtime::Actor {
                     const runtime::Envelope& message, const ActorCall* decoded);
   void on_get(const runtime::Envelope& message, const GetActor& request);
   void on_kill(const KillActor& request);
+  void on_watch(const runtime::Envelope& message, const WatchActor& request);
   void on_node_down(const std::string& system, const std::string& reason);
   void actor_failed(const std::string& actor_id, ErrorCode code, const std::string& why);
   void release(const std::string& node, const ResourceSpec& resources, bool task);

@@ -21,6 +21,7 @@ std::string_view kind_name(MessageKind kind) {
     OL_KIND(kExecutorHello) OL_KIND(kExecutorHelloReply) OL_KIND(kSubmitTask) OL_KIND(kTaskResult)
     OL_KIND(kCreateActor) OL_KIND(kActorCall) OL_KIND(kGetActor) OL_KIND(kActorRef)
     OL_KIND(kKillActor) OL_KIND(kClusterInfoRequest) OL_KIND(kClusterInfoReply)
+    OL_KIND(kWatchActor)
 #undef OL_KIND
     case MessageKind::kLastKind: break;
   }

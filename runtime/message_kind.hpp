@@ -66,6 +66,7 @@ enum class MessageKind : std::uint16_t {
   kKillActor = 308,
   kClusterInfoRequest = 309,
   kClusterInfoReply = 310,
+  kWatchActor = 311,      // driver -> router: answered once the actor has ended for good
   kLastKind = 399,
   // 1024..65535: user message types registered by name (runtime/message_types.hpp)
 };

@@ -390,6 +390,9 @@ class OMNILEARN_API Client {
   // (actor id, class name) of a named actor. Throws Error(kNoSuchActor).
   virtual std::pair<std::string, std::string> get_actor(const std::string& name) = 0;
   virtual void kill(const std::string& actor_id) = 0;
+  // Resolves with the reason once the actor has ended for good.
+  virtual std::shared_ptr<FutureState> monitor(const std::string& actor_id,
+                                               std::chrono::milliseconds timeout) = 0;
   virtual std::vector<NodeInfo> nodes() = 0;
 };
 
@@ -491,6 +494,13 @@ class ActorHandle {
   }
   // Ends the actor (no restart).
   void kill() const { client_->kill(id_); }
+  // A monitor, across nodes: resolves with why the actor ended once it has ended for good
+  // (killed, or its node died or it crashed with no restarts left; a restart is not an end). At
+  // once, with a reason saying so, when no such actor is running. Not ended within `timeout`:
+  // get() fails with kTimeout; the head gone: kDisconnected. Any number of drivers may watch.
+  Future<std::string> monitor(std::chrono::milliseconds timeout = std::chrono::hours(24)) const {
+    return Future<std::string>(client_->monitor(id_, timeout));
+  }
   const std::string& id() const { return id_; }
 
  private:

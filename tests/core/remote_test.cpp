@@ -259,6 +259,47 @@ TEST_F(RemoteTest, AnActorRestartsOnAnotherNodeAndKeepsItsName) {
   EXPECT_EQ(counter.call(&Counter::add, 1).get(30s), 11) << "restarted from its constructor";
 }
 
+// Monitors across nodes: two drivers watch an actor on a worker; its node dying with a restart
+// left is not an end (the monitors stay quiet while it comes back elsewhere); a kill is, and
+// both monitors learn why. A monitor of an actor that is not running answers at once, and one
+// with a short bound times out while the actor lives.
+TEST_F(RemoteTest, MonitorsAcrossNodesFireOnceTheActorEndsForGood) {
+  start(2);
+  ActorOptions options;
+  options.name = "watched";
+  options.max_restarts = 1;
+  auto counter = driver_->spawn<Counter>(options, std::string("m"), 0);
+  int first_pid = counter.call(&Counter::pid).get(30s);
+  auto second = Cluster::connect(connect_to(cluster_));
+  auto mine = counter.monitor();
+  auto theirs = second.get_actor<Counter>("watched").monitor();
+  try {
+    counter.monitor(300ms).get(5s);
+    FAIL() << "a monitor fired while the actor lives";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kTimeout) << e.what();
+  }
+
+  kill_worker_by_pid(cluster_, names_, first_pid);
+  ASSERT_TRUE(wait_until([&] {
+    try {
+      return counter.call(&Counter::pid).get(5s) != first_pid;
+    } catch (const Error&) {
+      return false;
+    }
+  }, 30s, 100ms)) << "the actor did not come back on the other node";
+  EXPECT_FALSE(mine.ready()) << "a restart is not an end: " << mine.get(0ms);
+  EXPECT_FALSE(theirs.ready());
+
+  counter.kill();
+  std::string why_mine = mine.get(20s);
+  std::string why_theirs = theirs.get(20s);
+  EXPECT_NE(why_mine.find("killed"), std::string::npos) << why_mine;
+  EXPECT_EQ(why_theirs, why_mine);
+  std::string late = counter.monitor().get(20s);
+  EXPECT_NE(late.find("no such actor"), std::string::npos) << late;
+}
+
 TEST_F(RemoteTest, ADriverThatDiesMidCallLeavesTheActorServingOthers) {
   start(1);
   ActorOptions options;
