@@ -31,11 +31,7 @@ void WorkPool::post(std::function<void()> work) {
     std::lock_guard lock(mutex_);
     if (stopping_) return;
     queue_.push_back(std::move(work));
-    // A wake-up costs a system call and a context switch: none while every idle thread has
-    // one on its way already (a burst of posts wakes each sleeper once, and the threads that
-    // wake drain the queue before they sleep again).
-    wake = idle_ > wakes_pending_;
-    if (wake) ++wakes_pending_;
+    wake = idle_.wake_one();
   }
   if (wake) ready_.notify_one();
 }
@@ -46,10 +42,9 @@ void WorkPool::run() {
     {
       std::unique_lock lock(mutex_);
       if (!stopping_ && queue_.empty()) {
-        ++idle_;
+        idle_.about_to_wait();
         ready_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-        --idle_;
-        if (wakes_pending_ > 0) --wakes_pending_;
+        idle_.woke();
       }
       if (queue_.empty()) return;  // stopping, and nothing left
       work = std::move(queue_.front());

@@ -12,6 +12,8 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/idle_threads.hpp"
+
 namespace omnilearn::core {
 
 class WorkPool {
@@ -31,8 +33,7 @@ class WorkPool {
   std::condition_variable ready_;
   std::deque<std::function<void()>> queue_;  // guarded by mutex_
   bool stopping_ = false;                    // guarded by mutex_
-  std::size_t idle_ = 0;                     // threads waiting for work; guarded by mutex_
-  std::size_t wakes_pending_ = 0;            // notified, not yet awake; guarded by mutex_
+  runtime::IdleThreads idle_;                // guarded by mutex_
   std::vector<std::thread> threads_;
 };
 

@@ -44,10 +44,7 @@ void ActorScheduler::schedule(Turn turn) {
   {
     std::lock_guard lock(mutex_);
     queue_.push_back(std::move(turn));
-    // A wake-up is a system call and a context switch: none while every idle thread has one on
-    // its way already (the threads that wake take turns until the queue is empty).
-    wake = idle_ > wakes_pending_;
-    if (wake) ++wakes_pending_;
+    wake = idle_.wake_one();
   }
   if (wake) ready_.notify_one();
 }
@@ -60,10 +57,9 @@ void ActorScheduler::run(bool spare) {
       // A spare is there only while others are blocked: it leaves once enough threads run
       // again, and never with turns queued (the wake-up it took may have been the only one).
       if (spare && alive_ - blocked_ > target_) return;
-      ++idle_;
+      idle_.about_to_wait();
       ready_.wait(lock);
-      --idle_;
-      if (wakes_pending_ > 0) --wakes_pending_;
+      idle_.woke();
       continue;
     }
     Turn turn = std::move(queue_.front());

@@ -22,6 +22,8 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/idle_threads.hpp"
+
 namespace omnilearn::runtime {
 
 class ActorScheduler {
@@ -70,8 +72,7 @@ class ActorScheduler {
   std::deque<Turn> queue_;              // guarded by mutex_
   std::size_t alive_ = 0;               // threads running run(), guarded by mutex_
   std::size_t blocked_ = 0;             // of those, inside a BlockingScope, guarded by mutex_
-  std::size_t idle_ = 0;                // of those, waiting for a turn, guarded by mutex_
-  std::size_t wakes_pending_ = 0;       // notified, not yet awake, guarded by mutex_
+  IdleThreads idle_;                    // of those, waiting for a turn, guarded by mutex_
   bool stopping_ = false;               // guarded by mutex_
   struct Worker {
     std::thread thread;

@@ -8,6 +8,7 @@
 
 #include <csignal>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <thread>
 
@@ -59,6 +60,19 @@ void kill_worker_by_pid(TestCluster& cluster, const std::vector<std::string>& na
     }
   }
   FAIL() << "no worker has pid " << pid;
+}
+
+// Waits until the actor `handle()` returns answers from a process other than `old_pid`: it was
+// re-created on another node. Errors meanwhile (the head has not seen the death yet, or the
+// actor is being re-created) mean not yet.
+bool wait_restarted_elsewhere(const std::function<ActorHandle<Counter>()>& handle, int old_pid) {
+  return wait_until([&] {
+    try {
+      return handle().call(&Counter::pid).get(5s) != old_pid;
+    } catch (const Error&) {
+      return false;
+    }
+  }, 30s, 100ms);
 }
 
 class RemoteTest : public ::testing::Test {
@@ -246,16 +260,8 @@ TEST_F(RemoteTest, AnActorRestartsOnAnotherNodeAndKeepsItsName) {
 
   // Once the head has seen the node die the actor is re-created elsewhere, from its
   // constructor's arguments (state is not carried over), under the same name and handle.
-  int second_pid = 0;
-  ASSERT_TRUE(wait_until([&] {
-    try {
-      auto found = driver_->get_actor<Counter>("survivor");
-      second_pid = found.call(&Counter::pid).get(5s);
-      return second_pid != first_pid;
-    } catch (const Error&) {
-      return false;
-    }
-  }, 30s, 100ms));
+  ASSERT_TRUE(wait_restarted_elsewhere([&] { return driver_->get_actor<Counter>("survivor"); },
+                                       first_pid));
   EXPECT_EQ(counter.call(&Counter::add, 1).get(30s), 11) << "restarted from its constructor";
 }
 
@@ -281,13 +287,8 @@ TEST_F(RemoteTest, MonitorsAcrossNodesFireOnceTheActorEndsForGood) {
   }
 
   kill_worker_by_pid(cluster_, names_, first_pid);
-  ASSERT_TRUE(wait_until([&] {
-    try {
-      return counter.call(&Counter::pid).get(5s) != first_pid;
-    } catch (const Error&) {
-      return false;
-    }
-  }, 30s, 100ms)) << "the actor did not come back on the other node";
+  ASSERT_TRUE(wait_restarted_elsewhere([&] { return counter; }, first_pid))
+      << "the actor did not come back on the other node";
   EXPECT_FALSE(mine.ready()) << "a restart is not an end: " << mine.get(0ms);
   EXPECT_FALSE(theirs.ready());
 
