@@ -1082,6 +1082,75 @@ StepResult Trainer::step(const std::vector<int>& batches, StepControl* control) 
   return result;
 }
 
+int64_t Trainer::flat_parameter_count() const {
+  int64_t n = 0;
+  for (const auto& [name, p] : impl_->trainable) n += p.numel();
+  return n;
+}
+
+void Trainer::copy_flat_parameters(float* out) const {
+  c10::NoGradGuard no_grad;
+  int64_t offset = 0;
+  for (const auto& [name, p] : impl_->trainable) {
+    at::Tensor dst = at::from_blob(out + offset, {p.numel()}, at::TensorOptions().dtype(at::kFloat));
+    dst.copy_(p.detach().reshape({-1}));
+    offset += p.numel();
+  }
+}
+
+void Trainer::set_flat_parameters(const float* data, int64_t offset, int64_t count) {
+  const int64_t total = flat_parameter_count();
+  if (offset < 0 || count < 0 || offset + count > total) {
+    throw std::invalid_argument("set_flat_parameters: [" + std::to_string(offset) + ", " +
+                                std::to_string(offset + count) + ") outside a model of " +
+                                std::to_string(total) + " parameters");
+  }
+  c10::NoGradGuard no_grad;
+  int64_t start = 0;  // of the current parameter in the flat vector
+  for (auto& [name, p] : impl_->trainable) {
+    const int64_t end = start + p.numel();
+    const int64_t from = std::max(start, offset);
+    const int64_t to = std::min(end, offset + count);
+    if (from < to) {
+      // from_blob does not copy: the one copy is copy_ into the parameter.
+      at::Tensor src = at::from_blob(const_cast<float*>(data) + (from - offset), {to - from},
+                                     at::TensorOptions().dtype(at::kFloat));
+      p.view({-1}).narrow(0, from - start, to - from).copy_(src);
+    }
+    start = end;
+  }
+}
+
+Trainer::GradientResult Trainer::flat_gradient(const std::vector<int64_t>& indices, float* out) {
+  Impl& s = *impl_;
+  if (indices.empty()) throw std::invalid_argument("flat_gradient: an empty batch");
+  GradientResult result;
+  result.samples = static_cast<int64_t>(indices.size());
+  s.begin_exchange(1.0, s.slowdown.load());  // alone: no exchange; it times the compute
+  for (auto& [name, p] : s.trainable) p.mutable_grad().zero_();
+  auto [x, y] = s.data.train->gather(indices);
+  x = s.to_replica(x);
+  y = s.to_replica(y);
+  at::Tensor loss = s.loss_of(s.model->forward(x), y);
+  result.loss = loss.item<double>();
+  loss.backward();
+  {
+    std::lock_guard lock(s.exchange_mutex);
+    s.pace();
+    result.slowdown_time_s = s.ex.slept_s;
+    result.compute_time_s = s.ex.active_s + s.ex.slept_s;
+  }
+  s.end_exchange();
+  c10::NoGradGuard no_grad;
+  int64_t offset = 0;
+  for (const auto& [name, p] : s.trainable) {
+    at::Tensor dst = at::from_blob(out + offset, {p.numel()}, at::TensorOptions().dtype(at::kFloat));
+    dst.copy_(p.grad().reshape({-1}));
+    offset += p.numel();
+  }
+  return result;
+}
+
 EvalResult Trainer::evaluate(int64_t max_samples) {
   Impl& s = *impl_;
   const Dataset& test = *s.data.test;

@@ -231,6 +231,27 @@ class Trainer {
   std::vector<NamedTensor> named_optimizer_state() const;
   int64_t parameter_bytes() const;  // bytes of all parameters (= gradient bytes per step)
 
+  // Asynchronous training (issue 13): the trainable parameters as one flat float32 vector, in
+  // model order (what the parameter servers shard; buffers stay with each replica).
+  int64_t flat_parameter_count() const;
+  // Writes the flat vector into `out` (flat_parameter_count() floats).
+  void copy_flat_parameters(float* out) const;
+  // Sets the part [offset, offset + count) of the flat vector from `count` floats at `data` (one
+  // copy, straight into the parameters). std::invalid_argument outside the vector.
+  void set_flat_parameters(const float* data, int64_t offset, int64_t count);
+  // What one asynchronous gradient took.
+  struct GradientResult {
+    double loss = 0;            // the batch's mean loss
+    int64_t samples = 0;
+    double compute_time_s = 0;  // gather + forward + backward + emulated slowdown
+    double slowdown_time_s = 0;
+  };
+  // The gradient of the mean loss over the samples `indices` of the training split, written
+  // flat into `out` (flat_parameter_count() floats). Changes no parameter and no optimizer
+  // state (BatchNorm running statistics do move, as in any training forward). Local: no
+  // collective. Throws std::invalid_argument on an empty batch.
+  GradientResult flat_gradient(const std::vector<int64_t>& indices, float* out);
+
  private:
   CollectiveStatus sync_state_from(int root);
 
