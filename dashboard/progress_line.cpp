@@ -21,7 +21,22 @@ std::string format_duration(double seconds) {
 }
 
 void ProgressLine::observe(const nlohmann::json& e) {
-  if (!e.is_object() || e.value("event", "") != "step") return;
+  if (!e.is_object()) return;
+  if (e.value("event", "") == "asp_interval") {
+    // One per interval of an asynchronous job: its step is the server updates so far.
+    asp_ = true;
+    step_ = e.value("step", std::int64_t{0});
+    if (e.value("total", std::int64_t{0}) > 0) total_ = e.value("total", std::int64_t{0});
+    loss_ = e.value("loss", 0.0);
+    updates_per_s_ = e.value("updates_per_s", 0.0);
+    if (auto it = e.find("staleness"); it != e.end() && it->is_object()) {
+      staleness_mean_ = it->value("mean", 0.0);
+      staleness_p95_ = it->value("p95", std::int64_t{0});
+      staleness_max_ = it->value("max", std::int64_t{0});
+    }
+    return;
+  }
+  if (e.value("event", "") != "step") return;
   auto step = e.value("step", std::int64_t{0});
   double time = e.value("time", 0.0);
   if (!window_.empty() && step <= window_.back().second) window_.clear();
@@ -52,13 +67,26 @@ double ProgressLine::steps_per_second() const {
 }
 
 double ProgressLine::eta_seconds() const {
-  double rate = steps_per_second();
+  double rate = asp_ ? updates_per_s_ : steps_per_second();
   if (total_ <= 0 || rate <= 0) return -1;
   return std::max<std::int64_t>(0, total_ - step_) / rate;
 }
 
 std::string ProgressLine::render(std::size_t width) const {
   std::string line;
+  if (asp_) {
+    if (total_ > 0) {
+      double percent = 100.0 * static_cast<double>(step_) / static_cast<double>(total_);
+      line = fmt::format("update {}/{}  {:.1f}%  ETA {}", step_, total_, percent,
+                         format_duration(eta_seconds()));
+    } else {
+      line = fmt::format("update {}", step_);
+    }
+    line += fmt::format("  {:.1f} updates/s  staleness mean {:.2f} p95 {} max {}  loss {:.4f}",
+                        updates_per_s_, staleness_mean_, staleness_p95_, staleness_max_, loss_);
+    if (width > 0 && line.size() > width) line.resize(width);
+    return line;
+  }
   if (total_ > 0) {
     double percent = 100.0 * static_cast<double>(step_) / static_cast<double>(total_);
     line = fmt::format("step {}/{}  {:.1f}%  ETA {}", step_, total_, percent,

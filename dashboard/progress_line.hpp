@@ -1,6 +1,7 @@
 #pragma once
 // The one live line `submit --follow` and `run` redraw on a terminal: step/total, percent, ETA,
-// samples/s, loss and the batch plan, from the job's step events. Pure: the times come from the
+// samples/s, loss and the batch plan, from the job's step events; for an asynchronous job
+// (asp_interval events) updates/total, updates/s and staleness (mean, p95, max) instead. Pure: the times come from the
 // events, so the same events always give the same line.
 
 #include <cstdint>
@@ -18,7 +19,7 @@ class ProgressLine {
   explicit ProgressLine(std::int64_t total_steps = 0) : total_(total_steps) {}
   void set_total_steps(std::int64_t total) { total_ = total; }
 
-  // Takes a "step" event (others are ignored). Steps that go back (a recovery redoing steps)
+  // Takes a "step" or "asp_interval" event (others are ignored). Steps that go back (a recovery redoing steps)
   // restart the rate window.
   void observe(const nlohmann::json& event);
   bool has_step() const { return step_ > 0; }
@@ -39,6 +40,12 @@ class ProgressLine {
   std::vector<std::int32_t> batches_;
   std::int64_t global_batch_ = 0;
   std::deque<std::pair<double, std::int64_t>> window_;  // (time, step), the recent steps
+  // Asynchronous training: the last interval's figures.
+  bool asp_ = false;
+  double updates_per_s_ = 0;
+  double staleness_mean_ = 0;
+  std::int64_t staleness_p95_ = 0;
+  std::int64_t staleness_max_ = 0;
 };
 
 // "1h02m", "3m05s", "42s".

@@ -38,6 +38,16 @@ TEST(ProgressLine, IgnoresOtherEventsAndRestartsTheRateWhenStepsGoBack) {
   EXPECT_DOUBLE_EQ(p.steps_per_second(), 4.0);
 }
 
+TEST(ProgressLine, AnAsynchronousJobShowsUpdatesPerSecondAndStaleness) {
+  ProgressLine p;
+  p.observe({{"event", "asp_interval"}, {"step", 40}, {"total", 200}, {"loss", 0.25},
+             {"updates_per_s", 20.0}, {"staleness", {{"mean", 1.5}, {"p95", 3}, {"max", 4}}}});
+  EXPECT_TRUE(p.has_step());
+  EXPECT_DOUBLE_EQ(p.eta_seconds(), 8.0);
+  EXPECT_EQ(p.render(), "update 40/200  20.0%  ETA 8s  20.0 updates/s  staleness mean 1.50 p95 3 "
+                        "max 4  loss 0.2500");
+}
+
 TEST(ProgressLine, CutsToTheTerminalWidth) {
   ProgressLine p(100);
   p.observe(step(1, 1.0, std::vector<int>(50, 16)));
