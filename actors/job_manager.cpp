@@ -1,5 +1,7 @@
 #include "actors/job_manager.hpp"
 
+#include "actors/asp_scheduler_actor.hpp"
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -144,7 +146,10 @@ void JobManager::submit(const runtime::Envelope& message, const SubmitJob& reque
   job.events_skipped = count_lines(events_path(job.run_dir));
   jobs_[id] = std::move(job);
   submitted_.push_back(id);
-  auto address = system().spawn<SchedulerActor>(scheduler_actor_name(id), scheduler);
+  // Asynchronous training has no generations: its own scheduler (parameter servers, dealer).
+  auto address = spec.mode == "asp"
+                     ? system().spawn<AspSchedulerActor>(scheduler_actor_name(id), scheduler)
+                     : system().spawn<SchedulerActor>(scheduler_actor_name(id), scheduler);
   // If it crashes before its job finishes, Down is how the job still ends (on_scheduler_down).
   monitor(address);
   spdlog::info("jobs: accepted job {} ('{}'), {} kept", id, spec.name, jobs_.size());

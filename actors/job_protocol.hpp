@@ -108,7 +108,17 @@ struct TrainerHelloReply {
   std::string source_name;
   std::string checkpoint_dir;  // resolved: where rank 0 writes checkpoints
   std::int32_t collective_timeout_ms = 10000;
-  MSGPACK_DEFINE(accepted, error, job_toml, source_name, checkpoint_dir, collective_timeout_ms);
+  // Asynchronous training (mode = "asp"): "server" (shard `shard` of `shards`, resumed from
+  // `resume_checkpoint` when not empty, as incarnation `incarnation`) or "worker" (number
+  // `worker_id`); "" for a BSP trainer.
+  std::string role;
+  std::int32_t shard = 0;
+  std::int32_t shards = 0;
+  std::int64_t incarnation = 0;
+  std::string resume_checkpoint;
+  std::int64_t worker_id = 0;
+  MSGPACK_DEFINE(accepted, error, job_toml, source_name, checkpoint_dir, collective_timeout_ms,
+                 role, shard, shards, incarnation, resume_checkpoint, worker_id);
 };
 
 // scheduler -> every trainer of a generation, and to those of the previous one that are not

@@ -41,8 +41,8 @@ struct CheckpointSection {
   std::int64_t every = 0;   // steps between checkpoints (0: only the final one)
 };
 
-// [asp]: asynchronous training's settings (issue 13). Parsed and validated now; mode = "asp"
-// itself is still refused, so only a job that will run asynchronously may carry the table.
+// [asp]: asynchronous training's settings (issue 13); only a job with mode = "asp" may carry
+// the table.
 struct AspSection {
   int servers = 1;                     // parameter-server shards of the flat parameter vector
   std::string staleness = "none";      // "none" | "inverse" | "bound"

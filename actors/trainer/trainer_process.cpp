@@ -35,6 +35,7 @@
 #include "actors/cluster_file.hpp"
 #include "actors/job_protocol.hpp"
 #include "actors/job_spec.hpp"
+#include "actors/trainer/asp_roles.hpp"
 #include "actors/trainer/runtime_store.hpp"
 #include "runtime/actor_system.hpp"
 #include "runtime/shutdown.hpp"
@@ -175,6 +176,7 @@ class TrainingLoop {
     }
     trainer_ = std::make_unique<training::Trainer>(config, data);
     trainer_->set_slowdown(control_.slowdown.load());
+    if (!hello->role.empty()) return run_asp(*hello, spec);
     trainer_->set_abandon_check(
         [this] { return control_.abandon_below.load() > trainer_->generation(); });
     auto runtime_store = c10::make_intrusive<RuntimeStore>(
@@ -248,6 +250,40 @@ class TrainingLoop {
         member.on_stop(stop->reason);
       }
     }
+  }
+
+  // Asynchronous training (mode = "asp"): no generations, no collectives (asp_roles.hpp).
+  int run_asp(const TrainerHelloReply& hello, const JobSpec& spec) {
+    AspRoleContext context{system_,  args_.head, args_.scheduler, args_.job, args_.trainer,
+                           args_.gloo_host, hello,      spec,            *trainer_, total_steps_,
+                           {},              {}};
+    std::optional<std::string> stopped;
+    context.wait_stop = [this, &stopped](std::chrono::milliseconds timeout)
+        -> std::optional<std::string> {
+      std::unique_lock lock(control_.mutex);
+      const auto until = Clock::now() + timeout;
+      while (!stopped) {
+        while (!control_.inbox.empty()) {
+          Inbound message = std::move(control_.inbox.front());
+          control_.inbox.pop_front();
+          if (auto* stop = std::get_if<StopRequest>(&message)) {
+            if (stop->signal) signal_ = stop->signal;
+            spdlog::info("trainer {}: told to stop ({})", args_.trainer, stop->reason);
+            stopped = stop->reason;
+          }
+        }
+        if (stopped || control_.changed.wait_until(lock, until) == std::cv_status::timeout) break;
+      }
+      return stopped;
+    };
+    context.apply_slowdown = [this] {
+      if (control_.slowdown_changed.exchange(false)) trainer_->set_slowdown(control_.slowdown);
+    };
+    spdlog::info("trainer {}: asynchronous {} ({})", args_.trainer, hello.role,
+                 hello.role == "server" ? fmt::format("shard {} of {}", hello.shard, hello.shards)
+                                        : fmt::format("worker {}", hello.worker_id));
+    const int code = hello.role == "server" ? run_asp_server(context) : run_asp_worker(context);
+    return signal_ ? 128 + signal_ : code;
   }
 
   // The replica the machine's actions run on: this process's training::Trainer.

@@ -220,24 +220,31 @@ TEST_F(JobSpecUserFiles, SubmitChecksNpyPairsInFull) {
   EXPECT_NE(error.find("truncated"), std::string::npos) << error;
 }
 
-// [asp] (issue 13): validated in full, every error located at its key, while mode = "asp" itself
-// is still refused; a bsp job may not carry the table.
+// [asp] (issue 13): validated in full, every error located at its key; a bsp job may not carry
+// the table.
 std::string asp_job(const std::string& table) {
   std::string text = kBase;
   text.insert(text.find("[model]"), "mode = \"asp\"\n");
   return text + "[asp]\n" + table;  // [asp] is line 12, its first key line 13
 }
 
-TEST(JobSpecAsp, AValidTableGetsAsFarAsTheModeWhichIsStillRefused) {
-  for (const std::string table :
-       {"", "servers = 2\nstaleness = \"bound\"\nmax_staleness = 3\nlr_scaling = \"none\"\n",
-        "staleness = \"inverse\"\nlr_scaling = \"linear\"\n", "staleness = \"none\"\n"}) {
-    const auto error = error_of(asp_job(table));
-    EXPECT_NE(error.find("job.toml:3:"), std::string::npos) << error;
-    EXPECT_NE(error.find("not available yet"), std::string::npos) << error;
-  }
-  const auto plain = error_of(asp_job("").substr(0, asp_job("").find("[asp]")));
-  EXPECT_NE(plain.find("not available yet"), std::string::npos) << plain;
+TEST(JobSpecAsp, AValidTableParses) {
+  const JobSpec bound = parse_job_spec(
+      asp_job("servers = 2\nstaleness = \"bound\"\nmax_staleness = 3\nlr_scaling = \"none\"\n"),
+      "job.toml");
+  EXPECT_EQ(bound.mode, "asp");
+  EXPECT_EQ(bound.asp.servers, 2);
+  EXPECT_EQ(bound.asp.staleness, "bound");
+  EXPECT_EQ(bound.asp.max_staleness, 3);
+  EXPECT_EQ(bound.asp.lr_scaling, "none");
+  const JobSpec inverse =
+      parse_job_spec(asp_job("staleness = \"inverse\"\nlr_scaling = \"linear\"\n"), "job.toml");
+  EXPECT_EQ(inverse.asp.staleness, "inverse");
+  EXPECT_EQ(inverse.asp.lr_scaling, "linear");
+  // Without the table: the defaults.
+  const JobSpec plain = parse_job_spec(asp_job("").substr(0, asp_job("").find("[asp]")), "job.toml");
+  EXPECT_EQ(plain.mode, "asp");
+  EXPECT_EQ(plain.asp.servers, 1);
 }
 
 TEST(JobSpecAsp, DefaultsAreOneServerNoStalenessRuleAndLinearScaling) {

@@ -1,0 +1,158 @@
+#pragma once
+// What the asynchronous-training (ASP, issue 13) scheduler, its parameter servers and its
+// workers say. Open message types (runtime/message_types.hpp: kinds derived from the names), so
+// no runtime kind is taken. Parameters and gradients never travel in these payloads: they are
+// the envelope's one attachment (float32, little-endian, the shard's slice), handed to and taken
+// from the socket without a copy.
+//
+//   worker --AspDealRequest--> scheduler   (its last push's outcome; asks for the next batch)
+//          <--AspDealReply---             (indices, the servers' endpoints, the plan)
+//   worker --AspPull--> server            reply AspPullReply + attachment (parameters)
+//   worker --AspPush + attachment--> server   reply AspPushReply (staleness, applied/dropped)
+//   server --AspServerReady / AspServerReport--> scheduler  (endpoint; checkpoints)
+//   worker --AspFinished--> scheduler     (the finishing worker: test figures, final checkpoint)
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <msgpack.hpp>
+
+#include "runtime/message_types.hpp"
+
+namespace omnilearn::actors {
+
+inline constexpr const char* kAspServerActor = "server";
+
+// worker -> scheduler (ask). Carries the outcome of the worker's previous batch, if any.
+struct AspDealRequest {
+  std::string job_id;
+  std::string trainer;
+  std::uint64_t pushed_batch = 0;  // the batch pushed to every shard since the last deal; 0: none
+  std::uint64_t failed_batch = 0;  // a batch abandoned (a server did not answer): deal it again
+  std::int64_t staleness = 0;      // the largest staleness any shard weighed the push with
+  bool applied = false;            // every shard applied it
+  bool dropped = false;            // some shard dropped it as too stale
+  std::int32_t batch = 0;          // its size
+  double compute_time_s = 0;       // gradient compute (with emulated slowdown): the controller's t_i
+  double update_time_s = 0;        // pull + compute + push
+  double loss = 0;
+  std::int64_t version_seen = 0;   // shard 0's version after the push
+  // Per shard, what its push reply said: the server's incarnation and version after the push
+  // (how the scheduler knows how far a server got before it died: the updates a restart loses).
+  std::vector<std::int64_t> incarnations;
+  std::vector<std::int64_t> versions;
+  MSGPACK_DEFINE(job_id, trainer, pushed_batch, failed_batch, staleness, applied, dropped, batch,
+                 compute_time_s, update_time_s, loss, version_seen, incarnations, versions);
+};
+
+struct AspDealReply {
+  enum Action : std::int32_t { kBatch = 0, kWait = 1, kFinish = 2, kDone = 3 };
+  std::int32_t action = kWait;
+  std::string error;
+  std::uint64_t batch_id = 0;
+  std::int64_t epoch = 0;
+  std::vector<std::int64_t> indices;
+  std::vector<std::string> servers;  // shard s's endpoint (tcp://...), in shard order
+  std::int64_t global_batch = 0;     // B of the plan in force (linear lr scaling)
+  std::int32_t workers = 0;          // n of the plan in force
+  std::int32_t wait_ms = 0;          // kWait: ask again after this long
+  MSGPACK_DEFINE(action, error, batch_id, epoch, indices, servers, global_batch, workers, wait_ms);
+};
+
+// worker -> server (ask); answered with AspPullReply and the shard's parameters attached.
+struct AspPull {
+  std::string job_id;
+  std::int32_t shard = 0;
+  MSGPACK_DEFINE(job_id, shard);
+};
+
+struct AspPullReply {
+  bool ok = false;
+  std::string error;
+  std::int32_t shard = 0;
+  std::int64_t incarnation = 0;
+  std::int64_t version = 0;
+  std::int64_t offset = 0;  // the slice of the flat vector
+  std::int64_t size = 0;
+  MSGPACK_DEFINE(ok, error, shard, incarnation, version, offset, size);
+};
+
+// worker -> server (ask), with the gradient for the shard attached.
+struct AspPush {
+  std::string job_id;
+  std::int32_t shard = 0;
+  std::int64_t worker = 0;  // the job's number for the worker (asp::WorkerId)
+  std::int64_t incarnation = 0;  // the version pulled
+  std::int64_t version = 0;
+  std::int64_t batch = 0;
+  std::int64_t global_batch = 0;  // B and n of the plan the batch was dealt under
+  std::int32_t workers = 0;
+  MSGPACK_DEFINE(job_id, shard, worker, incarnation, version, batch, global_batch, workers);
+};
+
+struct AspPushReply {
+  enum Status : std::int32_t { kApplied = 0, kDropped = 1, kRejected = 2 };
+  std::int32_t status = kRejected;
+  std::string error;
+  std::int64_t staleness = 0;
+  double scale = 0;
+  std::int64_t incarnation = 0;
+  std::int64_t version = 0;
+  MSGPACK_DEFINE(status, error, staleness, scale, incarnation, version);
+};
+
+// server -> scheduler (ask), once it listens: where workers reach it.
+struct AspServerReady {
+  std::string job_id;
+  std::string trainer;
+  std::int32_t shard = 0;
+  std::string endpoint;
+  std::int64_t incarnation = 0;
+  std::int64_t version = 0;        // resumed at
+  std::int64_t updates_lost = 0;   // known so far (more may be learnt from late pushes)
+  std::int64_t parameters = 0;     // the whole flat vector's size
+  std::int64_t dataset_size = 0;   // training samples: what the scheduler's dealer deals
+  MSGPACK_DEFINE(job_id, trainer, shard, endpoint, incarnation, version, updates_lost, parameters,
+                 dataset_size);
+};
+
+// server -> scheduler (tell), after each checkpoint and when it learns of lost updates.
+struct AspServerReport {
+  std::string job_id;
+  std::string trainer;
+  std::int32_t shard = 0;
+  std::int64_t incarnation = 0;
+  std::int64_t version = 0;
+  std::int64_t applied = 0;
+  std::int64_t dropped = 0;
+  std::int64_t rejected = 0;
+  std::int64_t updates_lost = 0;
+  std::string checkpoint;             // written at `version`; "" if this report has none
+  MSGPACK_DEFINE(job_id, trainer, shard, incarnation, version, applied, dropped, rejected,
+                 updates_lost, checkpoint);
+};
+
+// the finishing worker -> scheduler (ask): it pulled every shard, evaluated, wrote the model.
+struct AspFinished {
+  std::string job_id;
+  std::string trainer;
+  bool ok = false;
+  std::string error;
+  double test_accuracy = -1;
+  double test_loss = -1;
+  std::string checkpoint;
+  MSGPACK_DEFINE(job_id, trainer, ok, error, test_accuracy, test_loss, checkpoint);
+};
+
+}  // namespace omnilearn::actors
+
+OMNILEARN_MESSAGE(omnilearn::actors::AspDealRequest, "omnilearn.asp.DealRequest");
+OMNILEARN_MESSAGE(omnilearn::actors::AspDealReply, "omnilearn.asp.DealReply");
+OMNILEARN_MESSAGE(omnilearn::actors::AspPull, "omnilearn.asp.Pull");
+OMNILEARN_MESSAGE(omnilearn::actors::AspPullReply, "omnilearn.asp.PullReply");
+OMNILEARN_MESSAGE(omnilearn::actors::AspPush, "omnilearn.asp.Push");
+OMNILEARN_MESSAGE(omnilearn::actors::AspPushReply, "omnilearn.asp.PushReply");
+OMNILEARN_MESSAGE(omnilearn::actors::AspServerReady, "omnilearn.asp.ServerReady");
+OMNILEARN_MESSAGE(omnilearn::actors::AspServerReport, "omnilearn.asp.ServerReport");
+OMNILEARN_MESSAGE(omnilearn::actors::AspFinished, "omnilearn.asp.Finished");

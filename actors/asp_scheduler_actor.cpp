@@ -1,0 +1,907 @@
+#include "actors/asp_scheduler_actor.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <numeric>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "runtime/system_messages.hpp"
+
+namespace omnilearn::actors {
+namespace {
+
+using Json = nlohmann::json;
+
+double seconds_between(std::chrono::steady_clock::time_point a,
+                       std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+double unix_time() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+constexpr std::chrono::milliseconds kTick{100};
+constexpr std::chrono::milliseconds kInterval{1000};  // staleness statistics per interval
+constexpr int kMaxServerRestarts = 8;                  // per shard, then the job fails
+
+}  // namespace
+
+AspSchedulerActor::AspSchedulerActor(SchedulerOptions options)
+    : options_(std::move(options)), controller_(options_.spec.controller.config) {
+  shards_.resize(static_cast<std::size_t>(options_.spec.asp.servers));
+}
+
+void AspSchedulerActor::on_start() {
+  started_at_ = Clock::now();
+  last_progress_ = started_at_;
+  interval_started_ = started_at_;
+  std::error_code ec;
+  std::filesystem::create_directories(options_.run_dir, ec);
+  events_file_.open(std::filesystem::path(options_.run_dir) / "events.jsonl", std::ios::app);
+  if (!events_file_) {
+    spdlog::warn("job {}: cannot write {}/events.jsonl", options_.job_id, options_.run_dir);
+  }
+  const auto& asp = options_.spec.asp;
+  emit(Json{{"event", "submitted"},
+            {"job_id", options_.job_id},
+            {"name", options_.spec.name},
+            {"mode", "asp"},
+            {"policy", std::string(scheduler::to_string(options_.spec.controller.config.policy))},
+            {"global_batch", options_.spec.train.global_batch},
+            {"min_workers", options_.spec.elastic.min_workers},
+            {"max_workers", options_.spec.elastic.max_workers},
+            {"servers", asp.servers},
+            {"staleness", asp.staleness},
+            {"max_staleness", asp.max_staleness},
+            {"lr_scaling", asp.lr_scaling}});
+  ask(runtime::ActorAddress{"", kRegistryActor}, SubscribeNodes{}, std::chrono::seconds(5),
+      [this](runtime::AskResult result) {
+        auto snapshot = result.as<StatusReply>();
+        if (!snapshot) {
+          fail("cannot subscribe to the node registry: " + result.error);
+          return;
+        }
+        for (const auto& node : snapshot->nodes) {
+          if (node.state == "alive" || node.state == "suspect") {
+            nodes_[node.id] = Node{node.name, node.system, true};
+          }
+        }
+        place();
+      });
+  tick_timer_ = after(kTick, [this] { tick(); });
+  publish_info();
+}
+
+void AspSchedulerActor::on_stop() {
+  if (!finished_) {
+    for (const auto& [name, t] : trainers_) {
+      if (!t.system.empty() && !t.gone) {
+        tell(runtime::ActorAddress{t.system, "trainer"},
+             StopTrainer{options_.job_id, "head shutting down"});
+      }
+    }
+  }
+  tell(runtime::ActorAddress{"", kRegistryActor}, UnsubscribeNodes{});
+}
+
+void AspSchedulerActor::emit(const Json& event) {
+  Json line = event;
+  if (!line.contains("time")) line["time"] = unix_time();
+  events_.push_back(line.dump());
+  if (events_file_) {
+    events_file_ << events_.back() << '\n';
+    events_file_.flush();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Placement
+
+std::int64_t AspSchedulerActor::live_workers() const {
+  std::int64_t n = 0;
+  for (const auto& [name, t] : trainers_) n += (!t.server && !t.gone) ? 1 : 0;
+  return n;
+}
+
+bool AspSchedulerActor::servers_ready() const {
+  return std::all_of(shards_.begin(), shards_.end(), [](const Shard& s) { return s.ready; });
+}
+
+void AspSchedulerActor::spawn(const std::string& node_id, bool server, std::int32_t shard) {
+  const auto& node = nodes_.at(node_id);
+  const std::string name = fmt::format("{}-{}-{}{}", options_.job_id, node.name,
+                                       server ? "s" : "t", next_trainer_++);
+  Trainer t;
+  t.node = node_id;
+  t.server = server;
+  t.shard = shard;
+  t.spawned_at = Clock::now();
+  if (server) {
+    auto& s = shards_[static_cast<std::size_t>(shard)];
+    t.incarnation = s.trainer.empty() && s.restarts == 0 ? 0 : s.incarnation;
+    s.trainer = name;
+    s.ready = false;
+  }
+  trainers_[name] = t;
+  spdlog::info("job {}: starting {} {} on node {}", options_.job_id,
+               server ? fmt::format("server (shard {})", shard) : std::string("worker"), name,
+               node.name);
+  emit(Json{{"event", "spawn"},
+            {"trainer", name},
+            {"node", node.name},
+            {"role", server ? "server" : "worker"},
+            {"shard", server ? Json(shard) : Json()}});
+  tell(runtime::ActorAddress{node.system, kAgentActor},
+       SpawnTrainer{options_.job_id, name, scheduler_actor_name(options_.job_id)});
+}
+
+void AspSchedulerActor::place() {
+  if (finished_) return;
+  std::vector<std::string> live;
+  for (const auto& [id, node] : nodes_) {
+    if (node.alive) live.push_back(id);
+  }
+  if (live.empty()) return;
+  // Servers first, spread over the nodes (shard s on the s-th live node, round robin); a server
+  // that died is restarted on a live node other than its last one when there is one.
+  for (std::size_t s = 0; s < shards_.size(); ++s) {
+    auto& shard = shards_[s];
+    if (!shard.trainer.empty()) continue;
+    std::string node = live[s % live.size()];
+    spawn(node, true, static_cast<std::int32_t>(s));
+  }
+  // Workers: `slots` per node, up to max_workers.
+  std::map<std::string, int> per_node;
+  for (const auto& [name, t] : trainers_) {
+    if (!t.server && !t.gone) ++per_node[t.node];
+  }
+  for (const auto& id : live) {
+    while (live_workers() < options_.spec.elastic.max_workers &&
+           per_node[id] < options_.spec.elastic.slots) {
+      spawn(id, false, -1);
+      ++per_node[id];
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The batch plan
+
+void AspSchedulerActor::replan(const std::string& why) {
+  std::vector<std::string> workers;
+  for (const auto& [name, t] : trainers_) {
+    if (!t.server && !t.gone && t.ready) workers.push_back(name);
+  }
+  for (const auto& e : controller_.estimates()) {
+    if (std::find(workers.begin(), workers.end(), e.key) == workers.end()) {
+      controller_.remove_worker(e.key);
+    }
+  }
+  for (const auto& name : workers) {
+    if (!controller_.contains(name)) controller_.add_worker(name);
+  }
+  if (workers.empty()) {
+    plan_.clear();
+    return;
+  }
+  scheduler::BatchPlan plan;
+  try {
+    plan = controller_.plan();
+  } catch (const std::exception& e) {
+    fail(std::string("no feasible batch plan: ") + e.what());
+    return;
+  }
+  last_plan_update_ = updates_;
+  if (!plan.changed && !plan_.empty()) return;
+  plan_.clear();
+  Json batches = Json::object();
+  Json times = Json::object();
+  for (const auto& name : workers) {
+    plan_[name] = plan.batch_of(name);
+    batches[name] = plan_[name];
+    times[name] = trainers_[name].compute_time_s;
+    trainers_[name].since_plan = 0;
+  }
+  plan_version_ = plan.version;
+  emit(Json{{"event", "plan"},
+            {"step", updates_},
+            {"version", plan.version},
+            {"reason", why},
+            {"batches", batches},
+            {"compute_times", times},
+            {"predicted_step_time", plan.predicted_step_time}});
+}
+
+// ---------------------------------------------------------------------------------------------
+// Inputs
+
+void AspSchedulerActor::on_node_event(const NodeEvent& event) {
+  if (finished_) return;
+  const auto& info = event.node;
+  if (event.event == "joined" || event.event == "alive") {
+    auto& node = nodes_[info.id];
+    const bool was_alive = node.alive;
+    node = Node{info.name, info.system, true};
+    if (!was_alive) place();
+    return;
+  }
+  if (event.event == "dead" || event.event == "left") {
+    auto it = nodes_.find(info.id);
+    if (it == nodes_.end()) return;
+    it->second.alive = false;
+    std::vector<std::string> lost;
+    for (const auto& [name, t] : trainers_) {
+      if (t.node == info.id && !t.gone) lost.push_back(name);
+    }
+    for (const auto& name : lost) trainer_gone(name, "node " + info.name + " " + event.event);
+    place();
+  }
+}
+
+void AspSchedulerActor::on_hello(const runtime::Envelope& message, const TrainerHello& hello) {
+  TrainerHelloReply reply;
+  auto it = trainers_.find(hello.trainer);
+  if (finished_ || it == trainers_.end() || it->second.gone) {
+    reply.error = finished_ ? "the job has finished" : "unknown trainer";
+    this->reply(message, reply);
+    return;
+  }
+  auto& t = it->second;
+  t.system = message.from.system;
+  t.hello_at = Clock::now();
+  reply.accepted = true;
+  reply.job_toml = options_.job_toml;
+  reply.source_name = options_.source_name;
+  reply.checkpoint_dir = options_.spec.checkpoint.dir.empty()
+                             ? (std::filesystem::path(options_.run_dir) / "checkpoints").string()
+                             : options_.spec.checkpoint.dir;
+  reply.collective_timeout_ms = static_cast<std::int32_t>(options_.heartbeat_timeout.count());
+  reply.shards = static_cast<std::int32_t>(shards_.size());
+  if (t.server) {
+    const auto& shard = shards_[static_cast<std::size_t>(t.shard)];
+    reply.role = "server";
+    reply.shard = t.shard;
+    reply.incarnation = t.incarnation;
+    reply.resume_checkpoint = t.incarnation > 0 ? shard.checkpoint : "";
+  } else {
+    reply.role = "worker";
+    if (t.worker_id == 0) t.worker_id = next_worker_id_++;
+    reply.worker_id = t.worker_id;
+    if (!t.ready) {
+      t.ready = true;
+      membership_log_.push_back("+" + hello.trainer);
+      emit(Json{{"event", "worker_joined"},
+                {"trainer", hello.trainer},
+                {"node", nodes_[t.node].name},
+                {"worker", t.worker_id}});
+      replan("worker joined");
+    }
+  }
+  this->reply(message, reply);
+}
+
+void AspSchedulerActor::on_server_ready(const runtime::Envelope& message,
+                                        const AspServerReady& ready) {
+  if (message.correlation) reply(message, SimpleReply{true, ""});
+  auto it = trainers_.find(ready.trainer);
+  if (finished_ || it == trainers_.end() || it->second.gone || !it->second.server) return;
+  if (ready.shard < 0 || ready.shard >= static_cast<std::int32_t>(shards_.size())) return;
+  auto& shard = shards_[static_cast<std::size_t>(ready.shard)];
+  if (shard.trainer != ready.trainer) return;
+  it->second.ready = true;
+  shard.ready = true;
+  shard.endpoint = ready.endpoint;
+  shard.incarnation = ready.incarnation;
+  shard.version = ready.version;
+  if (ready.parameters > 0) parameters_ = ready.parameters;
+  if (!dealer_ && ready.dataset_size > 0) {
+    const std::int64_t epochs = options_.spec.train.steps > 0 ? 0 : options_.spec.train.epochs;
+    dealer_.emplace(ready.dataset_size, options_.spec.data.seed, epochs);
+  }
+  emit(Json{{"event", "server_ready"},
+            {"trainer", ready.trainer},
+            {"node", nodes_[it->second.node].name},
+            {"shard", ready.shard},
+            {"endpoint", ready.endpoint},
+            {"incarnation", ready.incarnation},
+            {"version", ready.version},
+            {"parameters", ready.parameters}});
+  if (ready.incarnation > 0) {
+    // Updates the dead incarnation applied past the checkpoint this one resumed from, as far
+    // as the workers' push replies told (a push in flight at the death may be missed).
+    const std::int64_t lost = std::max<std::int64_t>(0, shard.reached - ready.version);
+    shard.lost += lost;
+    shard.reached = ready.version;
+    emit(Json{{"event", "server_recovered"},
+              {"updates_lost", lost},
+              {"shard", ready.shard},
+              {"trainer", ready.trainer},
+              {"incarnation", ready.incarnation},
+              {"resumed_at", ready.version},
+              {"checkpoint", shard.checkpoint}});
+  }
+  if (state_ == "pending" && servers_ready()) state_ = "running";
+  publish_info();
+}
+
+void AspSchedulerActor::on_server_report(const AspServerReport& report) {
+  if (report.shard < 0 || report.shard >= static_cast<std::int32_t>(shards_.size())) return;
+  auto& shard = shards_[static_cast<std::size_t>(report.shard)];
+  if (shard.trainer != report.trainer) return;
+  shard.version = std::max(shard.version, report.version);
+  // The server's own count (pushes computed on its dead predecessor's later versions) is a
+  // lower bound of what the scheduler counted at the restart; kept for the summary.
+  shard.lost_this = std::max(shard.lost_this, report.updates_lost);
+  if (!report.checkpoint.empty() && report.version >= shard.checkpoint_version) {
+    shard.checkpoint = report.checkpoint;
+    shard.checkpoint_version = report.version;
+    emit(Json{{"event", "checkpoint"},
+              {"shard", report.shard},
+              {"trainer", report.trainer},
+              {"version", report.version},
+              {"step", updates_},
+              {"path", report.checkpoint}});
+  }
+}
+
+std::int64_t AspSchedulerActor::outstanding_batches() const {
+  if (!dealer_) return 0;
+  std::int64_t n = 0;
+  for (const auto& [name, t] : trainers_) {
+    if (!t.server && t.worker_id > 0) n += dealer_->outstanding_batches(t.worker_id);
+  }
+  return n;
+}
+
+std::int64_t AspSchedulerActor::total_steps() const {
+  if (options_.spec.train.steps > 0) return options_.spec.train.steps;
+  if (!dealer_) return 0;
+  // Epochs: an estimate at the mean batch of the plan in force (B / n per update).
+  const double n = std::max<double>(1.0, static_cast<double>(plan_.size()));
+  const double per_update = static_cast<double>(options_.spec.train.global_batch) / n;
+  return static_cast<std::int64_t>(
+      std::ceil(static_cast<double>(options_.spec.train.epochs * dealer_->dataset_size()) /
+                per_update));
+}
+
+bool AspSchedulerActor::training_done() const {
+  if (!dealer_) return false;
+  if (options_.spec.train.steps > 0) return updates_ >= options_.spec.train.steps;
+  return dealer_->finished();
+}
+
+void AspSchedulerActor::on_deal(const runtime::Envelope& message, const AspDealRequest& request) {
+  AspDealReply reply;
+  auto it = trainers_.find(request.trainer);
+  if (finished_) {
+    reply.action = AspDealReply::kDone;
+    this->reply(message, reply);
+    return;
+  }
+  if (it == trainers_.end() || it->second.gone || it->second.server || !it->second.ready) {
+    reply.action = AspDealReply::kDone;
+    reply.error = "unknown worker";
+    this->reply(message, reply);
+    return;
+  }
+  auto& t = it->second;
+  const asp::WorkerId worker = t.worker_id;
+  // How far each live server got (its push replies): a restart loses what lies past its
+  // checkpoint.
+  for (std::size_t s = 0; s < shards_.size() && s < request.versions.size() &&
+                          s < request.incarnations.size();
+       ++s) {
+    if (request.incarnations[s] == shards_[s].incarnation) {
+      shards_[s].version = std::max(shards_[s].version, request.versions[s]);
+    }
+  }
+  if (dealer_ && request.failed_batch != 0) {
+    // A server did not answer: the batch may be half pushed; its samples are dealt again.
+    ++failed_batches_;
+    dealer_->worker_gone(worker);
+  }
+  if (dealer_ && request.pushed_batch != 0) {
+    const asp::Receipt receipt = dealer_->push(worker, request.pushed_batch);
+    if (receipt == asp::Receipt::kAccepted) {
+      ++pushes_;
+      stats_.record(worker, request.staleness, request.applied);
+      if (request.applied) {
+        ++updates_;
+        ++interval_updates_;
+        ++t.updates;
+        last_progress_ = Clock::now();
+        loss_ = request.loss;
+      }
+      if (request.dropped) ++dropped_stale_;
+      t.batch = request.batch;
+      t.compute_time_s = request.compute_time_s;
+      t.update_time_s = request.update_time_s;
+      if (!t.first_push_at) {
+        t.first_push_at = Clock::now();
+        emit(Json{{"event", "first_push"},
+                  {"trainer", request.trainer},
+                  {"worker", worker},
+                  {"step", updates_},
+                  {"since_hello_s",
+                   t.hello_at ? seconds_between(*t.hello_at, *t.first_push_at) : -1.0}});
+      }
+      // The controller balances time per update (after the plan's cool-down pushes).
+      if (++t.since_plan > options_.spec.controller.cooldown_steps &&
+          request.compute_time_s > 0 && plan_.count(request.trainer) &&
+          request.batch == plan_[request.trainer]) {
+        controller_.observe(request.trainer, request.batch, request.compute_time_s);
+      }
+      if (updates_ - last_plan_update_ >=
+          options_.spec.controller.interval_steps * std::max<std::int64_t>(1, plan_.size())) {
+        replan("interval");
+        if (finished_) return;
+      }
+    } else {
+      ++duplicates_;
+    }
+  }
+
+  if (training_done()) {
+    if (finisher_.empty() || trainers_[finisher_].gone) {
+      finisher_ = request.trainer;
+      reply.action = AspDealReply::kFinish;
+      for (const auto& s : shards_) reply.servers.push_back(s.endpoint);
+      if (!servers_ready()) {
+        finisher_.clear();
+        reply.action = AspDealReply::kWait;
+        reply.wait_ms = 200;
+      } else {
+        emit(Json{{"event", "finishing"}, {"trainer", request.trainer}, {"step", updates_}});
+      }
+    } else {
+      reply.action = AspDealReply::kWait;
+      reply.wait_ms = 500;
+    }
+    this->reply(message, reply);
+    return;
+  }
+  if (!dealer_ || !servers_ready() || !plan_.count(request.trainer)) {
+    reply.action = AspDealReply::kWait;
+    reply.wait_ms = 100;
+    this->reply(message, reply);
+    return;
+  }
+  if (options_.spec.train.steps > 0 &&
+      updates_ + outstanding_batches() >= options_.spec.train.steps) {
+    reply.action = AspDealReply::kWait;  // the last updates are out; wait for their pushes
+    reply.wait_ms = 50;
+    this->reply(message, reply);
+    return;
+  }
+  asp::DealtBatch batch = dealer_->pull(worker, plan_[request.trainer]);
+  if (batch.empty()) {
+    reply.action = AspDealReply::kWait;  // the last epoch is dealt; its pushes are out
+    reply.wait_ms = 50;
+    this->reply(message, reply);
+    return;
+  }
+  reply.action = AspDealReply::kBatch;
+  reply.batch_id = batch.id;
+  reply.epoch = batch.epoch;
+  reply.indices = std::move(batch.indices);
+  for (const auto& s : shards_) reply.servers.push_back(s.endpoint);
+  reply.global_batch = options_.spec.train.global_batch;
+  reply.workers = static_cast<std::int32_t>(plan_.size());
+  this->reply(message, reply);
+}
+
+void AspSchedulerActor::on_finished(const runtime::Envelope& message, const AspFinished& done) {
+  if (message.correlation) reply(message, SimpleReply{true, ""});
+  if (finished_ || done.trainer != finisher_) return;
+  if (!done.ok) {
+    last_trainer_error_ = done.trainer + ": " + done.error;
+    fail("the final evaluation failed: " + done.error);
+    return;
+  }
+  final_accuracy_ = done.test_accuracy;
+  final_loss_ = done.test_loss;
+  final_checkpoint_ = done.checkpoint;
+  auto it = trainers_.find(done.trainer);
+  if (it != trainers_.end()) final_checkpoint_node_ = nodes_[it->second.node].name;
+  finish("succeeded", "");
+}
+
+void AspSchedulerActor::on_trainer_exited(const TrainerExited& exited) {
+  if (finished_) return;
+  auto it = trainers_.find(exited.trainer);
+  if (it == trainers_.end()) return;
+  if (exited.exit_code != 0 && !exited.last_error.empty()) {
+    last_trainer_error_ = exited.trainer + ": " + exited.last_error;
+  }
+  emit(Json{{"event", "trainer_exited"},
+            {"trainer", exited.trainer},
+            {"node", nodes_[it->second.node].name},
+            {"exit_code", exited.exit_code},
+            {"reason", exited.reason},
+            {"last_error", exited.last_error}});
+  trainer_gone(exited.trainer, exited.reason.empty() ? "exited" : exited.reason);
+  place();
+}
+
+void AspSchedulerActor::trainer_gone(const std::string& name, const std::string& why) {
+  auto it = trainers_.find(name);
+  if (it == trainers_.end() || it->second.gone) return;
+  auto& t = it->second;
+  t.gone = true;
+  if (t.server) {
+    auto& shard = shards_[static_cast<std::size_t>(t.shard)];
+    if (shard.trainer == name) {
+      shard.trainer.clear();
+      shard.ready = false;
+      shard.endpoint.clear();
+      ++shard.restarts;
+      shard.incarnation = t.incarnation + 1;
+      shard.lost_this = 0;
+      shard.reached = std::max(shard.reached, shard.version);
+      emit(Json{{"event", "server_gone"},
+                {"shard", t.shard},
+                {"trainer", name},
+                {"reason", why},
+                {"version", shard.version},
+                {"checkpoint_version", shard.checkpoint_version}});
+      if (shard.restarts > kMaxServerRestarts) {
+        fail(fmt::format("parameter server shard {} died {} times (last: {})", t.shard,
+                         shard.restarts, why));
+      }
+    }
+    return;
+  }
+  std::int64_t reissued = 0;
+  if (dealer_ && t.worker_id > 0) reissued = dealer_->worker_gone(t.worker_id);
+  if (t.ready) membership_log_.push_back("-" + name);
+  emit(Json{{"event", "trainer_gone"}, {"trainer", name}, {"reason", why},
+            {"samples_reissued", reissued}});
+  if (finisher_ == name) finisher_.clear();
+  if (t.ready) replan("worker left");
+}
+
+void AspSchedulerActor::tick() {
+  if (finished_) return;
+  const auto now = Clock::now();
+  // Trainers that never said hello (or servers that never listened) within the spawn timeout.
+  std::vector<std::string> late;
+  for (const auto& [name, t] : trainers_) {
+    if (t.gone) continue;
+    const bool started = t.server ? t.ready : t.hello_at.has_value();
+    if (!started && now - t.spawned_at > options_.spawn_timeout) late.push_back(name);
+  }
+  for (const auto& name : late) {
+    const auto& t = trainers_[name];
+    if (!t.system.empty()) {
+      tell(runtime::ActorAddress{t.system, "trainer"}, StopTrainer{options_.job_id, "too late"});
+    }
+    trainer_gone(name, "did not start within the spawn timeout");
+  }
+  if (!late.empty()) place();
+  if (finished_) return;
+  // Bounded: too few workers for the grace period, or no update for long, fails the job.
+  std::int64_t ready = 0;
+  for (const auto& [name, t] : trainers_) ready += (!t.server && !t.gone && t.ready) ? 1 : 0;
+  const auto grace = std::chrono::duration<double>(options_.spec.elastic.grace_period_s);
+  if (state_ == "running" && ready < options_.spec.elastic.min_workers) {
+    if (!too_few_since_) too_few_since_ = now;
+    if (now - *too_few_since_ > grace) {
+      fail(fmt::format("fewer than min_workers = {} workers for more than {} s",
+                       options_.spec.elastic.min_workers, options_.spec.elastic.grace_period_s));
+      return;
+    }
+  } else {
+    too_few_since_.reset();
+  }
+  if (finisher_.empty() &&
+      now - last_progress_ > options_.spawn_timeout +
+                                 std::chrono::duration_cast<std::chrono::milliseconds>(grace)) {
+    fail(fmt::format("no update for {:.0f} s", seconds_between(last_progress_, now)));
+    return;
+  }
+  if (now - interval_started_ >= kInterval) write_interval(false);
+  tick_timer_ = after(kTick, [this] { tick(); });
+}
+
+void AspSchedulerActor::write_interval(bool force) {
+  const auto now = Clock::now();
+  const double seconds = seconds_between(interval_started_, now);
+  asp::StalenessSummary s = stats_.take_interval();
+  interval_started_ = now;
+  const std::int64_t updates = interval_updates_;
+  interval_updates_ = 0;
+  if (s.pushes == 0 && !force) return;
+  Json workers = Json::object();
+  for (const auto& [name, t] : trainers_) {
+    if (t.server || t.worker_id == 0) continue;
+    auto n = s.updates.find(t.worker_id);
+    workers[name] = Json{{"worker", t.worker_id},
+                         {"updates", n == s.updates.end() ? 0 : n->second},
+                         {"batch", t.batch},
+                         {"compute_time_s", t.compute_time_s},
+                         {"update_time_s", t.update_time_s},
+                         {"live", !t.gone}};
+  }
+  emit(Json{{"event", "asp_interval"},
+            {"step", updates_},
+            {"total", total_steps()},
+            {"epoch", dealer_ ? dealer_->epochs_completed() : 0},
+            {"loss", loss_},
+            {"interval_s", seconds},
+            {"updates", updates},
+            {"updates_per_s", seconds > 0 ? static_cast<double>(updates) / seconds : 0.0},
+            {"staleness", Json{{"mean", s.mean}, {"p95", s.p95}, {"max", s.max}}},
+            {"dropped_stale", s.dropped},
+            {"workers", workers}});
+  if (updates_ > 0) publish_info();
+}
+
+// ---------------------------------------------------------------------------------------------
+// The end
+
+void AspSchedulerActor::finish(const std::string& state, const std::string& reason) {
+  if (finished_) return;
+  write_interval(false);
+  finished_ = true;
+  state_ = state;
+  cancel_timer(tick_timer_);
+  std::string why = reason;
+  if (state == "failed" && !last_trainer_error_.empty() &&
+      why.find(last_trainer_error_) == std::string::npos) {
+    why += " (last trainer error: " + last_trainer_error_ + ")";
+  }
+  reason_ = why;
+  if (state == "failed") {
+    spdlog::error("job {} failed: {}", options_.job_id, why);
+  } else {
+    spdlog::info("job {} {} {}", options_.job_id, state, why);
+  }
+  // Every trainer goes: the job's resources are its processes.
+  for (auto& [name, t] : trainers_) {
+    if (!t.system.empty() && !t.gone) {
+      tell(runtime::ActorAddress{t.system, "trainer"}, StopTrainer{options_.job_id, "job " + state});
+    }
+  }
+  emit(Json{{"event", "finished"}, {"status", state}, {"reason", why}, {"step", updates_}});
+  events_file_.close();
+  auto path = std::filesystem::path(options_.run_dir) / "summary.json";
+  auto temp = path;
+  temp += ".tmp";
+  {
+    std::ofstream out(temp);
+    out << summary_json() << '\n';
+  }
+  std::error_code ec;
+  std::filesystem::rename(temp, path, ec);
+  tell(runtime::ActorAddress{"", kRegistryActor}, UnsubscribeNodes{});
+  publish_info();
+}
+
+JobInfo AspSchedulerActor::info() const {
+  JobInfo info;
+  info.id = options_.job_id;
+  info.name = options_.spec.name;
+  info.state = state_;
+  info.reason = reason_;
+  info.step = updates_;
+  info.total_steps = total_steps();
+  info.loss = loss_;
+  info.checkpoint = final_checkpoint_;
+  info.checkpoint_node = final_checkpoint_node_;
+  std::int32_t rank = 0;
+  for (const auto& [name, t] : trainers_) {
+    if (t.server || t.gone || !t.ready) continue;
+    JobWorkerInfo w;
+    auto node = nodes_.find(t.node);
+    w.node = node == nodes_.end() ? "" : node->second.name;
+    w.actor = name;
+    w.rank = rank++;
+    auto b = plan_.find(name);
+    w.batch = b == plan_.end() ? 0 : b->second;
+    w.samples_per_s = t.compute_time_s > 0 ? t.batch / t.compute_time_s : 0;
+    w.step_time_s = t.update_time_s;
+    info.workers.push_back(w);
+  }
+  return info;
+}
+
+void AspSchedulerActor::publish_info() {
+  if (options_.jobs.empty()) return;
+  tell(options_.jobs, JobStatusReply{true, info(), {}, 0, finished_,
+                                     finished_ ? summary_json() : std::string()});
+}
+
+std::string AspSchedulerActor::summary_json() const {
+  const asp::StalenessSummary total = stats_.total();
+  Json workers = Json::array();
+  for (const auto& [name, t] : trainers_) {
+    if (t.server || t.worker_id == 0) continue;
+    auto node = nodes_.find(t.node);
+    auto b = plan_.find(name);
+    workers.push_back({{"name", name},
+                       {"node", node == nodes_.end() ? "" : node->second.name},
+                       {"worker", t.worker_id},
+                       {"updates", t.updates},
+                       {"final_batch", b == plan_.end() ? t.batch : b->second},
+                       {"compute_time_s", t.compute_time_s},
+                       {"update_time_s", t.update_time_s},
+                       {"samples_per_s", t.compute_time_s > 0 ? t.batch / t.compute_time_s : 0.0},
+                       {"live", !t.gone}});
+  }
+  Json servers = Json::array();
+  std::int64_t lost = 0;
+  for (std::size_t s = 0; s < shards_.size(); ++s) {
+    const auto& shard = shards_[s];
+    lost += shard.lost;
+    servers.push_back({{"shard", s},
+                       {"trainer", shard.trainer},
+                       {"incarnation", shard.incarnation},
+                       {"version", shard.version},
+                       {"restarts", shard.restarts},
+                       {"updates_lost", shard.lost},
+                       {"checkpoint", shard.checkpoint},
+                       {"checkpoint_version", shard.checkpoint_version}});
+  }
+  Json dealer = nullptr;
+  if (dealer_) {
+    const auto& c = dealer_->counters();
+    dealer = {{"dataset_size", dealer_->dataset_size()},
+              {"epochs_completed", dealer_->epochs_completed()},
+              {"batches_dealt", c.batches_dealt},
+              {"samples_dealt", c.samples_dealt},
+              {"samples_reissued", c.samples_reissued},
+              {"batches_accepted", c.batches_accepted},
+              {"samples_accepted", c.samples_accepted},
+              {"duplicates", c.duplicates},
+              {"unknown", c.unknown}};
+  }
+  Json checkpoints = Json::array();
+  if (!final_checkpoint_.empty()) {
+    checkpoints.push_back(
+        {{"step", updates_}, {"path", final_checkpoint_}, {"node", final_checkpoint_node_}});
+  }
+  const auto now = Clock::now();
+  return Json{{"job_id", options_.job_id},
+              {"name", options_.spec.name},
+              {"mode", "asp"},
+              {"status", state_},
+              {"reason", reason_},
+              {"steps", updates_},
+              {"updates", updates_},
+              {"total_steps", total_steps()},
+              {"epochs", dealer_ ? dealer_->epochs_completed() : 0},
+              {"wall_time_s", seconds_between(started_at_, now)},
+              {"final_test_accuracy", final_accuracy_ >= 0 ? Json(final_accuracy_) : Json()},
+              {"final_test_loss", final_loss_ >= 0 ? Json(final_loss_) : Json()},
+              {"final_train_loss", loss_},
+              {"checkpoint", final_checkpoint_},
+              {"checkpoint_node", final_checkpoint_node_},
+              {"checkpoints", checkpoints},
+              {"policy", std::string(scheduler::to_string(options_.spec.controller.config.policy))},
+              {"global_batch", options_.spec.train.global_batch},
+              {"staleness", Json{{"mean", total.mean}, {"p95", total.p95}, {"max", total.max},
+                                 {"mode", options_.spec.asp.staleness},
+                                 {"max_staleness", options_.spec.asp.max_staleness},
+                                 {"lr_scaling", options_.spec.asp.lr_scaling}}},
+              {"pushes", pushes_},
+              {"dropped_stale", dropped_stale_},
+              {"duplicate_pushes", duplicates_},
+              {"failed_batches", failed_batches_},
+              {"updates_lost", lost},
+              {"parameters", parameters_},
+              {"servers", servers},
+              {"sampling", dealer},
+              {"workers", workers},
+              {"membership", membership_log_},
+              {"plan_version", plan_version_}}
+      .dump(2);
+}
+
+void AspSchedulerActor::on_message(const runtime::Envelope& message) {
+  if (message.kind == runtime::kind_of<AspDealRequest>()) {
+    if (auto request = runtime::unpack_payload<AspDealRequest>(message.payload)) {
+      on_deal(message, *request);
+    }
+    return;
+  }
+  if (message.kind == runtime::kind_of<AspServerReady>()) {
+    if (auto ready = runtime::unpack_payload<AspServerReady>(message.payload)) {
+      on_server_ready(message, *ready);
+    }
+    return;
+  }
+  if (message.kind == runtime::kind_of<AspServerReport>()) {
+    if (auto report = runtime::unpack_payload<AspServerReport>(message.payload)) {
+      on_server_report(*report);
+    }
+    return;
+  }
+  if (message.kind == runtime::kind_of<AspFinished>()) {
+    if (auto done = runtime::unpack_payload<AspFinished>(message.payload)) on_finished(message, *done);
+    return;
+  }
+  switch (message.kind) {
+    case MessageKind::kNodeEvent:
+      if (auto event = runtime::unpack_payload<NodeEvent>(message.payload)) on_node_event(*event);
+      return;
+    case MessageKind::kTrainerHello:
+      if (auto hello = runtime::unpack_payload<TrainerHello>(message.payload)) {
+        on_hello(message, *hello);
+      }
+      return;
+    case MessageKind::kTrainerDone: {
+      // A trainer that failed before it knew its role (bad data, say) says so this way.
+      auto done = runtime::unpack_payload<TrainerDone>(message.payload);
+      if (message.correlation) reply(message, SimpleReply{true, ""});
+      if (done && !done->ok && !done->error.empty()) {
+        last_trainer_error_ = done->trainer + ": " + done->error;
+      }
+      return;
+    }
+    case MessageKind::kTrainerExited:
+      if (auto exited = runtime::unpack_payload<TrainerExited>(message.payload)) {
+        on_trainer_exited(*exited);
+      }
+      return;
+    case MessageKind::kDrainNode: {
+      auto drain = runtime::unpack_payload<DrainNode>(message.payload);
+      int leaving = 0;
+      if (drain && !finished_) {
+        // Workers just go (their batch is dealt again); a server's shard restarts elsewhere.
+        std::vector<std::string> names;
+        for (const auto& [name, t] : trainers_) {
+          if (t.node == drain->node && !t.gone) names.push_back(name);
+        }
+        for (const auto& name : names) {
+          const auto& t = trainers_[name];
+          if (!t.system.empty()) {
+            tell(runtime::ActorAddress{t.system, "trainer"}, StopTrainer{options_.job_id, "drained"});
+          }
+          trainer_gone(name, "drained");
+          ++leaving;
+        }
+        auto node = nodes_.find(drain->node);
+        if (node != nodes_.end()) node->second.alive = false;  // place nothing more there
+        place();
+      }
+      if (message.correlation) {
+        reply(message, SimpleReply{true, fmt::format("{} trainers leaving", leaving)});
+      }
+      return;
+    }
+    case MessageKind::kStopJob: {
+      auto stop = runtime::unpack_payload<StopJob>(message.payload);
+      finish("stopped", stop && !stop->reason.empty() ? stop->reason : "stopped by user");
+      if (message.correlation) reply(message, SimpleReply{true, "stopped"});
+      return;
+    }
+    case MessageKind::kJobStatusRequest: {
+      auto request = runtime::unpack_payload<JobStatusRequest>(message.payload);
+      JobStatusReply status;
+      status.found = true;
+      status.job = info();
+      std::uint64_t since = request ? request->since : 0;
+      for (std::uint64_t i = since; i < events_.size() && status.events.size() < 2000; ++i) {
+        status.events.push_back(events_[i]);
+      }
+      status.next = since + status.events.size();
+      status.finished = finished_ && status.next >= events_.size();
+      if (finished_) status.summary_json = summary_json();
+      reply(message, status);
+      return;
+    }
+    default:
+      if (message.correlation != 0) {
+        reply(message, runtime::ErrorReply{"bad-request",
+                                           "the asp scheduler does not handle " +
+                                               std::string(runtime::kind_name(message.kind))});
+      }
+  }
+}
+
+}  // namespace omnilearn::actors

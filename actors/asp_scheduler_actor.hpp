@@ -1,0 +1,151 @@
+#pragma once
+// AspSchedulerActor: the job's scheduler when mode = "asp" (issue 13), on the head, in place of
+// the BSP SchedulerActor (the JobManager picks one by mode). There are no generations: it
+// starts `[asp] servers` parameter-server trainers (one shard of the flat parameter vector
+// each) and up to max_workers worker trainers, deals every batch from one EpochDealer (so
+// sampling is exactly once per epoch whatever each worker's speed, and survives a server's
+// restart), keeps the job's staleness statistics and the batch controller, restarts a dead
+// server on a live node from its last checkpoint, and ends the job. Workers come and go with no
+// regroup: a worker that goes has its outstanding batch dealt again; one that joins asks for a
+// batch like any other.
+//
+// Threads: an actor; every method runs in its turns.
+
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "actors/asp_protocol.hpp"
+#include "actors/job_protocol.hpp"
+#include "actors/scheduler_actor.hpp"
+#include "asp/epoch_dealer.hpp"
+#include "asp/staleness.hpp"
+#include "runtime/actor_system.hpp"
+#include "scheduler/batch_controller.hpp"
+
+namespace omnilearn::actors {
+
+class AspSchedulerActor : public runtime::Actor {
+ public:
+  explicit AspSchedulerActor(SchedulerOptions options);
+
+  void on_start() override;
+  void on_message(const runtime::Envelope& message) override;
+  void on_stop() override;
+
+ private:
+  using Clock = std::chrono::steady_clock;
+
+  struct Node {
+    std::string name;
+    std::string system;  // its agent's actor system
+    bool alive = false;
+  };
+  struct Trainer {
+    std::string node;  // node id
+    bool server = false;
+    std::int32_t shard = -1;
+    std::int64_t incarnation = 0;  // servers
+    std::int64_t worker_id = 0;    // workers, from their hello
+    std::string system;            // after its hello
+    bool ready = false;            // said hello (workers) / listens (servers)
+    bool gone = false;
+    Clock::time_point spawned_at;
+    std::optional<Clock::time_point> hello_at;
+    std::optional<Clock::time_point> first_push_at;
+    std::int64_t updates = 0;        // applied pushes
+    std::int32_t batch = 0;          // its last batch
+    double compute_time_s = 0;       // of its last push
+    double update_time_s = 0;
+    std::int64_t since_plan = 0;     // pushes at the plan in force
+  };
+  struct Shard {
+    std::string trainer;  // the live incarnation's trainer ("" while none is spawned)
+    std::string endpoint;
+    std::int64_t incarnation = 0;
+    bool ready = false;
+    std::string checkpoint;  // the newest checkpoint any incarnation reported
+    std::int64_t checkpoint_version = 0;
+    std::int64_t version = 0;  // of the live incarnation, the highest a push reply told
+    std::int64_t reached = 0;  // the highest version any incarnation was known to reach
+    std::int64_t lost = 0;     // updates lost over every restart (reached - resumed at)
+    std::int64_t lost_this = 0;  // the live incarnation's own count (ServerCore::updates_lost)
+    int restarts = 0;
+  };
+
+  void on_node_event(const NodeEvent& event);
+  void on_hello(const runtime::Envelope& message, const TrainerHello& hello);
+  void on_deal(const runtime::Envelope& message, const AspDealRequest& request);
+  void on_server_ready(const runtime::Envelope& message, const AspServerReady& ready);
+  void on_server_report(const AspServerReport& report);
+  void on_finished(const runtime::Envelope& message, const AspFinished& finished);
+  void on_trainer_exited(const TrainerExited& exited);
+  void trainer_gone(const std::string& name, const std::string& why);
+  void tick();
+
+  void place();  // spawns missing servers and workers on live nodes
+  void spawn(const std::string& node_id, bool server, std::int32_t shard);
+  void replan(const std::string& why);
+  bool servers_ready() const;
+  std::int64_t live_workers() const;
+  std::int64_t outstanding_batches() const;
+  bool training_done() const;
+  void write_interval(bool force);
+
+  void fail(const std::string& reason) { finish("failed", reason); }
+  void finish(const std::string& state, const std::string& reason);
+  void emit(const nlohmann::json& event);
+  JobInfo info() const;
+  void publish_info();
+  std::string summary_json() const;
+  std::int64_t total_steps() const;
+
+  SchedulerOptions options_;
+  std::string state_ = "pending";
+  std::string reason_;
+  bool finished_ = false;
+  Clock::time_point started_at_;
+  Clock::time_point last_progress_;
+  std::optional<Clock::time_point> too_few_since_;
+  runtime::TimerId tick_timer_ = 0;
+
+  std::map<std::string, Node> nodes_;
+  std::map<std::string, Trainer> trainers_;
+  std::vector<Shard> shards_;
+  int next_trainer_ = 0;
+  std::int64_t next_worker_id_ = 1;
+  std::int64_t parameters_ = 0;  // the flat vector's size, from the first server
+
+  std::optional<asp::EpochDealer> dealer_;  // once a server said how many samples there are
+  asp::StalenessStats stats_;
+  scheduler::BatchController controller_;
+  std::map<std::string, std::int32_t> plan_;  // worker trainer -> batch
+  std::int64_t plan_version_ = 0;
+  std::int64_t updates_ = 0;        // pushes every shard applied: the job's steps
+  std::int64_t dropped_stale_ = 0;
+  std::int64_t pushes_ = 0;         // every push weighed
+  std::int64_t duplicates_ = 0;
+  std::int64_t failed_batches_ = 0;
+  std::int64_t last_plan_update_ = 0;
+  double loss_ = 0;
+  Clock::time_point interval_started_;
+  std::int64_t interval_updates_ = 0;
+
+  std::string finisher_;  // the worker told to write the final model
+  double final_accuracy_ = -1;
+  double final_loss_ = -1;
+  std::string final_checkpoint_;
+  std::string final_checkpoint_node_;
+  std::string last_trainer_error_;
+  std::vector<std::string> membership_log_;
+
+  std::vector<std::string> events_;
+  std::ofstream events_file_;
+};
+
+}  // namespace omnilearn::actors

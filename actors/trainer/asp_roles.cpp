@@ -1,0 +1,553 @@
+#include "actors/trainer/asp_roles.hpp"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/jit/serialization/pickle.h>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "actors/asp_protocol.hpp"
+#include "asp/server_core.hpp"
+#include "asp/shard_layout.hpp"
+#include "asp/staleness.hpp"
+#include "runtime/system_messages.hpp"
+#include "training/optimizer.hpp"
+#include "training/specs.hpp"
+
+namespace omnilearn::actors {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+constexpr auto kServerAskTimeout = 5s;     // a pull or a push to a server
+constexpr auto kSchedulerAskTimeout = 10s;
+constexpr int kSchedulerAttempts = 6;      // consecutive unanswered asks before giving up
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// A reply carrying attachments: as Actor::reply, plus the frames.
+runtime::Envelope reply_envelope(runtime::ActorSystem& system, const runtime::Envelope& request,
+                                 runtime::MessageKind kind, std::string payload) {
+  runtime::Envelope envelope = system.make_envelope(request.from, kind, std::move(payload), request.to);
+  envelope.correlation = request.correlation;
+  envelope.flags = runtime::Envelope::kReply;
+  envelope.reply_dealer = request.arrived_via;
+  envelope.reply_router = request.from_network && request.arrived_via.empty();
+  return envelope;
+}
+
+void write_atomically(const std::string& path, const std::vector<char>& bytes) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw std::runtime_error("cannot create " + tmp + ": " + std::strerror(errno));
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const std::string err = std::strerror(errno);
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      throw std::runtime_error("cannot write " + tmp + ": " + err);
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    const std::string err = std::strerror(errno);
+    ::unlink(tmp.c_str());
+    throw std::runtime_error("cannot write " + tmp + ": " + err);
+  }
+  std::filesystem::rename(tmp, path);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Server
+
+// One shard's state; owned by the server actor once it runs (the training thread only waits).
+struct ShardState {
+  std::string job;
+  std::string trainer;
+  std::int32_t shard = 0;
+  asp::ShardSlice slice;
+  std::int64_t parameters = 0;
+  training::OptimizerSpec optimizer_spec;
+  at::Tensor params;  // float32 [slice.size], its grad preallocated
+  std::unique_ptr<training::Optimizer> optimizer;
+  std::optional<asp::ServerCore> core;
+  std::int64_t applying_version = 0;  // the version the push being applied moves on from
+  std::int64_t checkpoint_every = 0;
+  std::string checkpoint_path;
+  runtime::ActorAddress scheduler;
+  std::int64_t reported_lost = 0;
+};
+
+// {"shard": {"params": T}, "optimizer": {...}, "optimizer_kind": s, "asp": {offset, size, ...},
+// "core": uint8 T}: torch.load()-able; "core" is asp::encode_checkpoint's bytes.
+void save_shard(const ShardState& s) {
+  c10::Dict<std::string, at::Tensor> shard;
+  shard.insert("params", s.params.detach().clone());
+  c10::Dict<std::string, at::Tensor> optimizer;
+  for (const auto& [name, t] : s.optimizer->state()) optimizer.insert(name, t.clone());
+  c10::Dict<std::string, int64_t> meta;
+  const asp::ServerCheckpoint checkpoint = s.core->checkpoint();
+  meta.insert("shard", s.shard);
+  meta.insert("offset", s.slice.offset);
+  meta.insert("size", s.slice.size);
+  meta.insert("parameters", s.parameters);
+  meta.insert("version", checkpoint.version);
+  meta.insert("incarnation", checkpoint.incarnation);
+  const std::vector<std::uint8_t> core = asp::encode_checkpoint(checkpoint);
+  at::Tensor core_bytes =
+      at::from_blob(const_cast<std::uint8_t*>(core.data()), {static_cast<int64_t>(core.size())},
+                    at::TensorOptions().dtype(at::kByte))
+          .clone();
+  c10::impl::GenericDict top(c10::StringType::get(), c10::AnyType::get());
+  top.insert("shard", shard);
+  top.insert("optimizer", optimizer);
+  top.insert("optimizer_kind", s.optimizer_spec.kind);
+  top.insert("asp", meta);
+  top.insert("core", core_bytes);
+  write_atomically(s.checkpoint_path, torch::jit::pickle_save(top));
+}
+
+// Restores parameters and optimizer state from `path` into `s`; returns the core's checkpoint.
+// Throws std::runtime_error when the file is not this shard's.
+asp::ServerCheckpoint load_shard(ShardState& s, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot open " + path);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const c10::IValue value = torch::jit::pickle_load(bytes);
+  auto fail = [&](const std::string& what) {
+    throw std::runtime_error("server checkpoint " + path + ": " + what);
+  };
+  if (!value.isGenericDict()) fail("top level is not a dict");
+  const auto top = value.toGenericDict();
+  for (const char* key : {"shard", "optimizer", "asp", "core"}) {
+    if (!top.contains(key)) fail(std::string("missing \"") + key + "\"");
+  }
+  std::map<std::string, int64_t> meta;
+  for (const auto& e : top.at("asp").toGenericDict()) meta[e.key().toStringRef()] = e.value().toInt();
+  if (meta["offset"] != s.slice.offset || meta["size"] != s.slice.size ||
+      meta["parameters"] != s.parameters) {
+    fail("written for another shard layout");
+  }
+  const at::Tensor core = top.at("core").toTensor().contiguous();
+  auto checkpoint = asp::decode_checkpoint(std::span<const std::uint8_t>(
+      core.data_ptr<std::uint8_t>(), static_cast<std::size_t>(core.numel())));
+  if (!checkpoint) fail("its server state does not decode");
+  const at::Tensor params = top.at("shard").toGenericDict().at("params").toTensor();
+  if (params.numel() != s.slice.size) fail("its parameters have the wrong size");
+  const auto saved = top.at("optimizer").toGenericDict();
+  for (const auto& [name, t] : s.optimizer->state()) {
+    if (!saved.contains(name) || saved.at(name).toTensor().numel() != t.numel()) {
+      fail("its optimizer state does not match (" + name + ")");
+    }
+  }
+  c10::NoGradGuard no_grad;
+  s.params.copy_(params.reshape({-1}));
+  for (const auto& [name, t] : s.optimizer->state()) {
+    const_cast<at::Tensor&>(t).copy_(saved.at(name).toTensor().reshape(t.sizes()));
+  }
+  return *checkpoint;
+}
+
+class AspServerActor : public runtime::Actor {
+ public:
+  explicit AspServerActor(std::shared_ptr<ShardState> state) : s_(std::move(state)) {}
+
+  void on_message(const runtime::Envelope& message) override {
+    if (message.kind == runtime::kind_of<AspPull>()) {
+      on_pull(message);
+    } else if (message.kind == runtime::kind_of<AspPush>()) {
+      on_push(message);
+    } else if (message.correlation != 0) {
+      reply(message, runtime::ErrorReply{"bad-request", "a parameter server takes pulls and pushes"});
+    }
+  }
+
+ private:
+  void on_pull(const runtime::Envelope& message) {
+    AspPullReply r;
+    r.shard = s_->shard;
+    const asp::Version v = s_->core->pull();
+    r.ok = true;
+    r.incarnation = v.incarnation;
+    r.version = v.number;
+    r.offset = s_->slice.offset;
+    r.size = s_->slice.size;
+    // The one copy on this side: the shard into the frame ZeroMQ sends as is.
+    std::string bytes(static_cast<std::size_t>(s_->slice.size) * sizeof(float), '\0');
+    std::memcpy(bytes.data(), s_->params.data_ptr<float>(), bytes.size());
+    auto envelope = reply_envelope(system(), message, runtime::kind_of<AspPullReply>(),
+                                   runtime::pack_payload(r));
+    envelope.attachments.emplace_back(std::move(bytes));
+    system().send(std::move(envelope));
+  }
+
+  void on_push(const runtime::Envelope& message) {
+    AspPushReply r;
+    auto push = runtime::unpack_payload<AspPush>(message.payload);
+    const std::size_t want = static_cast<std::size_t>(s_->slice.size) * sizeof(float);
+    if (!push || message.attachments.size() != 1 || message.attachments[0].size() != want) {
+      r.error = fmt::format("a push to shard {} needs one attachment of {} bytes", s_->shard, want);
+      reply(message, r);
+      return;
+    }
+    try {
+      if (push->global_batch >= 1 && push->workers >= 1) {
+        s_->core->set_batch_plan(push->global_batch, push->workers);
+      }
+      s_->applying_version = s_->core->pull().number;
+      const auto* data = reinterpret_cast<const float*>(message.attachments[0].data());
+      const asp::PushOutcome outcome = s_->core->push(
+          push->worker, asp::Version{push->incarnation, push->version}, push->batch,
+          std::span<const float>(data, static_cast<std::size_t>(s_->slice.size)));
+      r.status = outcome.status == asp::PushStatus::kApplied   ? AspPushReply::kApplied
+                 : outcome.status == asp::PushStatus::kDropped ? AspPushReply::kDropped
+                                                               : AspPushReply::kRejected;
+      r.staleness = outcome.staleness;
+      r.scale = outcome.scale;
+      r.incarnation = outcome.version.incarnation;
+      r.version = outcome.version.number;
+    } catch (const std::exception& e) {
+      r.status = AspPushReply::kRejected;
+      r.error = e.what();
+    }
+    reply(message, r);
+    std::string checkpoint;
+    if (r.status == AspPushReply::kApplied && s_->checkpoint_every > 0 &&
+        r.version % s_->checkpoint_every == 0) {
+      try {
+        save_shard(*s_);
+        checkpoint = s_->checkpoint_path;
+      } catch (const std::exception& e) {
+        spdlog::error("server {}: checkpoint failed: {}", s_->trainer, e.what());
+      }
+    }
+    if (!checkpoint.empty() || s_->core->updates_lost() != s_->reported_lost) report(checkpoint);
+  }
+
+  void report(const std::string& checkpoint) {
+    const auto c = s_->core->checkpoint();
+    s_->reported_lost = s_->core->updates_lost();
+    tell(s_->scheduler, AspServerReport{s_->job, s_->trainer, s_->shard, c.incarnation, c.version,
+                                        c.applied, c.dropped, c.rejected, s_->reported_lost,
+                                        checkpoint});
+  }
+
+  std::shared_ptr<ShardState> s_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Worker
+
+struct PulledShard {
+  std::int64_t incarnation = 0;
+  std::int64_t version = 0;
+  std::int64_t offset = 0;
+  std::int64_t size = 0;
+};
+
+runtime::Envelope server_envelope(runtime::ActorSystem& system, const std::string& endpoint,
+                                  runtime::MessageKind kind, std::string payload) {
+  return system.make_envelope(runtime::ActorAddress{endpoint, kAspServerActor}, kind,
+                              std::move(payload), {});
+}
+
+// Pulls every shard into the replica; returns what each said, or nullopt with *error set.
+std::optional<std::vector<PulledShard>> pull_all(AspRoleContext& c,
+                                                 const std::vector<std::string>& servers,
+                                                 std::string* error) {
+  std::vector<std::future<runtime::AskResult>> asks;
+  for (std::size_t s = 0; s < servers.size(); ++s) {
+    asks.push_back(c.system.ask_envelope(
+        server_envelope(c.system, servers[s], runtime::kind_of<AspPull>(),
+                        runtime::pack_payload(AspPull{c.job, static_cast<std::int32_t>(s)})),
+        kServerAskTimeout));
+  }
+  std::vector<PulledShard> out(servers.size());
+  const std::int64_t total = c.replica.flat_parameter_count();
+  bool ok = true;
+  for (std::size_t s = 0; s < asks.size(); ++s) {
+    const runtime::AskResult result = asks[s].get();  // every ask completes (timeout at most)
+    if (!ok) continue;
+    auto r = result.as<AspPullReply>();
+    if (!r || !r->ok) {
+      *error = fmt::format("pull from shard {} ({}) failed: {}", s, servers[s],
+                           r ? r->error : result.error);
+      ok = false;
+      continue;
+    }
+    const auto& frames = result.reply.attachments;
+    if (frames.size() != 1 || r->offset < 0 || r->size < 1 || r->offset + r->size > total ||
+        frames[0].size() != static_cast<std::size_t>(r->size) * sizeof(float)) {
+      *error = fmt::format("shard {} sent a malformed pull ({} frames)", s, frames.size());
+      ok = false;
+      continue;
+    }
+    // The one copy on this side: from the received frame into the parameters.
+    c.replica.set_flat_parameters(reinterpret_cast<const float*>(frames[0].data()), r->offset,
+                                  r->size);
+    out[s] = PulledShard{r->incarnation, r->version, r->offset, r->size};
+  }
+  if (!ok) return std::nullopt;
+  return out;
+}
+
+}  // namespace
+
+int run_asp_server(AspRoleContext& c) {
+  auto state = std::make_shared<ShardState>();
+  auto& s = *state;
+  s.job = c.job;
+  s.trainer = c.trainer;
+  s.shard = c.hello.shard;
+  s.parameters = c.replica.flat_parameter_count();
+  const asp::ShardLayout layout(s.parameters, std::max(1, c.hello.shards));
+  s.slice = layout.slice(s.shard);
+  s.optimizer_spec = c.spec.optimizer;
+  if (s.optimizer_spec.schedule.kind == "cosine" && s.optimizer_spec.schedule.total_steps == 0) {
+    s.optimizer_spec.schedule.total_steps = c.total_steps;
+  }
+  // The initial parameters are the model's for its seed, as every BSP replica's.
+  std::vector<float> flat(static_cast<std::size_t>(s.parameters));
+  c.replica.copy_flat_parameters(flat.data());
+  s.params = at::from_blob(flat.data() + s.slice.offset, {s.slice.size},
+                           at::TensorOptions().dtype(at::kFloat))
+                 .clone();
+  s.params.mutable_grad() = at::zeros_like(s.params);
+  s.optimizer = std::make_unique<training::Optimizer>(
+      s.optimizer_spec, std::vector<training::NamedTensor>{{"shard", s.params}});
+  s.checkpoint_every = c.spec.checkpoint.every;
+  std::error_code ec;
+  std::filesystem::create_directories(c.hello.checkpoint_dir, ec);
+  s.checkpoint_path =
+      (std::filesystem::path(c.hello.checkpoint_dir) / fmt::format("server-shard{}.pt", s.shard))
+          .string();
+  s.scheduler = runtime::ActorAddress{c.head, c.scheduler};
+
+  asp::StalenessConfig config;
+  config.mode = asp::parse_staleness_mode(c.spec.asp.staleness).value_or(asp::StalenessMode::kNone);
+  config.max_staleness = config.mode == asp::StalenessMode::kBound ? c.spec.asp.max_staleness : 0;
+  config.lr_scaling = asp::parse_lr_scaling(c.spec.asp.lr_scaling).value_or(asp::LrScaling::kLinear);
+  ShardState* raw = state.get();
+  auto apply = [raw](double scale, std::span<const float> gradient) {
+    c10::NoGradGuard no_grad;
+    raw->params.mutable_grad().copy_(at::from_blob(const_cast<float*>(gradient.data()),
+                                                   {static_cast<int64_t>(gradient.size())},
+                                                   at::TensorOptions().dtype(at::kFloat)));
+    const double lr = training::scheduled_lr(raw->optimizer_spec, raw->applying_version) * scale;
+    raw->optimizer->step(lr, raw->applying_version + 1);
+  };
+  if (c.hello.incarnation > 0) {
+    // A restart: from the shard's last checkpoint, or from the initial parameters (version 0)
+    // when there is none; either way as incarnation hello.incarnation.
+    asp::ServerCheckpoint from;
+    if (!c.hello.resume_checkpoint.empty()) {
+      try {
+        from = load_shard(s, c.hello.resume_checkpoint);
+      } catch (const std::exception& e) {
+        spdlog::warn("server {}: {}; starting shard {} from its initial parameters", c.trainer,
+                     e.what(), s.shard);
+        from = asp::ServerCheckpoint{};
+        c10::NoGradGuard no_grad;
+        s.params.copy_(at::from_blob(flat.data() + s.slice.offset, {s.slice.size},
+                                     at::TensorOptions().dtype(at::kFloat)));
+      }
+    }
+    from.incarnation = c.hello.incarnation - 1;
+    s.core.emplace(asp::ServerCore::resume(from, s.slice.size, config, apply));
+  } else {
+    s.core.emplace(s.slice.size, config, apply);
+  }
+
+  const std::string host = c.advertise_host.empty() ? "127.0.0.1" : c.advertise_host;
+  const std::string endpoint = c.system.listen(
+      host.find(':') != std::string::npos ? "tcp://[" + host + "]:0" : "tcp://" + host + ":0");
+  c.system.spawn<AspServerActor>(kAspServerActor, state);
+  spdlog::info("server {}: shard {} = [{}, {}) of {} parameters at {} (incarnation {}, version {})",
+               c.trainer, s.shard, s.slice.offset, s.slice.offset + s.slice.size, s.parameters,
+               endpoint, c.hello.incarnation, s.core->pull().number);
+
+  AspServerReady ready{c.job, c.trainer, s.shard, endpoint, c.hello.incarnation,
+                       s.core->pull().number, s.core->updates_lost(), s.parameters,
+                       c.replica.data().train->size()};
+  bool told = false;
+  for (int attempt = 0; attempt < kSchedulerAttempts && !told; ++attempt) {
+    if (c.wait_stop(0ms)) break;
+    told = c.system.ask(s.scheduler, ready, kSchedulerAskTimeout).get().ok();
+  }
+  int code = 0;
+  if (!told) {
+    spdlog::error("server {}: the scheduler did not answer", c.trainer);
+    code = 1;
+  } else {
+    // Serve until told to stop; the actor does the work.
+    while (!c.wait_stop(1s)) {
+    }
+  }
+  c.system.stop(kAspServerActor, "stopping");
+  return code;
+}
+
+int run_asp_worker(AspRoleContext& c) {
+  const runtime::ActorAddress scheduler{c.head, c.scheduler};
+  const std::int64_t worker = c.hello.worker_id;
+  const std::int64_t total = c.replica.flat_parameter_count();
+  auto fresh_request = [&c] {
+    AspDealRequest r;
+    r.job_id = c.job;
+    r.trainer = c.trainer;
+    return r;
+  };
+  AspDealRequest request = fresh_request();
+  int unanswered = 0;
+  std::int64_t batches = 0;
+  while (true) {
+    if (c.wait_stop(0ms)) return 0;
+    c.apply_slowdown();
+    const runtime::AskResult result = c.system.ask(scheduler, request, kSchedulerAskTimeout).get();
+    auto deal = result.as<AspDealReply>();
+    if (!deal) {
+      // The outcome goes again with the next ask: the dealer takes a push once.
+      if (++unanswered >= kSchedulerAttempts) {
+        spdlog::error("worker {}: the scheduler did not answer {} asks ({})", c.trainer,
+                      unanswered, result.error);
+        return 1;
+      }
+      if (c.wait_stop(500ms)) return 0;
+      continue;
+    }
+    unanswered = 0;
+    request = fresh_request();
+    if (deal->action == AspDealReply::kDone) {
+      spdlog::info("worker {}: done after {} batches{}", c.trainer, batches,
+                   deal->error.empty() ? "" : ": " + deal->error);
+      return 0;
+    }
+    if (deal->action == AspDealReply::kWait) {
+      if (c.wait_stop(std::chrono::milliseconds(std::clamp(deal->wait_ms, 10, 2000)))) return 0;
+      continue;
+    }
+    if (deal->action == AspDealReply::kFinish) {
+      AspFinished finished;
+      finished.job_id = c.job;
+      finished.trainer = c.trainer;
+      std::string error;
+      std::optional<std::vector<PulledShard>> pulled;
+      for (int attempt = 0; attempt < 5 && !pulled; ++attempt) {
+        pulled = pull_all(c, deal->servers, &error);
+        if (!pulled && c.wait_stop(500ms)) return 0;
+      }
+      if (!pulled) {
+        finished.error = error;
+      } else {
+        const auto eval = c.replica.evaluate();
+        finished.test_accuracy = eval.accuracy;
+        finished.test_loss = eval.loss;
+        std::error_code ec;
+        std::filesystem::create_directories(c.hello.checkpoint_dir, ec);
+        const std::string path =
+            (std::filesystem::path(c.hello.checkpoint_dir) / "asp-final.pt").string();
+        try {
+          c.replica.save_checkpoint(path);
+          finished.ok = true;
+          finished.checkpoint = path;
+        } catch (const std::exception& e) {
+          finished.error = std::string("final checkpoint failed: ") + e.what();
+        }
+        spdlog::info("worker {}: final model: test accuracy {:.4f}, loss {:.4f}", c.trainer,
+                     eval.accuracy, eval.loss);
+      }
+      c.system.ask(scheduler, finished, kSchedulerAskTimeout).wait_for(kSchedulerAskTimeout);
+      // The scheduler ends the job and stops every trainer; bounded in case it never does.
+      c.wait_stop(60s);
+      return 0;
+    }
+    // A batch.
+    const Clock::time_point started = Clock::now();
+    std::string error;
+    auto pulled = pull_all(c, deal->servers, &error);
+    if (!pulled) {
+      spdlog::warn("worker {}: batch {} abandoned: {}", c.trainer, deal->batch_id, error);
+      request.failed_batch = deal->batch_id;
+      if (c.wait_stop(200ms)) return 0;
+      continue;
+    }
+    // Gradient into a buffer the push frames point into (no further copy on this side).
+    auto gradient = std::make_shared<std::vector<float>>(static_cast<std::size_t>(total));
+    const auto g = c.replica.flat_gradient(deal->indices, gradient->data());
+    std::vector<std::future<runtime::AskResult>> pushes;
+    for (std::size_t s = 0; s < pulled->size(); ++s) {
+      const auto& p = (*pulled)[s];
+      AspPush push{c.job, static_cast<std::int32_t>(s), worker, p.incarnation, p.version,
+                   static_cast<std::int64_t>(deal->indices.size()), deal->global_batch,
+                   deal->workers};
+      auto envelope = server_envelope(c.system, deal->servers[s], runtime::kind_of<AspPush>(),
+                                      runtime::pack_payload(push));
+      envelope.attachments.push_back(runtime::Bytes::view(
+          gradient, reinterpret_cast<const char*>(gradient->data() + p.offset),
+          static_cast<std::size_t>(p.size) * sizeof(float)));
+      pushes.push_back(c.system.ask_envelope(std::move(envelope), kServerAskTimeout));
+    }
+    request.incarnations.assign(pushes.size(), -1);
+    request.versions.assign(pushes.size(), -1);
+    bool all_applied = true, any_dropped = false, failed = false;
+    std::int64_t staleness = 0, version_seen = 0;
+    for (std::size_t s = 0; s < pushes.size(); ++s) {
+      const runtime::AskResult result = pushes[s].get();
+      auto r = result.as<AspPushReply>();
+      if (!r || r->status == AspPushReply::kRejected) {
+        spdlog::warn("worker {}: push of batch {} to shard {} failed: {}", c.trainer,
+                     deal->batch_id, s, r ? r->error : result.error);
+        failed = true;
+        continue;
+      }
+      request.incarnations[s] = r->incarnation;
+      request.versions[s] = r->version;
+      staleness = std::max(staleness, r->staleness);
+      all_applied = all_applied && r->status == AspPushReply::kApplied;
+      any_dropped = any_dropped || r->status == AspPushReply::kDropped;
+      if (s == 0) version_seen = r->version;
+    }
+    ++batches;
+    if (failed) {
+      // The shards that did answer still tell how far they got.
+      const auto incarnations = std::move(request.incarnations);
+      const auto versions = std::move(request.versions);
+      request = fresh_request();
+      request.incarnations = incarnations;
+      request.versions = versions;
+      request.failed_batch = deal->batch_id;
+      continue;
+    }
+    request.pushed_batch = deal->batch_id;
+    request.staleness = staleness;
+    request.applied = all_applied;
+    request.dropped = any_dropped;
+    request.batch = static_cast<std::int32_t>(deal->indices.size());
+    request.compute_time_s = g.compute_time_s;
+    request.update_time_s = seconds_since(started);
+    request.loss = g.loss;
+    request.version_seen = version_seen;
+  }
+}
+
+}  // namespace omnilearn::actors

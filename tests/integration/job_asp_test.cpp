@@ -1,0 +1,281 @@
+// Issue 13: asynchronous training (mode = "asp") end to end, with real processes on loopback:
+// parameter-server trainers holding shards of the flat parameter vector, worker trainers
+// pulling, computing and pushing, the head's scheduler dealing every batch.
+//
+// - One worker in ASP is plain SGD: the same final parameters as BSP with one worker (1e-6),
+//   with the parameters cut into two shards.
+// - Workers of different speeds (slowdown 1 and 3) use every sample exactly once per epoch, and
+//   staleness is measured.
+// - kill -9 of a worker trainer: the job goes on (its batch dealt again) and finishes.
+// - kill -9 of a server: restarted from its last checkpoint, the job finishes, and the summary
+//   counts the updates lost.
+// - A worker joining mid-job pushes soon after its hello (measured from the events; the bound
+//   asserted is generous, the figure printed).
+// No timing is asserted beyond generous bounds; every process is cleaned up by JobTest.
+
+#include <gtest/gtest.h>
+
+#include <signal.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+
+#include "tests/support/job_run.hpp"
+#include "tests/support/torch_python.hpp"
+
+namespace omnilearn::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using Json = nlohmann::json;
+
+// A small MLP on synthetic data; N = 1024 is a multiple of every batch below, so that BSP and
+// the dealer cut epochs alike.
+std::string job(const std::string& name, const std::string& mode, const std::string& train,
+                const std::string& extra, int min_workers, int max_workers) {
+  return R"(
+[job]
+name = ")" + name + R"("
+mode = ")" + mode + R"("
+
+[model]
+kind = "mlp"
+hidden = [32]
+
+[data]
+dataset = "synthetic"
+train_size = 1024
+test_size = 256
+
+[train]
+global_batch = 64
+optimizer = "sgd"
+lr = 0.05
+momentum = 0.9
+seed = 7
+)" + train + R"(
+
+[controller]
+policy = "proportional"
+min_batch = 4
+interval = 10
+cooldown = 2
+
+[elastic]
+min_workers = )" + std::to_string(min_workers) + R"(
+max_workers = )" + std::to_string(max_workers) + "\n" + extra;
+}
+
+class JobAsp : public JobTest {
+ protected:
+  std::unique_ptr<JobRun> submit(const std::string& name, const std::string& text) {
+    auto file = scratch_->write(name + ".toml", text);
+    return std::make_unique<JobRun>(cluster(), file, scratch_->path() / ("run-" + name));
+  }
+  void start(const std::vector<std::string>& workers,
+             const std::vector<std::vector<std::string>>& args = {}) {
+    scratch_ = std::make_unique<ScratchDir>("omnilearn-asp");
+    auto& cluster = start_cluster();
+    for (std::size_t i = 0; i < workers.size(); ++i) {
+      start_worker(workers[i], i < args.size() ? args[i] : std::vector<std::string>{});
+    }
+    for (const auto& w : workers) {
+      ASSERT_TRUE(cluster.wait_worker_joined(w, 20s)) << cluster.worker(w).describe();
+    }
+  }
+  static std::int64_t latest_step(const JobRun& run) {
+    std::int64_t step = 0;
+    for (const auto& e : run.events()) {
+      if (e.value("event", "") == "asp_interval") step = e.value("step", std::int64_t{0});
+    }
+    return step;
+  }
+};
+
+TEST_F(JobAsp, OneWorkerEqualsBspWithOneWorker) {
+  std::string why;
+  const auto python = find_torch_python(&why);
+  if (!python) GTEST_SKIP() << why;
+  ASSERT_NO_FATAL_FAILURE(start({"w1"}));
+  auto bsp = submit("bsp", job("bsp-one", "bsp", "steps = 40", "", 1, 1));
+  auto bsp_summary = bsp->wait_finished(120s);
+  ASSERT_TRUE(bsp_summary) << bsp->describe();
+  ASSERT_EQ(bsp_summary->at("status"), "succeeded") << bsp->describe();
+  auto asp = submit("asp", job("asp-one", "asp", "steps = 40",
+                               "\n[asp]\nservers = 2\nstaleness = \"none\"\n", 1, 1));
+  auto asp_summary = asp->wait_finished(120s);
+  ASSERT_TRUE(asp_summary) << asp->describe();
+  ASSERT_EQ(asp_summary->at("status"), "succeeded") << asp->describe();
+  EXPECT_EQ(asp_summary->at("mode"), "asp");
+  EXPECT_EQ(asp_summary->at("updates"), 40);
+  EXPECT_EQ(asp_summary->at("steps"), 40);
+  EXPECT_EQ(asp_summary->at("staleness").at("max"), 0);
+  EXPECT_EQ(asp_summary->at("dropped_stale"), 0);
+
+  const std::string a = bsp_summary->at("checkpoint");
+  const std::string b = asp_summary->at("checkpoint");
+  ASSERT_FALSE(a.empty());
+  ASSERT_FALSE(b.empty());
+  // Both are PyTorch-loadable; the largest difference of any parameter.
+  const auto compared = run_python(
+      *python, {"-c",
+                "import sys, torch\n"
+                "a = torch.load(sys.argv[1])['model']; b = torch.load(sys.argv[2])['model']\n"
+                "assert a.keys() == b.keys(), (a.keys(), b.keys())\n"
+                "print(max(float((a[k] - b[k]).abs().max()) for k in a))\n",
+                a, b});
+  ASSERT_EQ(compared.status.code, 0) << compared.out << compared.err;
+  const double diff = std::stod(compared.out);
+  std::printf("ASP (1 worker, 2 shards) vs BSP (1 worker), 40 steps: max |difference| %.3g\n",
+              diff);
+  EXPECT_LE(diff, 1e-6) << compared.out;
+}
+
+TEST_F(JobAsp, WorkersOfDifferentSpeedsUseEverySampleOncePerEpoch) {
+  ASSERT_NO_FATAL_FAILURE(start({"fast", "slow"}, {{"--slowdown", "1"}, {"--slowdown", "3"}}));
+  auto run = submit("speeds", job("asp-speeds", "asp", "epochs = 3",
+                                  "\n[asp]\nservers = 2\nstaleness = \"inverse\"\n", 2, 2));
+  auto summary = run->wait_finished(150s);
+  ASSERT_TRUE(summary) << run->describe();
+  ASSERT_EQ(summary->at("status"), "succeeded") << run->describe();
+  const auto& sampling = summary->at("sampling");
+  EXPECT_EQ(sampling.at("epochs_completed"), 3);
+  EXPECT_EQ(summary->at("epochs"), 3);
+  // Every epoch complete (each sample accepted once in it) and no more samples accepted than
+  // 3 x N: each sample exactly once per epoch.
+  EXPECT_EQ(sampling.at("samples_accepted"), 3 * 1024) << summary->dump(2);
+  EXPECT_EQ(sampling.at("duplicates"), 0);
+  std::int64_t sum = 0;
+  for (const auto& w : summary->at("workers")) {
+    EXPECT_GT(w.at("updates").get<std::int64_t>(), 0) << w.dump();
+    sum += w.at("updates").get<std::int64_t>();
+  }
+  EXPECT_EQ(sum, summary->at("updates").get<std::int64_t>());
+  EXPECT_EQ(summary->at("updates"), summary->at("steps"));
+  // Two workers pushing asynchronously: pushes are stale now and then.
+  EXPECT_GE(summary->at("staleness").at("max").get<std::int64_t>(), 1) << summary->dump(2);
+  const auto intervals = events_named(run->events(), "asp_interval");
+  ASSERT_FALSE(intervals.empty());
+  EXPECT_TRUE(intervals.back().at("staleness").contains("p95"));
+  std::printf("2 workers (slowdown 1, 3): %lld updates, staleness mean %.2f p95 %lld max %lld\n",
+              static_cast<long long>(summary->at("updates").get<std::int64_t>()),
+              summary->at("staleness").at("mean").get<double>(),
+              static_cast<long long>(summary->at("staleness").at("p95").get<std::int64_t>()),
+              static_cast<long long>(summary->at("staleness").at("max").get<std::int64_t>()));
+}
+
+TEST_F(JobAsp, KillOfAWorkerAndOfAServerTheJobFinishes) {
+  ASSERT_NO_FATAL_FAILURE(start({"w1", "w2"}));
+  auto run = submit("kill", job("asp-kill", "asp", "steps = 600",
+                                "\n[asp]\nservers = 2\n\n[checkpoint]\nevery = 20\n", 1, 2));
+  ASSERT_TRUE(run->wait_for_event("asp_interval", 90s,
+                                  [](const Json& e) { return e.value("step", 0) >= 60; }))
+      << run->describe();
+
+  // A worker trainer, kill -9.
+  const auto workers = trainer_processes(cluster().address(), run->id() + "-w1-t");
+  ASSERT_EQ(workers.size(), 1u) << describe(workers);
+  ASSERT_EQ(::kill(workers[0].pid, SIGKILL), 0);
+  ASSERT_TRUE(run->wait_for_event("trainer_gone", 30s)) << run->describe();
+  const auto after_worker = latest_step(*run);
+  ASSERT_TRUE(run->wait_for_event("asp_interval", 60s, [&](const Json& e) {
+    return e.value("step", std::int64_t{0}) > after_worker + 20;
+  })) << run->describe();
+
+  // A server trainer, kill -9, once a checkpoint of its shard exists.
+  auto servers = trainer_processes(cluster().address(), run->id() + "-w1-s");
+  if (servers.empty()) servers = trainer_processes(cluster().address(), run->id() + "-w2-s");
+  ASSERT_FALSE(servers.empty());
+  const auto& line = servers[0].command_line;
+  const auto at = line.find("--trainer ") + 10;
+  const std::string server = line.substr(at, line.find(' ', at) - at);
+  const auto spawned = run->wait_for_event("spawn", 1s, [&](const Json& e) {
+    return e.value("trainer", "") == server;
+  });
+  ASSERT_TRUE(spawned) << server << "\n" << run->describe();
+  const int shard = spawned->at("shard");
+  ASSERT_TRUE(run->wait_for_event("checkpoint", 60s, [&](const Json& e) {
+    return e.value("shard", -1) == shard;
+  })) << run->describe();
+  ASSERT_EQ(::kill(servers[0].pid, SIGKILL), 0);
+  ASSERT_TRUE(run->wait_for_event("server_gone", 30s)) << run->describe();
+  const auto recovered = run->wait_for_event("server_recovered", 90s);
+  ASSERT_TRUE(recovered) << run->describe();
+  EXPECT_EQ(recovered->at("shard"), shard);
+  // Resumed from its checkpoint (every 20 updates), not from the start.
+  EXPECT_GE(recovered->at("resumed_at").get<std::int64_t>(), 20) << recovered->dump();
+  EXPECT_EQ(recovered->at("resumed_at").get<std::int64_t>() % 20, 0) << recovered->dump();
+
+  auto summary = run->wait_finished(180s);
+  ASSERT_TRUE(summary) << run->describe();
+  ASSERT_EQ(summary->at("status"), "succeeded") << run->describe();
+  EXPECT_EQ(summary->at("updates"), 600);
+  std::int64_t restarts = 0;
+  for (const auto& s : summary->at("servers")) restarts += s.at("restarts").get<std::int64_t>();
+  EXPECT_EQ(restarts, 1) << summary->dump(2);
+  EXPECT_GE(summary->at("updates_lost").get<std::int64_t>(), 0);
+  std::printf("server killed: %lld updates lost (checkpoint every 20)\n",
+              static_cast<long long>(summary->at("updates_lost").get<std::int64_t>()));
+}
+
+TEST_F(JobAsp, AWorkerJoiningMidJobPushesSoonAfterItsHello) {
+  ASSERT_NO_FATAL_FAILURE(start({"w1"}));
+  auto run = submit("join", job("asp-join", "asp", "steps = 100000", "\n[asp]\nservers = 1\n",
+                                1, 2));
+  ASSERT_TRUE(run->wait_for_event("asp_interval", 90s,
+                                  [](const Json& e) { return e.value("step", 0) >= 20; }))
+      << run->describe();
+  start_worker("w2");
+  ASSERT_TRUE(cluster().wait_worker_joined("w2", 20s));
+  auto first = run->wait_for_event("first_push", 90s, [](const Json& e) {
+    return e.value("trainer", "").find("-w2-t") != std::string::npos;
+  });
+  ASSERT_TRUE(first) << run->describe();
+  const double since_hello = first->at("since_hello_s");
+  std::printf("a worker joining mid-job: first push %.3f s after its hello\n", since_hello);
+  EXPECT_GE(since_hello, 0.0);
+  EXPECT_LT(since_hello, 30.0);  // the issue asks for 2 s; a loaded CI machine gets slack
+  // It joined without any regroup: the first worker kept pushing.
+  const auto joined = run->wait_for_event("worker_joined", 1s, [](const Json& e) {
+    return e.value("trainer", "").find("-w2-t") != std::string::npos;
+  });
+  ASSERT_TRUE(joined);
+  EXPECT_LT(joined->at("time").get<double>(), first->at("time").get<double>());
+  auto stop = run_omnilearn({"stop", run->id(), "--address", cluster().address()}, 20s);
+  EXPECT_EQ(stop.status.code, 0) << stop.out << stop.err;
+  auto summary = run->wait_finished(60s);
+  ASSERT_TRUE(summary) << run->describe();
+  EXPECT_EQ(summary->at("status"), "stopped");
+}
+
+TEST_F(JobAsp, BadAspSettingsAreRejectedAtSubmitWithTheLocation) {
+  ASSERT_NO_FATAL_FAILURE(start({"w1"}));
+  struct Case {
+    std::string table;
+    std::string where;  // line:column of the bad key in the file below
+    std::string says;
+  };
+  // job() puts [asp] after [elastic]: the table's first key is on line 34.
+  const std::vector<Case> cases = {
+      {"servers = 0\n", ":34:11:", "[asp] servers: expected an integer in [1, 4096], got 0"},
+      {"staleness = \"bound\"\n", ":34:13:", "\"bound\" needs max_staleness"},
+      {"staleness = \"inverse\"\nmax_staleness = 2\n", ":35:17:", "only with staleness = \"bound\""},
+      {"lr_scaling = \"sqrt\"\n", ":34:14:", "expected one of \"none\", \"linear\""},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.table);
+    const auto text = job("asp-bad", "asp", "steps = 10", "\n[asp]\n" + c.table, 1, 1);
+    const auto file = scratch_->write("bad.toml", text);
+    auto result = run_omnilearn({"submit", file.string(), "--address", cluster().address(),
+                                 "--run-dir", (scratch_->path() / "run-bad").string()},
+                                20s);
+    ASSERT_FALSE(result.timed_out);
+    EXPECT_EQ(result.status.code, 2) << result.err;
+    EXPECT_NE(result.err.find(file.string() + c.where), std::string::npos) << result.err;
+    EXPECT_NE(result.err.find(c.says), std::string::npos) << result.err;
+  }
+}
+
+}  // namespace
+}  // namespace omnilearn::testing
