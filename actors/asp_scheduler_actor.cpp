@@ -199,12 +199,13 @@ void AspSchedulerActor::replan(const std::string& why) {
   last_plan_update_ = updates_;
   if (!plan.changed && !plan_.empty()) return;
   plan_.clear();
-  Json batches = Json::object();
-  Json times = Json::object();
+  // As BSP's plan events: arrays in worker order (`workers` names them).
+  Json batches = Json::array();
+  Json times = Json::array();
   for (const auto& name : workers) {
     plan_[name] = plan.batch_of(name);
-    batches[name] = plan_[name];
-    times[name] = trainers_[name].compute_time_s;
+    batches.push_back(plan_[name]);
+    times.push_back(trainers_[name].compute_time_s);
     trainers_[name].since_plan = 0;
   }
   plan_version_ = plan.version;
@@ -212,6 +213,7 @@ void AspSchedulerActor::replan(const std::string& why) {
             {"step", updates_},
             {"version", plan.version},
             {"reason", why},
+            {"workers", workers},
             {"batches", batches},
             {"compute_times", times},
             {"predicted_step_time", plan.predicted_step_time}});
@@ -447,7 +449,7 @@ void AspSchedulerActor::on_deal(const runtime::Envelope& message, const AspDealR
   }
 
   if (training_done()) {
-    if (finisher_.empty() || trainers_[finisher_].gone) {
+    if (finisher_.empty() || trainers_[finisher_].gone || finisher_ == request.trainer) {
       finisher_ = request.trainer;
       reply.action = AspDealReply::kFinish;
       for (const auto& s : shards_) reply.servers.push_back(s.endpoint);
@@ -455,7 +457,9 @@ void AspSchedulerActor::on_deal(const runtime::Envelope& message, const AspDealR
         finisher_.clear();
         reply.action = AspDealReply::kWait;
         reply.wait_ms = 200;
-      } else {
+      } else if (!finishing_announced_) {
+        finishing_announced_ = true;
+        last_progress_ = Clock::now();  // the finish has as long as an update would
         emit(Json{{"event", "finishing"}, {"trainer", request.trainer}, {"step", updates_}});
       }
     } else {
@@ -533,6 +537,19 @@ void AspSchedulerActor::trainer_gone(const std::string& name, const std::string&
   if (it == trainers_.end() || it->second.gone) return;
   auto& t = it->second;
   t.gone = true;
+  const bool started = t.server ? t.ready : t.first_push_at.has_value();
+  if (!started && !finished_) {
+    // A trainer that cannot start (bad data on its node, a model too big for the shards, ...)
+    // would otherwise be restarted forever.
+    const int limit = std::max<int>(5, 2 * (static_cast<int>(shards_.size()) +
+                                            options_.spec.elastic.max_workers));
+    if (++start_failures_ >= limit) {
+      fail(fmt::format("trainers cannot start: {} ended before they served or pushed (last: {}: "
+                       "{})",
+                       start_failures_, name, why));
+      return;
+    }
+  }
   if (t.server) {
     auto& shard = shards_[static_cast<std::size_t>(t.shard)];
     if (shard.trainer == name) {
@@ -561,7 +578,10 @@ void AspSchedulerActor::trainer_gone(const std::string& name, const std::string&
   if (t.ready) membership_log_.push_back("-" + name);
   emit(Json{{"event", "trainer_gone"}, {"trainer", name}, {"reason", why},
             {"samples_reissued", reissued}});
-  if (finisher_ == name) finisher_.clear();
+  if (finisher_ == name) {
+    finisher_.clear();
+    finishing_announced_ = false;
+  }
   if (t.ready) replan("worker left");
 }
 

@@ -137,6 +137,8 @@ class AspSchedulerActor : public runtime::Actor {
   std::int64_t interval_updates_ = 0;
 
   std::string finisher_;  // the worker told to write the final model
+  bool finishing_announced_ = false;
+  int start_failures_ = 0;  // trainers gone before they served (servers) or pushed (workers)
   double final_accuracy_ = -1;
   double final_loss_ = -1;
   std::string final_checkpoint_;

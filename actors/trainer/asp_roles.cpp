@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -96,6 +97,8 @@ struct ShardState {
   std::string checkpoint_path;
   runtime::ActorAddress scheduler;
   std::int64_t reported_lost = 0;
+  // steady_clock ticks of the last pull or push (the training thread reads it).
+  std::atomic<std::int64_t> last_message{Clock::now().time_since_epoch().count()};
 };
 
 // {"shard": {"params": T}, "optimizer": {...}, "optimizer_kind": s, "asp": {offset, size, ...},
@@ -173,6 +176,7 @@ class AspServerActor : public runtime::Actor {
   explicit AspServerActor(std::shared_ptr<ShardState> state) : s_(std::move(state)) {}
 
   void on_message(const runtime::Envelope& message) override {
+    s_->last_message = Clock::now().time_since_epoch().count();
     if (message.kind == runtime::kind_of<AspPull>()) {
       on_pull(message);
     } else if (message.kind == runtime::kind_of<AspPush>()) {
@@ -399,8 +403,19 @@ int run_asp_server(AspRoleContext& c) {
     spdlog::error("server {}: the scheduler did not answer", c.trainer);
     code = 1;
   } else {
-    // Serve until told to stop; the actor does the work.
+    // Serve until told to stop; the actor does the work. A server nobody has asked anything
+    // for this long has lost its job (the head and its scheduler are gone): it exits.
+    const auto idle_limit = std::chrono::seconds(120) +
+                            std::chrono::seconds(static_cast<int>(c.spec.elastic.grace_period_s));
     while (!c.wait_stop(1s)) {
+      const auto idle = Clock::now().time_since_epoch() -
+                        std::chrono::steady_clock::duration(state->last_message.load());
+      if (idle > idle_limit) {
+        spdlog::error("server {}: no pull or push for {} s; exiting", c.trainer,
+                      std::chrono::duration_cast<std::chrono::seconds>(idle).count());
+        code = 1;
+        break;
+      }
     }
   }
   c.system.stop(kAspServerActor, "stopping");
@@ -457,8 +472,12 @@ int run_asp_worker(AspRoleContext& c) {
         if (!pulled && c.wait_stop(500ms)) return 0;
       }
       if (!pulled) {
-        finished.error = error;
-      } else {
+        // A server is down (it restarts from its checkpoint): ask again; the scheduler tells
+        // this worker to finish once every shard is back.
+        spdlog::warn("worker {}: cannot pull the final parameters yet: {}", c.trainer, error);
+        continue;
+      }
+      {
         const auto eval = c.replica.evaluate();
         finished.test_accuracy = eval.accuracy;
         finished.test_loss = eval.loss;
@@ -476,7 +495,9 @@ int run_asp_worker(AspRoleContext& c) {
         spdlog::info("worker {}: final model: test accuracy {:.4f}, loss {:.4f}", c.trainer,
                      eval.accuracy, eval.loss);
       }
-      c.system.ask(scheduler, finished, kSchedulerAskTimeout).wait_for(kSchedulerAskTimeout);
+      for (int attempt = 0; attempt < kSchedulerAttempts; ++attempt) {
+        if (c.system.ask(scheduler, finished, kSchedulerAskTimeout).get().ok()) break;
+      }
       // The scheduler ends the job and stops every trainer; bounded in case it never does.
       c.wait_stop(60s);
       return 0;
@@ -538,6 +559,20 @@ int run_asp_worker(AspRoleContext& c) {
       request.failed_batch = deal->batch_id;
       continue;
     }
+    // As a BSP trainer reports each step: the agent's heartbeats carry this worker's timings
+    // (status, /metrics), and the agent learns where to send a `node set` speed change.
+    TrainerReport report;
+    report.job_id = c.job;
+    report.trainer = c.trainer;
+    report.rank = 0;
+    report.step = batches;
+    report.total_steps = c.total_steps;
+    report.epoch = deal->epoch;
+    report.loss = g.loss;
+    report.batch = static_cast<std::int32_t>(deal->indices.size());
+    report.compute_time_s = g.compute_time_s;
+    report.step_time_s = seconds_since(started);
+    c.system.tell(runtime::ActorAddress{c.agent, kAgentActor}, report);
     request.pushed_batch = deal->batch_id;
     request.staleness = staleness;
     request.applied = all_applied;

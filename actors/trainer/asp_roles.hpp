@@ -28,6 +28,7 @@ namespace omnilearn::actors {
 struct AspRoleContext {
   runtime::ActorSystem& system;
   std::string head;       // the head's endpoint
+  std::string agent;      // this node's agent (its heartbeats carry the worker's timings)
   std::string scheduler;  // the job's scheduler actor there
   std::string job;
   std::string trainer;

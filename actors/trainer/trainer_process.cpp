@@ -254,7 +254,7 @@ class TrainingLoop {
 
   // Asynchronous training (mode = "asp"): no generations, no collectives (asp_roles.hpp).
   int run_asp(const TrainerHelloReply& hello, const JobSpec& spec) {
-    AspRoleContext context{system_,  args_.head, args_.scheduler, args_.job, args_.trainer,
+    AspRoleContext context{system_,  args_.head, args_.agent, args_.scheduler, args_.job, args_.trainer,
                            args_.gloo_host, hello,      spec,            *trainer_, total_steps_,
                            {},              {}};
     std::optional<std::string> stopped;
