@@ -50,7 +50,7 @@ class EventPrinter {
   void print(const Json& e) {
     const std::string kind = e.value("event", "");
     if (live_) {
-      if (kind == "step") {
+      if (kind == "step" || kind == "asp_interval") {
         progress_.observe(e);
         // An evaluation stays on the screen; the progress line is redrawn under it.
         if (e.contains("test_accuracy")) {
@@ -98,6 +98,24 @@ class EventPrinter {
       if (!workers.empty() && e.value("step", 0) % 50 == 0) {
         std::printf("        compute per worker:%s\n", workers.c_str());
       }
+    } else if (kind == "asp_interval") {
+      const auto& st = e.contains("staleness") ? e["staleness"] : Json::object();
+      std::printf("update %6lld  epoch %lld  loss %.4f  %.1f updates/s  staleness mean %.2f p95 "
+                  "%lld max %lld\n",
+                  static_cast<long long>(e.value("step", 0)),
+                  static_cast<long long>(e.value("epoch", 0)), e.value("loss", 0.0),
+                  e.value("updates_per_s", 0.0), st.value("mean", 0.0),
+                  static_cast<long long>(st.value("p95", 0)),
+                  static_cast<long long>(st.value("max", 0)));
+    } else if (kind == "server_gone") {
+      std::printf("  parameter server %s (shard %d) gone: %s\n", e.value("trainer", "").c_str(),
+                  e.value("shard", 0), e.value("reason", "").c_str());
+    } else if (kind == "server_recovered") {
+      std::printf("  shard %d back (incarnation %lld) from its checkpoint at update %lld; %lld "
+                  "updates lost\n",
+                  e.value("shard", 0), static_cast<long long>(e.value("incarnation", 0)),
+                  static_cast<long long>(e.value("resumed_at", 0)),
+                  static_cast<long long>(e.value("updates_lost", 0)));
     } else if (kind == "submitted") {
       std::printf("job %s '%s': policy %s, global batch %d, workers %d..%d\n",
                   e.value("job_id", "").c_str(), e.value("name", "").c_str(),
@@ -173,10 +191,6 @@ class EventPrinter {
 void print_summary(const Json& s) {
   std::printf("\n== summary: job %s %s ==\n", s.value("job_id", "").c_str(),
               s.value("status", "").c_str());
-  std::printf("steps %lld, epochs %lld, wall time %.1f s, generations %lld\n",
-              static_cast<long long>(s.value("steps", 0)),
-              static_cast<long long>(s.value("epochs", 0)), s.value("wall_time_s", 0.0),
-              static_cast<long long>(s.value("generations", 0)));
   // A summary may lack any field (the head writes a short one for a job whose scheduler
   // crashed): const operator[] on a missing key is undefined, so look fields up with field().
   static const Json kNull;
@@ -184,6 +198,39 @@ void print_summary(const Json& s) {
     auto it = s.find(key);
     return it != s.end() ? *it : kNull;
   };
+  if (s.value("mode", "") == "asp") {
+    // Asynchronous training: server updates, staleness, and each worker's updates.
+    const Json& st = field("staleness");
+    std::printf("updates %lld, epochs %lld, wall time %.1f s; staleness mean %.2f p95 %lld max "
+                "%lld; dropped stale %lld; updates lost %lld\n",
+                static_cast<long long>(s.value("updates", 0)),
+                static_cast<long long>(s.value("epochs", 0)), s.value("wall_time_s", 0.0),
+                st.is_object() ? st.value("mean", 0.0) : 0.0,
+                static_cast<long long>(st.is_object() ? st.value("p95", 0) : 0),
+                static_cast<long long>(st.is_object() ? st.value("max", 0) : 0),
+                static_cast<long long>(s.value("dropped_stale", 0)),
+                static_cast<long long>(s.value("updates_lost", 0)));
+    if (field("final_test_accuracy").is_number() && field("final_test_loss").is_number()) {
+      std::printf("test accuracy %.4f, test loss %.4f\n",
+                  field("final_test_accuracy").get<double>(),
+                  field("final_test_loss").get<double>());
+    }
+    std::printf("%-22s %-12s %7s %6s %12s %12s\n", "WORKER", "NODE", "UPDATES", "BATCH",
+                "SAMPLES/S", "COMPUTE-MS");
+    for (const auto& w : field("workers")) {
+      std::printf("%-22s %-12s %7lld %6d %12.0f %12.2f\n", w.value("name", "").c_str(),
+                  w.value("node", "").c_str(), static_cast<long long>(w.value("updates", 0)),
+                  w.value("final_batch", 0), w.value("samples_per_s", 0.0),
+                  1000 * w.value("compute_time_s", 0.0));
+    }
+    if (!s.value("reason", "").empty()) std::printf("reason: %s\n", s.value("reason", "").c_str());
+    std::fflush(stdout);
+    return;
+  }
+  std::printf("steps %lld, epochs %lld, wall time %.1f s, generations %lld\n",
+              static_cast<long long>(s.value("steps", 0)),
+              static_cast<long long>(s.value("epochs", 0)), s.value("wall_time_s", 0.0),
+              static_cast<long long>(s.value("generations", 0)));
   if (field("final_test_accuracy").is_number() && field("final_test_loss").is_number()) {
     std::printf("test accuracy %.4f, test loss %.4f\n", field("final_test_accuracy").get<double>(),
                 field("final_test_loss").get<double>());
