@@ -54,10 +54,13 @@ class Actor {
   virtual void on_start() {}
   virtual void on_message(const Envelope& message) = 0;
   virtual void on_stop() {}
-  // True if every handler of this actor finishes in microseconds and never blocks. Its turns may
-  // then run directly on the transport's I/O thread when a message from the network (or the
-  // answer to one of its asks) finds it idle, saving two thread hand-offs per message: the task
-  // router and the executors, which only relay. Asked once, at spawn.
+  // A message from the network (or the answer to one of its asks) that finds an actor idle is
+  // handled on the transport's I/O thread, the thread that read it, saving two thread hand-offs
+  // per message; a turn there that runs past the transport's takeover limit or blocks (in a
+  // BlockingScope) hands the sockets to a standby thread, so nothing stalls the reading for
+  // long. An actor whose turn there was taken over runs on the pool for the next second, unless
+  // this says true: every handler finishes in microseconds and never blocks (the task router and
+  // the executors, which only relay). Asked once, at spawn.
   virtual bool runs_inline() const { return false; }
 
  protected:

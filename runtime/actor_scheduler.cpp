@@ -4,6 +4,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "runtime/transport.hpp"
+
 namespace omnilearn::runtime {
 namespace {
 // The pool the current thread belongs to (nullptr off every pool).
@@ -115,7 +117,13 @@ void ActorScheduler::end_blocking() {
 }
 
 ActorScheduler::BlockingScope::BlockingScope() : scheduler_(t_pool) {
-  if (scheduler_) scheduler_->begin_blocking();
+  if (scheduler_) {
+    scheduler_->begin_blocking();
+  } else {
+    // An actor's turn on the I/O thread: let the standby read the sockets while this waits
+    // (what it waits for may well need them).
+    Transport::yield_io_role();
+  }
 }
 
 ActorScheduler::BlockingScope::~BlockingScope() {

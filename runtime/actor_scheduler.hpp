@@ -12,6 +12,10 @@
 // thread is inside one, the pool starts a spare thread if no other would be left to run actors,
 // so waits that depend on other actors cannot deadlock the pool (the managed-blocking rule of
 // Java's ForkJoinPool). Spare threads end when the wait is over and they find no work.
+//
+// Turns also run on the transport's I/O thread (runtime/transport.hpp: a message from the network
+// that finds its actor idle is handled by the thread that read it); a BlockingScope there hands
+// the sockets to the transport's standby thread for the wait.
 
 #include <condition_variable>
 #include <cstddef>

@@ -42,8 +42,18 @@ constexpr const char* kSystemActor = "$system";
 // actor's own handler must not wait for that actor to finish.
 thread_local const void* t_current_cell = nullptr;
 
-// Letters per inline turn (on the I/O thread): short, so sockets are read again soon.
-constexpr std::size_t kInlineBatch = 1;
+// Actor code on the I/O thread (ActorSystem::Impl::run_claimed_on_io): a round of turns there
+// stops after this much time, leaving the rest to the pool, so the sockets are read again soon.
+constexpr auto kInlineRoundBudget = std::chrono::microseconds(500);
+// An actor whose turn on the I/O thread ran past the transport's takeover limit or blocked runs
+// on the pool for this long, then may try again (a preempted turn is not a slow actor).
+constexpr auto kPoolAfterTakeover = std::chrono::seconds(1);
+
+std::int64_t steady_now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 // A single timer thread for the whole system. Expired timers hand their task to the actor's
 // mailbox (or run a completion), so no user code ever runs on this thread.
@@ -195,6 +205,8 @@ struct ActorSystem::Impl {
     bool started = false;                 // touched only by the thread holding the claim
     bool crashed = false;                 // the same: a handler threw, the actor must finish
     bool runs_inline = false;             // Actor::runs_inline(), read once at spawn
+    // Its turns may run on the I/O thread from this steady_now_ns() on (kPoolAfterTakeover).
+    std::atomic<std::int64_t> inline_after{0};
     std::promise<void> finished;  // set once on_stop ran and watchers were told
     std::shared_future<void> finished_future = finished.get_future().share();
   };
@@ -238,6 +250,11 @@ struct ActorSystem::Impl {
   std::map<std::string, std::set<std::pair<ActorAddress, ActorAddress>>> remote_watches;
   // Runs every actor's turns (runtime/actor_scheduler.hpp); created by the constructor.
   std::unique_ptr<ActorScheduler> scheduler;
+  // Actors claimed by the I/O thread while it dispatched a round of reads: their turns run there
+  // at the round's end (run_claimed_on_io). Touched only by the thread holding the I/O role (a
+  // takeover hands them on with the role: the transport orders the two threads' accesses).
+  std::vector<std::shared_ptr<Cell>> claimed_on_io;
+  std::size_t claimed_next = 0;  // the next of claimed_on_io to run
   bool shut_down = false;                                            // guarded by mutex
 
   ActorSystem* owner = nullptr;
@@ -462,16 +479,46 @@ struct ActorSystem::Impl {
       case Mailbox::Push::kRejected: return false;
       case Mailbox::Push::kQueued: return true;
       case Mailbox::Push::kClaimed:
-        // Claimed on the I/O thread, for an actor that never blocks: run the turn here rather
-        // than wake a pool thread that would hand its replies back to this one.
-        if (cell->runs_inline && t_current_cell == nullptr && Transport::on_io_thread()) {
-          run_turn(cell, /*inline_turn=*/true);
+        // Claimed on the I/O thread while it dispatches what it read: the turn runs there once
+        // the round is dispatched, rather than on a pool thread that would have to be woken and
+        // would hand its replies back to this one (two thread hand-offs per message).
+        if (t_current_cell == nullptr && Transport::on_io_thread() && transport->holds_io_role() &&
+            cell->inline_after.load(std::memory_order_relaxed) <= steady_now_ns()) {
+          claimed_on_io.push_back(cell);
         } else {
           schedule_turn(cell);
         }
         return true;
     }
     return true;
+  }
+
+  // The I/O thread, after a round of reads (Transport's burst handler): the turns of the actors
+  // it claimed meanwhile, each watched by the transport's standby. What the round's budget does
+  // not cover goes to the pool. When the role is taken over during a turn (it ran long or
+  // blocked), the rest of the list is the new leader's: it runs them in its first round, so no
+  // claimed actor is stranded behind a stuck one; the slow actor runs on the pool for a while.
+  void run_claimed_on_io() {
+    const auto round_end = std::chrono::steady_clock::now() + kInlineRoundBudget;
+    while (claimed_next < claimed_on_io.size()) {
+      if (std::chrono::steady_clock::now() >= round_end) {
+        while (claimed_next < claimed_on_io.size()) schedule_turn(claimed_on_io[claimed_next++]);
+        break;
+      }
+      std::shared_ptr<Cell> cell = std::move(claimed_on_io[claimed_next++]);
+      if (!transport->run_inline([&] { run_turn(cell, /*inline_turn=*/true); })) {
+        // Taken over: claimed_on_io belongs to the new leader now; touch only `cell`.
+        if (!cell->runs_inline) {
+          cell->inline_after.store(
+              steady_now_ns() +
+                  std::chrono::duration_cast<std::chrono::nanoseconds>(kPoolAfterTakeover).count(),
+              std::memory_order_relaxed);
+        }
+        return;
+      }
+    }
+    claimed_on_io.clear();  // keeps its capacity: no allocation per round
+    claimed_next = 0;
   }
 
   // Only the holder of the cell's claim calls this.
@@ -508,7 +555,7 @@ struct ActorSystem::Impl {
         return;
       }
     }
-    const std::size_t batch = inline_turn ? kInlineBatch : scheduler->batch();
+    const std::size_t batch = scheduler->batch();
     for (std::size_t i = 0; i < batch; ++i) {
       Letter letter;
       switch (cell->mailbox.take(letter)) {
@@ -604,7 +651,8 @@ ActorSystem::ActorSystem(SystemOptions options) : impl_(std::make_unique<Impl>()
       transport_options, [impl = impl_.get()](Envelope&& e) { impl->dispatch(std::move(e)); },
       [impl = impl_.get()](const Envelope& e, const std::string& why) {
         impl->undeliverable(e, why);
-      });
+      },
+      [impl = impl_.get()] { impl->run_claimed_on_io(); });
 }
 
 ActorSystem::~ActorSystem() { shutdown(); }

@@ -61,7 +61,12 @@ std::string describe_handshake_failure(std::uint16_t event, std::uint32_t value)
   }
 }
 
-thread_local bool t_io_thread = false;  // set on every transport's I/O thread
+
+std::int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 // The well-known endpoint libzmq sends ZAP requests to, one handler per context (RFC 27).
 constexpr const char* kZapEndpoint = "inproc://zeromq.zap.01";
@@ -70,6 +75,11 @@ constexpr const char* kZapDomain = "omnilearn";
 }  // namespace
 
 struct Transport::Impl {
+  // The transport whose I/O role this thread holds (nullptr: none), and the role's epoch when it
+  // took it (each takeover bumps the epoch).
+  static inline thread_local Impl* t_io_leader = nullptr;
+  static inline thread_local std::uint64_t t_io_epoch = 0;
+
   TransportOptions options;
   InboundHandler on_inbound;
   UndeliverableHandler on_undeliverable;
@@ -109,7 +119,157 @@ struct Transport::Impl {
   std::unordered_map<std::string, Route> routes;  // by system id
   std::uint64_t route_clock = 0;
 
-  std::thread io_thread;
+  // The I/O role (leader/follower). Exactly one thread at a time, the leader, reads and writes
+  // the sockets, and it runs actor turns itself between two reads (run_inline), so that a
+  // message and its reply need no hand-off between threads. While it runs actor code a standby
+  // thread watches the clock: code that runs past options.inline_takeover (or enters a blocking
+  // wait) loses the role, the standby becomes the leader and reads on, and the old leader, once
+  // its code returns, becomes the standby (or ends, when there is one already).
+  //
+  // Who holds the role is decided by one atomic, inline_since: the leader writes a fresh ticket
+  // (a nanosecond time, strictly increasing over the transport's life) when it begins inline
+  // work and takes it back with a compare-exchange when the work returns; a standby takes the
+  // role by a compare-exchange from that ticket to kTaken. Exactly one of the two succeeds, so
+  // the sockets never have two users, and a leader whose ticket is gone knows it lost the role.
+  static constexpr std::int64_t kTaken = -1;
+  std::atomic<std::int64_t> inline_since{0};  // 0: no inline work; kTaken: just taken over
+  std::int64_t last_ticket = 0;               // the leader's (passed on at each takeover)
+  std::atomic<std::uint64_t> inline_runs{0};  // inline works begun: the standby's sign of traffic
+  std::atomic<bool> standby_parked{false};    // the standby sleeps until inline work begins
+  std::condition_variable standby_wake;
+  std::uint64_t role_epoch = 0;  // guarded by mutex; bumped by each takeover
+  bool handed_over = false;      // guarded by mutex: the leader yielded the role (yield_role)
+  std::size_t standbys = 0;      // guarded by mutex
+  struct IoThread {
+    std::thread thread;
+    std::shared_ptr<bool> done;  // set under mutex when the thread has ended: joinable at once
+  };
+  std::vector<IoThread> io_threads;  // guarded by mutex
+  std::function<void()> on_burst_end;
+
+  // Starts an I/O-capable thread: the leader (at construction) or a standby. Caller holds mutex.
+  void start_io_thread_locked(bool leader) {
+    std::erase_if(io_threads, [](IoThread& t) {
+      if (!*t.done) return false;
+      t.thread.join();
+      return true;
+    });
+    auto done = std::make_shared<bool>(false);
+    if (!leader) ++standbys;
+    io_threads.push_back(IoThread{std::thread([this, leader, done] {
+                                    ::pthread_setname_np(::pthread_self(), "ol-io");
+                                    io_main(leader);
+                                    std::lock_guard lock(mutex);
+                                    *done = true;
+                                  }),
+                                  done});
+  }
+
+  void io_main(bool leader) {
+    if (leader) {
+      std::lock_guard lock(mutex);
+      t_io_epoch = role_epoch;
+    }
+    while (true) {
+      if (!leader && !wait_for_takeover()) return;
+      t_io_leader = this;
+      if (run()) return;  // stopped: run() closed the sockets
+      // The role was taken over while this thread ran an actor's turn: stand by instead.
+      leader = false;
+      std::lock_guard lock(mutex);
+      ++standbys;
+    }
+  }
+
+  // The standby becomes the leader. Caller holds mutex.
+  void become_leader_locked() {
+    ++role_epoch;
+    t_io_epoch = role_epoch;
+    --standbys;
+    handed_over = false;
+    stats.io_takeovers.fetch_add(1, std::memory_order_relaxed);
+    // Someone must watch the new leader in turn; the old one joins in once it is free.
+    if (standbys == 0) start_io_thread_locked(false);
+  }
+
+  // A standby's life: sleep while no actor code runs on the leader, watch the clock while some
+  // does, take the role if it runs too long. True: this thread is now the leader. False: it is
+  // not needed (stopping, or another standby is there) and ends.
+  bool wait_for_takeover() {
+    const std::int64_t limit =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(options.inline_takeover).count();
+    std::unique_lock lock(mutex);
+    std::uint64_t runs_seen = inline_runs.load();
+    while (true) {
+      if (stopping || standbys > 1) {
+        --standbys;
+        return false;
+      }
+      if (handed_over) {
+        become_leader_locked();
+        return true;
+      }
+      std::int64_t ticket = inline_since.load();
+      if (ticket > 0) {
+        const std::int64_t busy = steady_ns() - ticket;
+        if (busy >= limit) {
+          if (inline_since.compare_exchange_strong(ticket, kTaken)) {
+            become_leader_locked();
+            return true;
+          }
+          continue;  // the work ended (or new work began) just now: look again
+        }
+        standby_wake.wait_for(lock, std::chrono::nanoseconds(limit - busy));
+        continue;
+      }
+      // Nothing runs inline now. While turns keep coming, look again after a limit's time
+      // (no wake-up on the leader's path); after a quiet spell, sleep until the leader calls.
+      const std::uint64_t runs = inline_runs.load();
+      if (runs != runs_seen) {
+        runs_seen = runs;
+        standby_wake.wait_for(lock, options.inline_takeover);
+        continue;
+      }
+      standby_parked.store(true);
+      if (inline_since.load() <= 0 && !stopping && !handed_over && standbys <= 1) {
+        standby_wake.wait(lock);
+      }
+      standby_parked.store(false);
+      runs_seen = inline_runs.load();
+    }
+  }
+
+  // The leader only: runs `work` (actor code), watched by the standby. False when the role was
+  // taken over meanwhile: this thread must not touch the sockets again.
+  bool run_inline(const std::function<void()>& work) {
+    const std::int64_t ticket = std::max(steady_ns(), last_ticket + 1);
+    last_ticket = ticket;
+    inline_since.store(ticket);
+    inline_runs.fetch_add(1, std::memory_order_relaxed);
+    if (standby_parked.load()) {
+      std::lock_guard lock(mutex);  // the standby is between its check and its wait, or waiting
+      standby_wake.notify_one();
+    }
+    try {
+      work();
+    } catch (const std::exception& e) {
+      spdlog::error("transport: inline work threw: {}", e.what());
+    }
+    std::int64_t mine = ticket;
+    if (inline_since.compare_exchange_strong(mine, 0)) return true;
+    t_io_leader = nullptr;  // taken over: from here on an ordinary thread
+    return false;
+  }
+
+  // The leader only, inside run_inline: a wait is coming (a BlockingScope), so the standby
+  // takes the role now rather than after the takeover limit.
+  void yield_role() {
+    std::int64_t ticket = inline_since.load();
+    if (ticket <= 0 || !inline_since.compare_exchange_strong(ticket, kTaken)) return;
+    std::lock_guard lock(mutex);
+    handed_over = true;
+    standby_wake.notify_all();
+  }
 
   void wake() {
     std::uint64_t one = 1;
@@ -551,7 +711,9 @@ struct Transport::Impl {
 
   enum class Polled { kWake, kRouter, kDealer, kRouterMonitor, kDealerMonitor, kZap };
 
-  void run() {
+  // The leader's loop. True when the transport stopped (the sockets are closed); false when the
+  // role was taken over during an actor's turn (the sockets are the new leader's).
+  bool run() {
     std::vector<zmq::pollitem_t> items;
     // Parallel to items: what each one is, and for a DEALER or its monitor, its map entry (whose
     // address is stable: unordered_map nodes do not move, and dealers are never erased here).
@@ -569,10 +731,18 @@ struct Transport::Impl {
       if (!out.empty()) outbox_space.notify_all();
       for (auto& command : todo) command();
       if (!out.empty()) deliver_all(out);
+      // Everything read is in the mailboxes: the turns claimed meanwhile run here, before the
+      // next sleep (also the first thing a leader does after a takeover: what the old one had
+      // claimed and not run yet).
+      if (on_burst_end) on_burst_end();
+      if (t_io_leader != this) return false;
       {
         std::lock_guard lock(mutex);
         // Leave only with nothing queued: a command posted before stop() must still run.
         if (stopping && outbox.empty() && commands.empty()) break;
+        // What this thread queued itself (a command's or a turn's sends) wrote no wake-up: take
+        // it before sleeping.
+        if (!outbox.empty()) continue;
       }
 
       items.clear();
@@ -619,6 +789,7 @@ struct Transport::Impl {
     router_monitor.reset();
     dealers.clear();
     zap.reset();
+    return true;
   }
 
   // False once stop() has begun: the I/O thread may already be gone, and a command queued now
@@ -635,21 +806,20 @@ struct Transport::Impl {
 };
 
 Transport::Transport(TransportOptions options, InboundHandler on_inbound,
-                     UndeliverableHandler on_undeliverable)
+                     UndeliverableHandler on_undeliverable, BurstHandler on_burst_end)
     : impl_(std::make_unique<Impl>()) {
   impl_->options = std::move(options);
   impl_->on_inbound = std::move(on_inbound);
   impl_->on_undeliverable = std::move(on_undeliverable);
+  impl_->on_burst_end = std::move(on_burst_end);
   // spdlog's registry is a lazily built static inside the (uninstrumented) shared library: build
   // it here, before the I/O thread can log, so ThreadSanitizer sees the thread start order.
   spdlog::default_logger_raw();
   impl_->wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (impl_->wake_fd < 0) throw std::runtime_error("transport: eventfd failed");
-  impl_->io_thread = std::thread([impl = impl_.get()] {
-    ::pthread_setname_np(::pthread_self(), "ol-io");  // what top -H and perf show
-    t_io_thread = true;
-    impl->run();
-  });
+  std::lock_guard lock(impl_->mutex);
+  impl_->start_io_thread_locked(/*leader=*/true);
+  impl_->start_io_thread_locked(/*leader=*/false);
 }
 
 Transport::~Transport() {
@@ -698,7 +868,21 @@ std::string Transport::bind(const std::string& endpoint) {
   return listening;
 }
 
-bool Transport::on_io_thread() { return t_io_thread; }
+bool Transport::on_io_thread() { return Impl::t_io_leader != nullptr; }
+
+bool Transport::holds_io_role() const { return Impl::t_io_leader == impl_.get(); }
+
+bool Transport::run_inline(const std::function<void()>& work) {
+  if (Impl::t_io_leader != impl_.get()) {
+    work();
+    return false;
+  }
+  return impl_->run_inline(work);
+}
+
+void Transport::yield_io_role() {
+  if (Impl::t_io_leader) Impl::t_io_leader->yield_role();
+}
 
 void Transport::send(Envelope envelope) {
   bool was_empty;
@@ -706,7 +890,10 @@ void Transport::send(Envelope envelope) {
     std::unique_lock lock(impl_->mutex);
     if (impl_->stopping) return;
     const std::size_t limit = std::max<std::size_t>(1, impl_->options.max_outbox);
-    if (impl_->outbox.size() >= limit && std::this_thread::get_id() != impl_->io_thread.get_id()) {
+    // The leader never waits: it is the one that would make room.
+    const bool leader =
+        Impl::t_io_leader == impl_.get() && Impl::t_io_epoch == impl_->role_epoch;
+    if (impl_->outbox.size() >= limit && !leader) {
       impl_->stats.outbox_waits.fetch_add(1, std::memory_order_relaxed);
       bool room = impl_->outbox_space.wait_for(lock, impl_->options.outbox_wait, [&] {
         return impl_->stopping || impl_->outbox.size() < limit;
@@ -724,7 +911,8 @@ void Transport::send(Envelope envelope) {
         return;
       }
     }
-    was_empty = impl_->outbox.empty();
+    // The leader takes the outbox before it next sleeps: it needs no wake-up.
+    was_empty = impl_->outbox.empty() && !leader;
     impl_->outbox.push_back(std::move(envelope));
   }
   // Only the first message into an empty outbox needs a wake-up: the I/O thread takes the whole
@@ -736,12 +924,29 @@ void Transport::send(Envelope envelope) {
 void Transport::stop() {
   {
     std::lock_guard lock(impl_->mutex);
-    if (impl_->stopping && !impl_->io_thread.joinable()) return;
     impl_->stopping = true;
   }
   impl_->outbox_space.notify_all();  // senders waiting for room give up
+  impl_->standby_wake.notify_all();
   impl_->wake();
-  if (impl_->io_thread.joinable()) impl_->io_thread.join();
+  // Join every I/O thread: the leader closes the sockets and ends; standbys end; an old leader
+  // still in an actor's turn ends when the turn returns. (A thread calling stop() from a turn
+  // detaches itself instead.)
+  while (true) {
+    std::vector<Impl::IoThread> threads;
+    {
+      std::lock_guard lock(impl_->mutex);
+      threads.swap(impl_->io_threads);
+    }
+    if (threads.empty()) return;
+    for (auto& t : threads) {
+      if (t.thread.get_id() == std::this_thread::get_id()) {
+        t.thread.detach();
+      } else {
+        t.thread.join();
+      }
+    }
+  }
 }
 
 const TransportStats& Transport::stats() const { return impl_->stats; }

@@ -43,6 +43,9 @@ struct TransportStats {
   // Our own outbound handshakes that failed: the peer refused our credentials or speaks another
   // security mechanism. Clients use it to say "wrong cluster file" rather than "no reply".
   std::atomic<std::uint64_t> failed_handshakes_out{0};
+  // Times an actor's turn on the I/O thread ran past TransportOptions::inline_takeover (or began
+  // a blocking wait) and a standby thread took the sockets over.
+  std::atomic<std::uint64_t> io_takeovers{0};
 };
 
 struct TransportOptions {
@@ -60,6 +63,9 @@ struct TransportOptions {
   // Set: every socket speaks CURVE with these keys and the ROUTER admits only the cluster's
   // client key. Unset: plain TCP (`--insecure`), for local experiments only.
   std::optional<ClusterCredentials> credentials;
+  // How long actor code may run on the I/O thread (run_inline) before a standby thread takes
+  // the sockets over. Messages meanwhile wait at most this long to be read.
+  std::chrono::milliseconds inline_takeover{2};
 };
 
 class Transport {
@@ -69,9 +75,16 @@ class Transport {
   // Called on the I/O thread when a message cannot be routed or sent, or on the sender's thread
   // when the outbox stayed full (max_outbox); must be thread-safe and must not block.
   using UndeliverableHandler = std::function<void(const Envelope&, const std::string& why)>;
+  // Called on the I/O thread after each round of reads, with everything read handed to
+  // on_inbound: where the owner runs the work those messages made ready (run_inline).
+  using BurstHandler = std::function<void()>;
 
+  // The I/O thread is a role, not a thread: one thread at a time holds the sockets (the
+  // leader); a standby watches while the leader runs actor code (run_inline) and takes the role
+  // over if that code runs past options.inline_takeover, so slow or blocking code never stops
+  // the reading for longer than that.
   Transport(TransportOptions options, InboundHandler on_inbound,
-            UndeliverableHandler on_undeliverable);
+            UndeliverableHandler on_undeliverable, BurstHandler on_burst_end = {});
   ~Transport();
   Transport(const Transport&) = delete;
   Transport& operator=(const Transport&) = delete;
@@ -80,15 +93,26 @@ class Transport {
   // returns the endpoint actually bound. Throws std::runtime_error if the address is unusable.
   std::string bind(const std::string& endpoint);
 
-  // True on the I/O thread of any Transport.
+  // True on the thread holding the I/O role of any Transport.
   static bool on_io_thread();
+  // True on the thread holding this transport's I/O role.
+  bool holds_io_role() const;
+
+  // From the burst handler: runs `work` on the I/O thread, watched by the standby. True when
+  // this thread still holds the role afterwards; false when it was taken over meanwhile (the
+  // caller must hand any further work to other threads). Off the I/O thread: runs it, false.
+  bool run_inline(const std::function<void()>& work);
+
+  // On the I/O thread, inside run_inline: a wait is coming (ActorScheduler::BlockingScope), so
+  // the standby takes the role over now. Anywhere else: nothing.
+  static void yield_io_role();
 
   // Queues a message (any thread; blocks while the outbox is full, see max_outbox). Routing: to.system that is an endpoint ("tcp://...") goes
   // through a DEALER connected on first use; any other system id goes to the peer that
   // last spoke with that id.
   void send(Envelope envelope);
 
-  // Stops the I/O thread and closes all sockets (any thread but the I/O thread). Idempotent.
+  // Stops the I/O threads and closes all sockets (any thread). Idempotent.
   void stop();
 
   const TransportStats& stats() const;

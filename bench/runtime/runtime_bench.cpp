@@ -4,7 +4,7 @@
 //              ping-pong with the same bytes on the wire (target: actor <= 1.5 x raw); also
 //              ActorSystem::ask from a plain thread to the remote $system actor
 //   oneway     small actor messages from one process to another, vs raw ZeroMQ
-//              (target: >= 200,000 msg/s)
+//              (target: actor >= 0.40 x raw, and >= 200,000 msg/s)
 //   heartbeat  CPU time of a real `omnilearn head` while simulated nodes heartbeat it
 //              (reported per 1,000 heartbeats/s)
 //
@@ -754,7 +754,8 @@ int main(int argc, char** argv) {
     std::printf("median %11.0f %12.0f %10.2f   (run ratios min..max %s; actor runs %s msg/s)\n",
                 median(run_raw), median(run_actor), median(run_ratio), min_max(run_ratio).c_str(),
                 min_max(run_actor, "%.0f").c_str());
-    std::printf("target: actor >= 200000 msg/s -> %s\n",
+    std::printf("target: actor/raw >= 0.40 -> %s; actor >= 200000 msg/s -> %s\n",
+                median(run_ratio) >= 0.40 ? "met" : "MISSED",
                 median(run_actor) >= 200000 ? "met" : "MISSED");
     const double total = static_cast<double>(rounds) * blocks * block;
     std::printf(
