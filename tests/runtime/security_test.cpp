@@ -194,8 +194,12 @@ TEST(InFlightLimit, APeerBeyondItsLimitGetsOverloadedErrorsAndTheRestIsServed) {
                          5s));
   std::this_thread::sleep_for(300ms);  // the last refusals' replies are on their way
   std::size_t overloaded = 0;
+  std::vector<std::future<AskResult>> admitted;
   for (auto& answer : answers) {
-    if (answer.wait_for(0s) != std::future_status::ready) continue;
+    if (answer.wait_for(0s) != std::future_status::ready) {
+      admitted.push_back(std::move(answer));
+      continue;
+    }
     auto result = answer.get();
     EXPECT_NE(result.error.find("overloaded"), std::string::npos) << result.error;
     ++overloaded;
@@ -205,7 +209,12 @@ TEST(InFlightLimit, APeerBeyondItsLimitGetsOverloadedErrorsAndTheRestIsServed) {
   EXPECT_LE(overloaded, static_cast<std::size_t>(kAsks) - kLimit);
   EXPECT_EQ(server.stats().refused_in_flight, overloaded);
   gate.open();
-  // The admitted ones are answered; afterwards the peer has its whole budget again.
+  // The admitted ones are answered; afterwards the peer has its whole budget again. (Asking
+  // before their answers are back would race the handler still freeing their slots.)
+  for (auto& answer : admitted) {
+    auto result = answer.get();
+    EXPECT_TRUE(result.as<Pong>()) << "an admitted ask failed: " << result.error;
+  }
   auto after = client.ask(ActorAddress{endpoint, "slow"}, Ping{99}, 10s).get();
   auto pong = after.as<Pong>();
   ASSERT_TRUE(pong) << after.error;
