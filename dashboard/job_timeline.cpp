@@ -122,6 +122,10 @@ void JobTimeline::add(const Json& e) {
     add_step(e);
     return;
   }
+  if (kind == "asp_interval") {
+    add_asp_interval(e);
+    return;
+  }
   if (kind == "synced") return;  // one per member per generation: the generation says it
   if (kind == "submitted") {
     name_ = text(e, "name");
@@ -171,6 +175,35 @@ void JobTimeline::add_step(const Json& e) {
   if (e.contains("test_accuracy")) {
     evals_.add(EvalPoint{p.step, number(e, "test_accuracy"), number(e, "test_loss")});
   }
+  steps_.add(std::move(p));
+}
+
+// An asynchronous job has no steps: each second's asp_interval event becomes one point, its
+// step the server updates so far, its step time the mean time between updates in the interval,
+// and each worker's batch and compute time as in a step (so the same charts draw it).
+void JobTimeline::add_asp_interval(const Json& e) {
+  StepPoint p;
+  p.step = integer(e, "step");
+  p.time = number(e, "time");
+  p.loss = number(e, "loss");
+  const std::int64_t updates = integer(e, "updates");
+  p.step_time_s = updates > 0 ? number(e, "interval_s") / static_cast<double>(updates) : 0.0;
+  if (auto it = e.find("workers"); it != e.end() && it->is_object()) {
+    std::int32_t rank = 0;
+    for (const auto& [name, w] : it->items()) {
+      if (!w.is_object() || !w.value("live", true)) continue;
+      WorkerSample s;
+      s.trainer = name;
+      s.rank = rank++;
+      s.batch = static_cast<std::int32_t>(integer(w, "batch"));
+      s.compute_time_s = number(w, "compute_time_s");
+      s.samples_per_s = s.compute_time_s > 0 ? s.batch / s.compute_time_s : 0.0;
+      p.workers.push_back(std::move(s));
+    }
+  }
+  ++steps_committed_;
+  last_step_ = std::max(last_step_, p.step);
+  if (p.step_time_s > 0) step_seconds_.observe(p.step_time_s);
   steps_.add(std::move(p));
 }
 

@@ -124,6 +124,7 @@ class JobTimeline {
 
  private:
   void add_step(const nlohmann::json& e);
+  void add_asp_interval(const nlohmann::json& e);
   void add_timeline(const nlohmann::json& e, const std::string& kind);
 
   std::string job_id_;

@@ -107,6 +107,32 @@ TEST(JobTimeline, ChartDataHasAGapWhereAWorkerHadNoPart) {
   }
 }
 
+TEST(JobTimeline, AnAsynchronousJobsIntervalsAreItsPoints) {
+  JobTimeline t("asp");
+  auto interval = [](std::int64_t step, double time, std::int64_t updates) {
+    return Json{{"time", time},
+                {"event", "asp_interval"},
+                {"step", step},
+                {"loss", 0.5},
+                {"interval_s", 1.0},
+                {"updates", updates},
+                {"workers",
+                 {{"a", {{"batch", 48}, {"compute_time_s", 0.1}, {"live", true}}},
+                  {"b", {{"batch", 16}, {"compute_time_s", 0.1}, {"live", true}}},
+                  {"c", {{"batch", 8}, {"compute_time_s", 0.1}, {"live", false}}}}}};
+  };
+  t.add(interval(10, 1.0, 10));
+  t.add(interval(30, 2.0, 20));
+  EXPECT_EQ(t.last_step(), 30);
+  auto data = t.chart_data();
+  EXPECT_EQ(data["steps"], Json::array({10, 30}));
+  ASSERT_EQ(data["workers"].size(), 2u);  // c had gone
+  EXPECT_EQ(data["workers"][0]["batch"], Json::array({48, 48}));
+  ASSERT_EQ(t.steps().size(), 2u);
+  EXPECT_DOUBLE_EQ(t.steps()[1].step_time_s, 0.05);  // 1 s / 20 updates
+  EXPECT_DOUBLE_EQ(t.steps()[0].workers[1].samples_per_s, 160.0);
+}
+
 TEST(JobTimeline, IdealStepTimeIsTheBatchOverTheSummedThroughput) {
   // a: 100 samples in 1 s, b: 100 samples in 3 s. Throughputs 100 + 33.3 = 133.3/s; 200 samples
   // then take 1.5 s with a perfect split.
