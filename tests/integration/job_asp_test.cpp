@@ -5,7 +5,7 @@
 // - One worker in ASP is plain SGD: the same final parameters as BSP with one worker (1e-6),
 //   with the parameters cut into two shards.
 // - Workers of different speeds (slowdown 1 and 3) use every sample exactly once per epoch, and
-//   staleness is measured.
+//   staleness is measured; under "bound" every push is applied or counted as dropped.
 // - kill -9 of a worker trainer: the job goes on (its batch dealt again) and finishes.
 // - kill -9 of a server: restarted from its last checkpoint, the job finishes, and the summary
 //   counts the updates lost.
@@ -163,6 +163,24 @@ TEST_F(JobAsp, WorkersOfDifferentSpeedsUseEverySampleOncePerEpoch) {
               summary->at("staleness").at("mean").get<double>(),
               static_cast<long long>(summary->at("staleness").at("p95").get<std::int64_t>()),
               static_cast<long long>(summary->at("staleness").at("max").get<std::int64_t>()));
+}
+
+TEST_F(JobAsp, BoundDropsPushesStalerThanTheBoundAndCountsThem) {
+  ASSERT_NO_FATAL_FAILURE(start({"fast", "slow"}, {{"--slowdown", "1"}, {"--slowdown", "3"}}));
+  auto run = submit("bound", job("asp-bound", "asp", "epochs = 2",
+                                 "\n[asp]\nstaleness = \"bound\"\nmax_staleness = 1\n", 2, 2));
+  auto summary = run->wait_finished(150s);
+  ASSERT_TRUE(summary) << run->describe();
+  ASSERT_EQ(summary->at("status"), "succeeded") << run->describe();
+  // Every push is weighed once: applied (an update) or dropped as too stale.
+  const auto pushes = summary->at("pushes").get<std::int64_t>();
+  const auto updates = summary->at("updates").get<std::int64_t>();
+  const auto dropped = summary->at("dropped_stale").get<std::int64_t>();
+  EXPECT_EQ(pushes, updates + dropped) << summary->dump(2);
+  EXPECT_EQ(summary->at("sampling").at("epochs_completed"), 2);
+  EXPECT_EQ(summary->at("sampling").at("samples_accepted"), 2 * 1024);
+  std::printf("bound (max_staleness 1), slowdown 1 and 3: %lld pushes, %lld dropped\n",
+              static_cast<long long>(pushes), static_cast<long long>(dropped));
 }
 
 TEST_F(JobAsp, KillOfAWorkerAndOfAServerTheJobFinishes) {
