@@ -31,7 +31,17 @@ std::string new_system_id() {
   std::mt19937_64 rng((static_cast<std::uint64_t>(device()) << 32) ^ device() ^
                       static_cast<std::uint64_t>(
                           std::chrono::steady_clock::now().time_since_epoch().count()));
-  return fmt::format("s-{:016x}", rng());
+  // 64 random bits in 13 base-32 digits: with the prefix 15 characters, which std::string keeps
+  // inline. Every envelope carries system ids (sender, receiver); at 18 characters each copy was
+  // a heap allocation, two or three per message on the receiving side alone.
+  static constexpr char kDigits[] = "0123456789abcdefghijklmnopqrstuv";
+  std::uint64_t bits = rng();
+  std::string id = "s-";
+  for (int i = 0; i < 13; ++i) {
+    id += kDigits[bits & 31];
+    bits >>= 5;
+  }
+  return id;
 }
 
 namespace {

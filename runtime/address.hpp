@@ -17,7 +17,8 @@ struct ActorAddress {
   auto operator<=>(const ActorAddress&) const = default;
 };
 
-// A fresh random system id ("s-" + 16 hex digits); ids of different processes never collide in
+// A fresh random system id ("s-" + 13 base-32 digits: 64 random bits, 15 characters, short
+// enough for std::string to keep inline); ids of different processes never collide in
 // practice, which is what lets a restarted process never be confused with its previous life.
 std::string new_system_id();
 

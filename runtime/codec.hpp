@@ -4,6 +4,7 @@
 // a DecodeError saying why, which the transport counts and drops.
 
 #include <cstddef>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -72,6 +73,33 @@ struct StringSink {
   void write(const char* data, std::size_t size) { out.append(data, size); }
 };
 
+// Packs into a buffer on the stack and makes the string once, of the exact size: a payload of
+// up to 15 bytes (a ping, a counter) then needs no allocation at all (std::string keeps it
+// inline), a larger one exactly one; past the buffer it spills into a growing string.
+class SmallSink {
+ public:
+  void write(const char* data, std::size_t size) {
+    if (!spilled_ && used_ + size <= sizeof local_) {
+      std::memcpy(local_ + used_, data, size);
+      used_ += size;
+      return;
+    }
+    if (!spilled_) {
+      spill_.reserve(2 * (used_ + size));
+      spill_.append(local_, used_);
+      spilled_ = true;
+    }
+    spill_.append(data, size);
+  }
+  std::string take() { return spilled_ ? std::move(spill_) : std::string(local_, used_); }
+
+ private:
+  char local_[256];
+  std::size_t used_ = 0;
+  bool spilled_ = false;
+  std::string spill_;
+};
+
 // unpack_bounded into a zone the caller owns; false on any error.
 bool unpack_in(std::string_view bytes, const CodecLimits& limits, msgpack::zone& zone,
                msgpack::object& out);
@@ -87,11 +115,9 @@ std::variant<Envelope, DecodeError> decode_envelope_generic(
 // Typed payloads: any type with MSGPACK_DEFINE (or a msgpack adaptor).
 template <class Message>
 std::string pack_payload(const Message& message) {
-  std::string bytes;
-  bytes.reserve(64);  // most control messages fit: one allocation
-  internal::StringSink sink{bytes};
+  internal::SmallSink sink;
   msgpack::pack(sink, message);
-  return bytes;
+  return sink.take();
 }
 
 // Decodes a payload; nullopt when it is malformed or of the wrong shape (never throws).
