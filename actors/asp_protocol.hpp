@@ -13,10 +13,9 @@
 //   worker --AspFinished--> scheduler     (the finishing worker: test figures, final checkpoint)
 
 #include <cstdint>
+#include <msgpack.hpp>
 #include <string>
 #include <vector>
-
-#include <msgpack.hpp>
 
 #include "runtime/message_types.hpp"
 
@@ -34,10 +33,10 @@ struct AspDealRequest {
   bool applied = false;            // every shard applied it
   bool dropped = false;            // some shard dropped it as too stale
   std::int32_t batch = 0;          // its size
-  double compute_time_s = 0;       // gradient compute (with emulated slowdown): the controller's t_i
-  double update_time_s = 0;        // pull + compute + push
+  double compute_time_s = 0;  // gradient compute (with emulated slowdown): the controller's t_i
+  double update_time_s = 0;   // pull + compute + push
   double loss = 0;
-  std::int64_t version_seen = 0;   // shard 0's version after the push
+  std::int64_t version_seen = 0;  // shard 0's version after the push
   // Per shard, what its push reply said: the server's incarnation and version after the push
   // (how the scheduler knows how far a server got before it died: the updates a restart loses).
   std::vector<std::int64_t> incarnations;
@@ -82,7 +81,7 @@ struct AspPullReply {
 struct AspPush {
   std::string job_id;
   std::int32_t shard = 0;
-  std::int64_t worker = 0;  // the job's number for the worker (asp::WorkerId)
+  std::int64_t worker = 0;       // the job's number for the worker (asp::WorkerId)
   std::int64_t incarnation = 0;  // the version pulled
   std::int64_t version = 0;
   std::int64_t batch = 0;
@@ -109,10 +108,10 @@ struct AspServerReady {
   std::int32_t shard = 0;
   std::string endpoint;
   std::int64_t incarnation = 0;
-  std::int64_t version = 0;        // resumed at
-  std::int64_t updates_lost = 0;   // known so far (more may be learnt from late pushes)
-  std::int64_t parameters = 0;     // the whole flat vector's size
-  std::int64_t dataset_size = 0;   // training samples: what the scheduler's dealer deals
+  std::int64_t version = 0;       // resumed at
+  std::int64_t updates_lost = 0;  // known so far (more may be learnt from late pushes)
+  std::int64_t parameters = 0;    // the whole flat vector's size
+  std::int64_t dataset_size = 0;  // training samples: what the scheduler's dealer deals
   MSGPACK_DEFINE(job_id, trainer, shard, endpoint, incarnation, version, updates_lost, parameters,
                  dataset_size);
 };
@@ -128,7 +127,7 @@ struct AspServerReport {
   std::int64_t dropped = 0;
   std::int64_t rejected = 0;
   std::int64_t updates_lost = 0;
-  std::string checkpoint;             // written at `version`; "" if this report has none
+  std::string checkpoint;  // written at `version`; "" if this report has none
   MSGPACK_DEFINE(job_id, trainer, shard, incarnation, version, applied, dropped, rejected,
                  updates_lost, checkpoint);
 };

@@ -1,12 +1,12 @@
 #include "actors/asp_scheduler_actor.hpp"
 
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <numeric>
-
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 #include "runtime/system_messages.hpp"
 
@@ -21,13 +21,12 @@ double seconds_between(std::chrono::steady_clock::time_point a,
 }
 
 double unix_time() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 constexpr std::chrono::milliseconds kTick{100};
 constexpr std::chrono::milliseconds kInterval{1000};  // staleness statistics per interval
-constexpr int kMaxServerRestarts = 8;                  // per shard, then the job fails
+constexpr int kMaxServerRestarts = 8;                 // per shard, then the job fails
 
 }  // namespace
 
@@ -114,8 +113,8 @@ bool AspSchedulerActor::servers_ready() const {
 
 void AspSchedulerActor::spawn(const std::string& node_id, bool server, std::int32_t shard) {
   const auto& node = nodes_.at(node_id);
-  const std::string name = fmt::format("{}-{}-{}{}", options_.job_id, node.name,
-                                       server ? "s" : "t", next_trainer_++);
+  const std::string name =
+      fmt::format("{}-{}-{}{}", options_.job_id, node.name, server ? "s" : "t", next_trainer_++);
   Trainer t;
   t.node = node_id;
   t.server = server;
@@ -366,9 +365,8 @@ std::int64_t AspSchedulerActor::total_steps() const {
   // Epochs: an estimate at the mean batch of the plan in force (B / n per update).
   const double n = std::max<double>(1.0, static_cast<double>(plan_.size()));
   const double per_update = static_cast<double>(options_.spec.train.global_batch) / n;
-  return static_cast<std::int64_t>(
-      std::ceil(static_cast<double>(options_.spec.train.epochs * dealer_->dataset_size()) /
-                per_update));
+  return static_cast<std::int64_t>(std::ceil(
+      static_cast<double>(options_.spec.train.epochs * dealer_->dataset_size()) / per_update));
 }
 
 bool AspSchedulerActor::training_done() const {
@@ -395,9 +393,8 @@ void AspSchedulerActor::on_deal(const runtime::Envelope& message, const AspDealR
   const asp::WorkerId worker = t.worker_id;
   // How far each live server got (its push replies): a restart loses what lies past its
   // checkpoint.
-  for (std::size_t s = 0; s < shards_.size() && s < request.versions.size() &&
-                          s < request.incarnations.size();
-       ++s) {
+  for (std::size_t s = 0;
+       s < shards_.size() && s < request.versions.size() && s < request.incarnations.size(); ++s) {
     if (request.incarnations[s] == shards_[s].incarnation) {
       shards_[s].version = std::max(shards_[s].version, request.versions[s]);
     }
@@ -425,17 +422,16 @@ void AspSchedulerActor::on_deal(const runtime::Envelope& message, const AspDealR
       t.update_time_s = request.update_time_s;
       if (!t.first_push_at) {
         t.first_push_at = Clock::now();
-        emit(Json{{"event", "first_push"},
-                  {"trainer", request.trainer},
-                  {"worker", worker},
-                  {"step", updates_},
-                  {"since_hello_s",
-                   t.hello_at ? seconds_between(*t.hello_at, *t.first_push_at) : -1.0}});
+        emit(Json{
+            {"event", "first_push"},
+            {"trainer", request.trainer},
+            {"worker", worker},
+            {"step", updates_},
+            {"since_hello_s", t.hello_at ? seconds_between(*t.hello_at, *t.first_push_at) : -1.0}});
       }
       // The controller balances time per update (after the plan's cool-down pushes).
-      if (++t.since_plan > options_.spec.controller.cooldown_steps &&
-          request.compute_time_s > 0 && plan_.count(request.trainer) &&
-          request.batch == plan_[request.trainer]) {
+      if (++t.since_plan > options_.spec.controller.cooldown_steps && request.compute_time_s > 0 &&
+          plan_.count(request.trainer) && request.batch == plan_[request.trainer]) {
         controller_.observe(request.trainer, request.batch, request.compute_time_s);
       }
       if (updates_ - last_plan_update_ >=
@@ -541,12 +537,13 @@ void AspSchedulerActor::trainer_gone(const std::string& name, const std::string&
   if (!started && !finished_) {
     // A trainer that cannot start (bad data on its node, a model too big for the shards, ...)
     // would otherwise be restarted forever.
-    const int limit = std::max<int>(5, 2 * (static_cast<int>(shards_.size()) +
-                                            options_.spec.elastic.max_workers));
+    const int limit = std::max<int>(
+        5, 2 * (static_cast<int>(shards_.size()) + options_.spec.elastic.max_workers));
     if (++start_failures_ >= limit) {
-      fail(fmt::format("trainers cannot start: {} ended before they served or pushed (last: {}: "
-                       "{})",
-                       start_failures_, name, why));
+      fail(
+          fmt::format("trainers cannot start: {} ended before they served or pushed (last: {}: "
+                      "{})",
+                      start_failures_, name, why));
       return;
     }
   }
@@ -576,7 +573,9 @@ void AspSchedulerActor::trainer_gone(const std::string& name, const std::string&
   std::int64_t reissued = 0;
   if (dealer_ && t.worker_id > 0) reissued = dealer_->worker_gone(t.worker_id);
   if (t.ready) membership_log_.push_back("-" + name);
-  emit(Json{{"event", "trainer_gone"}, {"trainer", name}, {"reason", why},
+  emit(Json{{"event", "trainer_gone"},
+            {"trainer", name},
+            {"reason", why},
             {"samples_reissued", reissued}});
   if (finisher_ == name) {
     finisher_.clear();
@@ -619,8 +618,8 @@ void AspSchedulerActor::tick() {
     too_few_since_.reset();
   }
   if (finisher_.empty() &&
-      now - last_progress_ > options_.spawn_timeout +
-                                 std::chrono::duration_cast<std::chrono::milliseconds>(grace)) {
+      now - last_progress_ >
+          options_.spawn_timeout + std::chrono::duration_cast<std::chrono::milliseconds>(grace)) {
     fail(fmt::format("no update for {:.0f} s", seconds_between(last_progress_, now)));
     return;
   }
@@ -684,7 +683,8 @@ void AspSchedulerActor::finish(const std::string& state, const std::string& reas
   // Every trainer goes: the job's resources are its processes.
   for (auto& [name, t] : trainers_) {
     if (!t.system.empty() && !t.gone) {
-      tell(runtime::ActorAddress{t.system, "trainer"}, StopTrainer{options_.job_id, "job " + state});
+      tell(runtime::ActorAddress{t.system, "trainer"},
+           StopTrainer{options_.job_id, "job " + state});
     }
   }
   emit(Json{{"event", "finished"}, {"status", state}, {"reason", why}, {"step", updates_}});
@@ -732,8 +732,8 @@ JobInfo AspSchedulerActor::info() const {
 
 void AspSchedulerActor::publish_info() {
   if (options_.jobs.empty()) return;
-  tell(options_.jobs, JobStatusReply{true, info(), {}, 0, finished_,
-                                     finished_ ? summary_json() : std::string()});
+  tell(options_.jobs,
+       JobStatusReply{true, info(), {}, 0, finished_, finished_ ? summary_json() : std::string()});
 }
 
 std::string AspSchedulerActor::summary_json() const {
@@ -804,7 +804,9 @@ std::string AspSchedulerActor::summary_json() const {
               {"checkpoints", checkpoints},
               {"policy", std::string(scheduler::to_string(options_.spec.controller.config.policy))},
               {"global_batch", options_.spec.train.global_batch},
-              {"staleness", Json{{"mean", total.mean}, {"p95", total.p95}, {"max", total.max},
+              {"staleness", Json{{"mean", total.mean},
+                                 {"p95", total.p95},
+                                 {"max", total.max},
                                  {"mode", options_.spec.asp.staleness},
                                  {"max_staleness", options_.spec.asp.max_staleness},
                                  {"lr_scaling", options_.spec.asp.lr_scaling}}},
@@ -842,7 +844,8 @@ void AspSchedulerActor::on_message(const runtime::Envelope& message) {
     return;
   }
   if (message.kind == runtime::kind_of<AspFinished>()) {
-    if (auto done = runtime::unpack_payload<AspFinished>(message.payload)) on_finished(message, *done);
+    if (auto done = runtime::unpack_payload<AspFinished>(message.payload))
+      on_finished(message, *done);
     return;
   }
   switch (message.kind) {
@@ -880,7 +883,8 @@ void AspSchedulerActor::on_message(const runtime::Envelope& message) {
         for (const auto& name : names) {
           const auto& t = trainers_[name];
           if (!t.system.empty()) {
-            tell(runtime::ActorAddress{t.system, "trainer"}, StopTrainer{options_.job_id, "drained"});
+            tell(runtime::ActorAddress{t.system, "trainer"},
+                 StopTrainer{options_.job_id, "drained"});
           }
           trainer_gone(name, "drained");
           ++leaving;

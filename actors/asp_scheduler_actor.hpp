@@ -14,11 +14,10 @@
 #include <chrono>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "actors/asp_protocol.hpp"
 #include "actors/job_protocol.hpp"
@@ -58,11 +57,11 @@ class AspSchedulerActor : public runtime::Actor {
     Clock::time_point spawned_at;
     std::optional<Clock::time_point> hello_at;
     std::optional<Clock::time_point> first_push_at;
-    std::int64_t updates = 0;        // applied pushes
-    std::int32_t batch = 0;          // its last batch
-    double compute_time_s = 0;       // of its last push
+    std::int64_t updates = 0;   // applied pushes
+    std::int32_t batch = 0;     // its last batch
+    double compute_time_s = 0;  // of its last push
     double update_time_s = 0;
-    std::int64_t since_plan = 0;     // pushes at the plan in force
+    std::int64_t since_plan = 0;  // pushes at the plan in force
   };
   struct Shard {
     std::string trainer;  // the live incarnation's trainer ("" while none is spawned)
@@ -71,9 +70,9 @@ class AspSchedulerActor : public runtime::Actor {
     bool ready = false;
     std::string checkpoint;  // the newest checkpoint any incarnation reported
     std::int64_t checkpoint_version = 0;
-    std::int64_t version = 0;  // of the live incarnation, the highest a push reply told
-    std::int64_t reached = 0;  // the highest version any incarnation was known to reach
-    std::int64_t lost = 0;     // updates lost over every restart (reached - resumed at)
+    std::int64_t version = 0;    // of the live incarnation, the highest a push reply told
+    std::int64_t reached = 0;    // the highest version any incarnation was known to reach
+    std::int64_t lost = 0;       // updates lost over every restart (reached - resumed at)
     std::int64_t lost_this = 0;  // the live incarnation's own count (ServerCore::updates_lost)
     int restarts = 0;
   };
@@ -126,9 +125,9 @@ class AspSchedulerActor : public runtime::Actor {
   scheduler::BatchController controller_;
   std::map<std::string, std::int32_t> plan_;  // worker trainer -> batch
   std::int64_t plan_version_ = 0;
-  std::int64_t updates_ = 0;        // pushes every shard applied: the job's steps
+  std::int64_t updates_ = 0;  // pushes every shard applied: the job's steps
   std::int64_t dropped_stale_ = 0;
-  std::int64_t pushes_ = 0;         // every push weighed
+  std::int64_t pushes_ = 0;  // every push weighed
   std::int64_t duplicates_ = 0;
   std::int64_t failed_batches_ = 0;
   std::int64_t last_plan_update_ = 0;

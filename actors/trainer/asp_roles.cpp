@@ -1,9 +1,10 @@
 #include "actors/trainer/asp_roles.hpp"
 
 #include <ATen/ATen.h>
-#include <torch/csrc/jit/serialization/pickle.h>
-
 #include <fcntl.h>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <torch/csrc/jit/serialization/pickle.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,9 +18,6 @@
 #include <optional>
 #include <span>
 #include <vector>
-
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 #include "actors/asp_protocol.hpp"
 #include "asp/server_core.hpp"
@@ -35,9 +33,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
-constexpr auto kServerAskTimeout = 5s;     // a pull or a push to a server
+constexpr auto kServerAskTimeout = 5s;  // a pull or a push to a server
 constexpr auto kSchedulerAskTimeout = 10s;
-constexpr int kSchedulerAttempts = 6;      // consecutive unanswered asks before giving up
+constexpr int kSchedulerAttempts = 6;  // consecutive unanswered asks before giving up
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
@@ -46,7 +44,8 @@ double seconds_since(Clock::time_point t) {
 // A reply carrying attachments: as Actor::reply, plus the frames.
 runtime::Envelope reply_envelope(runtime::ActorSystem& system, const runtime::Envelope& request,
                                  runtime::MessageKind kind, std::string payload) {
-  runtime::Envelope envelope = system.make_envelope(request.from, kind, std::move(payload), request.to);
+  runtime::Envelope envelope =
+      system.make_envelope(request.from, kind, std::move(payload), request.to);
   envelope.correlation = request.correlation;
   envelope.flags = runtime::Envelope::kReply;
   envelope.reply_dealer = request.arrived_via;
@@ -146,7 +145,8 @@ asp::ServerCheckpoint load_shard(ShardState& s, const std::string& path) {
     if (!top.contains(key)) fail(std::string("missing \"") + key + "\"");
   }
   std::map<std::string, int64_t> meta;
-  for (const auto& e : top.at("asp").toGenericDict()) meta[e.key().toStringRef()] = e.value().toInt();
+  for (const auto& e : top.at("asp").toGenericDict())
+    meta[e.key().toStringRef()] = e.value().toInt();
   if (meta["offset"] != s.slice.offset || meta["size"] != s.slice.size ||
       meta["parameters"] != s.parameters) {
     fail("written for another shard layout");
@@ -182,7 +182,8 @@ class AspServerActor : public runtime::Actor {
     } else if (message.kind == runtime::kind_of<AspPush>()) {
       on_push(message);
     } else if (message.correlation != 0) {
-      reply(message, runtime::ErrorReply{"bad-request", "a parameter server takes pulls and pushes"});
+      reply(message,
+            runtime::ErrorReply{"bad-request", "a parameter server takes pulls and pushes"});
     }
   }
 
@@ -220,9 +221,9 @@ class AspServerActor : public runtime::Actor {
       }
       s_->applying_version = s_->core->pull().number;
       const auto* data = reinterpret_cast<const float*>(message.attachments[0].data());
-      const asp::PushOutcome outcome = s_->core->push(
-          push->worker, asp::Version{push->incarnation, push->version}, push->batch,
-          std::span<const float>(data, static_cast<std::size_t>(s_->slice.size)));
+      const asp::PushOutcome outcome =
+          s_->core->push(push->worker, asp::Version{push->incarnation, push->version}, push->batch,
+                         std::span<const float>(data, static_cast<std::size_t>(s_->slice.size)));
       r.status = outcome.status == asp::PushStatus::kApplied   ? AspPushReply::kApplied
                  : outcome.status == asp::PushStatus::kDropped ? AspPushReply::kDropped
                                                                : AspPushReply::kRejected;
@@ -251,9 +252,9 @@ class AspServerActor : public runtime::Actor {
   void report(const std::string& checkpoint) {
     const auto c = s_->core->checkpoint();
     s_->reported_lost = s_->core->updates_lost();
-    tell(s_->scheduler, AspServerReport{s_->job, s_->trainer, s_->shard, c.incarnation, c.version,
-                                        c.applied, c.dropped, c.rejected, s_->reported_lost,
-                                        checkpoint});
+    tell(s_->scheduler,
+         AspServerReport{s_->job, s_->trainer, s_->shard, c.incarnation, c.version, c.applied,
+                         c.dropped, c.rejected, s_->reported_lost, checkpoint});
   }
 
   std::shared_ptr<ShardState> s_;
@@ -350,7 +351,8 @@ int run_asp_server(AspRoleContext& c) {
   asp::StalenessConfig config;
   config.mode = asp::parse_staleness_mode(c.spec.asp.staleness).value_or(asp::StalenessMode::kNone);
   config.max_staleness = config.mode == asp::StalenessMode::kBound ? c.spec.asp.max_staleness : 0;
-  config.lr_scaling = asp::parse_lr_scaling(c.spec.asp.lr_scaling).value_or(asp::LrScaling::kLinear);
+  config.lr_scaling =
+      asp::parse_lr_scaling(c.spec.asp.lr_scaling).value_or(asp::LrScaling::kLinear);
   ShardState* raw = state.get();
   auto apply = [raw](double scale, std::span<const float> gradient) {
     c10::NoGradGuard no_grad;
@@ -390,8 +392,14 @@ int run_asp_server(AspRoleContext& c) {
                c.trainer, s.shard, s.slice.offset, s.slice.offset + s.slice.size, s.parameters,
                endpoint, c.hello.incarnation, s.core->pull().number);
 
-  AspServerReady ready{c.job, c.trainer, s.shard, endpoint, c.hello.incarnation,
-                       s.core->pull().number, s.core->updates_lost(), s.parameters,
+  AspServerReady ready{c.job,
+                       c.trainer,
+                       s.shard,
+                       endpoint,
+                       c.hello.incarnation,
+                       s.core->pull().number,
+                       s.core->updates_lost(),
+                       s.parameters,
                        c.replica.data().train->size()};
   bool told = false;
   for (int attempt = 0; attempt < kSchedulerAttempts && !told; ++attempt) {
@@ -443,8 +451,8 @@ int run_asp_worker(AspRoleContext& c) {
     if (!deal) {
       // The outcome goes again with the next ask: the dealer takes a push once.
       if (++unanswered >= kSchedulerAttempts) {
-        spdlog::error("worker {}: the scheduler did not answer {} asks ({})", c.trainer,
-                      unanswered, result.error);
+        spdlog::error("worker {}: the scheduler did not answer {} asks ({})", c.trainer, unanswered,
+                      result.error);
         return 1;
       }
       if (c.wait_stop(500ms)) return 0;
@@ -518,14 +526,19 @@ int run_asp_worker(AspRoleContext& c) {
     std::vector<std::future<runtime::AskResult>> pushes;
     for (std::size_t s = 0; s < pulled->size(); ++s) {
       const auto& p = (*pulled)[s];
-      AspPush push{c.job, static_cast<std::int32_t>(s), worker, p.incarnation, p.version,
-                   static_cast<std::int64_t>(deal->indices.size()), deal->global_batch,
+      AspPush push{c.job,
+                   static_cast<std::int32_t>(s),
+                   worker,
+                   p.incarnation,
+                   p.version,
+                   static_cast<std::int64_t>(deal->indices.size()),
+                   deal->global_batch,
                    deal->workers};
       auto envelope = server_envelope(c.system, deal->servers[s], runtime::kind_of<AspPush>(),
                                       runtime::pack_payload(push));
-      envelope.attachments.push_back(runtime::Bytes::view(
-          gradient, reinterpret_cast<const char*>(gradient->data() + p.offset),
-          static_cast<std::size_t>(p.size) * sizeof(float)));
+      envelope.attachments.push_back(
+          runtime::Bytes::view(gradient, reinterpret_cast<const char*>(gradient->data() + p.offset),
+                               static_cast<std::size_t>(p.size) * sizeof(float)));
       pushes.push_back(c.system.ask_envelope(std::move(envelope), kServerAskTimeout));
     }
     request.incarnations.assign(pushes.size(), -1);
