@@ -14,7 +14,6 @@
 // No timing is asserted beyond generous bounds; every process is cleaned up by JobTest.
 
 #include <gtest/gtest.h>
-
 #include <signal.h>
 
 #include <chrono>
@@ -32,12 +31,17 @@ using Json = nlohmann::json;
 
 // A small MLP on synthetic data; N = 1024 is a multiple of every batch below, so that BSP and
 // the dealer cut epochs alike.
+// Several workers push full steps asynchronously: they train at a lower learning rate than a
+// single worker (lr 0.05 with momentum 0.9 made two workers' loss diverge).
 std::string job(const std::string& name, const std::string& mode, const std::string& train,
-                const std::string& extra, int min_workers, int max_workers) {
+                const std::string& extra, int min_workers, int max_workers,
+                const std::string& lr = "0.05") {
   return R"(
 [job]
-name = ")" + name + R"("
-mode = ")" + mode + R"("
+name = ")" +
+         name + R"("
+mode = ")" +
+         mode + R"("
 
 [model]
 kind = "mlp"
@@ -51,10 +55,12 @@ test_size = 256
 [train]
 global_batch = 64
 optimizer = "sgd"
-lr = 0.05
+lr = )" + lr +
+         R"(
 momentum = 0.9
 seed = 7
-)" + train + R"(
+)" + train +
+         R"(
 
 [controller]
 policy = "proportional"
@@ -63,8 +69,10 @@ interval = 10
 cooldown = 2
 
 [elastic]
-min_workers = )" + std::to_string(min_workers) + R"(
-max_workers = )" + std::to_string(max_workers) + "\n" + extra;
+min_workers = )" +
+         std::to_string(min_workers) + R"(
+max_workers = )" +
+         std::to_string(max_workers) + "\n" + extra;
 }
 
 class JobAsp : public JobTest {
@@ -135,7 +143,7 @@ TEST_F(JobAsp, OneWorkerEqualsBspWithOneWorker) {
 TEST_F(JobAsp, WorkersOfDifferentSpeedsUseEverySampleOncePerEpoch) {
   ASSERT_NO_FATAL_FAILURE(start({"fast", "slow"}, {{"--slowdown", "1"}, {"--slowdown", "3"}}));
   auto run = submit("speeds", job("asp-speeds", "asp", "epochs = 3",
-                                  "\n[asp]\nservers = 2\nstaleness = \"inverse\"\n", 2, 2));
+                                  "\n[asp]\nservers = 2\nstaleness = \"inverse\"\n", 2, 2, "0.01"));
   auto summary = run->wait_finished(150s);
   ASSERT_TRUE(summary) << run->describe();
   ASSERT_EQ(summary->at("status"), "succeeded") << run->describe();
@@ -153,6 +161,7 @@ TEST_F(JobAsp, WorkersOfDifferentSpeedsUseEverySampleOncePerEpoch) {
   }
   EXPECT_EQ(sum, summary->at("updates").get<std::int64_t>());
   EXPECT_EQ(summary->at("updates"), summary->at("steps"));
+  EXPECT_TRUE(summary->at("final_train_loss").is_number()) << summary->dump(2);  // not NaN
   // Two workers pushing asynchronously: pushes are stale now and then.
   EXPECT_GE(summary->at("staleness").at("max").get<std::int64_t>(), 1) << summary->dump(2);
   const auto intervals = events_named(run->events(), "asp_interval");
@@ -167,8 +176,9 @@ TEST_F(JobAsp, WorkersOfDifferentSpeedsUseEverySampleOncePerEpoch) {
 
 TEST_F(JobAsp, BoundDropsPushesStalerThanTheBoundAndCountsThem) {
   ASSERT_NO_FATAL_FAILURE(start({"fast", "slow"}, {{"--slowdown", "1"}, {"--slowdown", "3"}}));
-  auto run = submit("bound", job("asp-bound", "asp", "epochs = 2",
-                                 "\n[asp]\nstaleness = \"bound\"\nmax_staleness = 1\n", 2, 2));
+  auto run =
+      submit("bound", job("asp-bound", "asp", "epochs = 2",
+                          "\n[asp]\nstaleness = \"bound\"\nmax_staleness = 1\n", 2, 2, "0.01"));
   auto summary = run->wait_finished(150s);
   ASSERT_TRUE(summary) << run->describe();
   ASSERT_EQ(summary->at("status"), "succeeded") << run->describe();
@@ -184,12 +194,14 @@ TEST_F(JobAsp, BoundDropsPushesStalerThanTheBoundAndCountsThem) {
 }
 
 TEST_F(JobAsp, KillOfAWorkerAndOfAServerTheJobFinishes) {
-  ASSERT_NO_FATAL_FAILURE(start({"w1", "w2"}));
-  auto run = submit("kill", job("asp-kill", "asp", "steps = 600",
-                                "\n[asp]\nservers = 2\n\n[checkpoint]\nevery = 20\n", 1, 2));
-  ASSERT_TRUE(run->wait_for_event("asp_interval", 90s,
-                                  [](const Json& e) { return e.value("step", 0) >= 60; }))
-      << run->describe();
+  // Slowed (x4) so that the kills land mid-job: unslowed, 3,000 updates take a few seconds.
+  ASSERT_NO_FATAL_FAILURE(start({"w1", "w2"}, {{"--slowdown", "4"}, {"--slowdown", "4"}}));
+  auto run =
+      submit("kill", job("asp-kill", "asp", "steps = 3000",
+                         "\n[asp]\nservers = 2\n\n[checkpoint]\nevery = 20\n", 1, 2, "0.01"));
+  ASSERT_TRUE(run->wait_for_event("asp_interval", 90s, [](const Json& e) {
+    return e.value("step", 0) >= 60;
+  })) << run->describe();
 
   // A worker trainer, kill -9.
   const auto workers = trainer_processes(cluster().address(), run->id() + "-w1-t");
@@ -208,9 +220,8 @@ TEST_F(JobAsp, KillOfAWorkerAndOfAServerTheJobFinishes) {
   const auto& line = servers[0].command_line;
   const auto at = line.find("--trainer ") + 10;
   const std::string server = line.substr(at, line.find(' ', at) - at);
-  const auto spawned = run->wait_for_event("spawn", 1s, [&](const Json& e) {
-    return e.value("trainer", "") == server;
-  });
+  const auto spawned = run->wait_for_event(
+      "spawn", 1s, [&](const Json& e) { return e.value("trainer", "") == server; });
   ASSERT_TRUE(spawned) << server << "\n" << run->describe();
   const int shard = spawned->at("shard");
   ASSERT_TRUE(run->wait_for_event("checkpoint", 60s, [&](const Json& e) {
@@ -228,7 +239,8 @@ TEST_F(JobAsp, KillOfAWorkerAndOfAServerTheJobFinishes) {
   auto summary = run->wait_finished(180s);
   ASSERT_TRUE(summary) << run->describe();
   ASSERT_EQ(summary->at("status"), "succeeded") << run->describe();
-  EXPECT_EQ(summary->at("updates"), 600);
+  EXPECT_EQ(summary->at("updates"), 3000);
+  EXPECT_TRUE(summary->at("final_train_loss").is_number()) << summary->dump(2);  // not NaN
   std::int64_t restarts = 0;
   for (const auto& s : summary->at("servers")) restarts += s.at("restarts").get<std::int64_t>();
   EXPECT_EQ(restarts, 1) << summary->dump(2);
@@ -239,11 +251,11 @@ TEST_F(JobAsp, KillOfAWorkerAndOfAServerTheJobFinishes) {
 
 TEST_F(JobAsp, AWorkerJoiningMidJobPushesSoonAfterItsHello) {
   ASSERT_NO_FATAL_FAILURE(start({"w1"}));
-  auto run = submit("join", job("asp-join", "asp", "steps = 100000", "\n[asp]\nservers = 1\n",
-                                1, 2));
-  ASSERT_TRUE(run->wait_for_event("asp_interval", 90s,
-                                  [](const Json& e) { return e.value("step", 0) >= 20; }))
-      << run->describe();
+  auto run = submit(
+      "join", job("asp-join", "asp", "steps = 100000", "\n[asp]\nservers = 1\n", 1, 2, "0.01"));
+  ASSERT_TRUE(run->wait_for_event("asp_interval", 90s, [](const Json& e) {
+    return e.value("step", 0) >= 20;
+  })) << run->describe();
   start_worker("w2");
   ASSERT_TRUE(cluster().wait_worker_joined("w2", 20s));
   auto first = run->wait_for_event("first_push", 90s, [](const Json& e) {
@@ -278,7 +290,8 @@ TEST_F(JobAsp, BadAspSettingsAreRejectedAtSubmitWithTheLocation) {
   const std::vector<Case> cases = {
       {"servers = 0\n", ":34:11:", "[asp] servers: expected an integer in [1, 4096], got 0"},
       {"staleness = \"bound\"\n", ":34:13:", "\"bound\" needs max_staleness"},
-      {"staleness = \"inverse\"\nmax_staleness = 2\n", ":35:17:", "only with staleness = \"bound\""},
+      {"staleness = \"inverse\"\nmax_staleness = 2\n",
+       ":35:17:", "only with staleness = \"bound\""},
       {"lr_scaling = \"sqrt\"\n", ":34:14:", "expected one of \"none\", \"linear\""},
   };
   for (const auto& c : cases) {
