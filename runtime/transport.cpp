@@ -706,6 +706,13 @@ struct Transport::Impl {
         return;
       }
       handle_inbound(parts, dealer_endpoint);
+      // The turns this message (a bundle: up to thousands of envelopes) made ready run now,
+      // before the next is read, so no more than one message's worth waits in the mailboxes
+      // (the in-flight limit counts them) while the I/O thread reads on.
+      if (on_burst_end) {
+        on_burst_end();
+        if (t_io_leader != this) return;  // taken over: the sockets are the new leader's
+      }
     }
   }
 
@@ -782,6 +789,7 @@ struct Transport::Impl {
           case Polled::kDealerMonitor: drain_monitor(*dealer->second.monitor, &dealer->first); break;
           case Polled::kWake: break;
         }
+        if (t_io_leader != this) return false;
       }
     }
     // Sockets first, then what watches them: a monitor outliving its socket only sees "stopped".
