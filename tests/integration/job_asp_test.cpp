@@ -8,7 +8,7 @@
 //   staleness is measured; under "bound" every push is applied or counted as dropped.
 // - kill -9 of a worker trainer: the job goes on (its batch dealt again) and finishes.
 // - kill -9 of a server: restarted from its last checkpoint, the job finishes, and the summary
-//   counts the updates lost.
+//   counts the updates lost; kill -9 of the node hosting it: restarted on the other node.
 // - A worker joining mid-job pushes soon after its hello (measured from the events; the bound
 //   asserted is generous, the figure printed).
 // No timing is asserted beyond generous bounds; every process is cleaned up by JobTest.
@@ -246,6 +246,36 @@ TEST_F(JobAsp, KillOfAWorkerAndOfAServerTheJobFinishes) {
   EXPECT_EQ(restarts, 1) << summary->dump(2);
   EXPECT_GE(summary->at("updates_lost").get<std::int64_t>(), 0);
   std::printf("server killed: %lld updates lost (checkpoint every 20)\n",
+              static_cast<long long>(summary->at("updates_lost").get<std::int64_t>()));
+}
+
+// kill -9 of the worker process (the node's agent) that hosts the one server: the node is
+// declared dead after the heartbeat timeout, its trainers died with it, and the shard restarts
+// on the other node from its checkpoint (the run directory is shared: one machine).
+TEST_F(JobAsp, KillOfTheNodeHostingTheServerRestartsItOnTheOtherNode) {
+  ASSERT_NO_FATAL_FAILURE(start({"w1", "w2"}, {{"--slowdown", "4"}, {"--slowdown", "4"}}));
+  auto run =
+      submit("node", job("asp-node", "asp", "steps = 3000",
+                         "\n[asp]\nservers = 1\n\n[checkpoint]\nevery = 20\n", 1, 2, "0.01"));
+  auto spawned = run->wait_for_event("spawn", 30s,
+                                     [](const Json& e) { return e.value("role", "") == "server"; });
+  ASSERT_TRUE(spawned) << run->describe();
+  const std::string victim = spawned->at("node");
+  const std::string other = victim == "w1" ? "w2" : "w1";
+  ASSERT_TRUE(run->wait_for_event("checkpoint", 90s)) << run->describe();
+  ASSERT_TRUE(cluster().worker(victim).send_signal(SIGKILL, /*whole_group=*/false));
+  const auto recovered = run->wait_for_event("server_recovered", 60s);
+  ASSERT_TRUE(recovered) << run->describe();
+  const auto restarted = run->wait_for_event(
+      "server_ready", 1s, [](const Json& e) { return e.value("incarnation", 0) > 0; });
+  ASSERT_TRUE(restarted) << run->describe();
+  EXPECT_EQ(restarted->at("node"), other) << run->describe();
+  EXPECT_GE(recovered->at("resumed_at").get<std::int64_t>(), 20) << recovered->dump();
+  auto summary = run->wait_finished(180s);
+  ASSERT_TRUE(summary) << run->describe();
+  ASSERT_EQ(summary->at("status"), "succeeded") << run->describe();
+  EXPECT_EQ(summary->at("updates"), 3000);
+  std::printf("node with the server killed: %lld updates lost\n",
               static_cast<long long>(summary->at("updates_lost").get<std::int64_t>()));
 }
 
