@@ -794,17 +794,8 @@ void SchedulerActor::on_message(const runtime::Envelope& message) {
     }
     case MessageKind::kJobStatusRequest: {
       auto request = runtime::unpack_payload<JobStatusRequest>(message.payload);
-      JobStatusReply status;
-      status.found = true;
-      status.job = info();
-      std::uint64_t since = request ? request->since : 0;
-      for (std::uint64_t i = since; i < events_.size() && status.events.size() < 2000; ++i) {
-        status.events.push_back(events_[i]);
-      }
-      status.next = since + status.events.size();
-      status.finished = finished_ && status.next >= events_.size();
-      if (finished_) status.summary_json = summary_json();
-      reply(message, status);
+      reply(message, job_status_page(info(), events_, request ? request->since : 0, finished_,
+                                     [&] { return summary_json(); }));
       return;
     }
     default:
