@@ -72,46 +72,6 @@ void expect(bool cond, const std::string& path, const std::string& what) {
   if (!cond) throw CheckpointError("checkpoint " + path + ": " + what);
 }
 
-void write_file_atomically(const std::string& path, const std::vector<char>& bytes) {
-  namespace fs = std::filesystem;
-  const fs::path target(path);
-  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  std::random_device rd;
-  const fs::path tmp = dir / (target.filename().string() + ".tmp." + std::to_string(::getpid()) +
-                              "." + std::to_string(rd()));
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    throw CheckpointError("cannot create " + tmp.string() + ": " + std::strerror(errno));
-  }
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const std::string err = std::strerror(errno);
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw CheckpointError("cannot write " + tmp.string() + ": " + err);
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    const std::string err = std::strerror(errno);
-    ::unlink(tmp.c_str());
-    throw CheckpointError("cannot flush " + tmp.string() + ": " + err);
-  }
-  if (::rename(tmp.c_str(), target.c_str()) != 0) {
-    const std::string err = std::strerror(errno);
-    ::unlink(tmp.c_str());
-    throw CheckpointError("cannot rename " + tmp.string() + " to " + path + ": " + err);
-  }
-  // The rename itself must reach the disk for the new file to survive a crash.
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
-}
 
 // Writes [length, words...] (words beyond `capacity` left out) into `region` as chunks.
 void encode_words(at::Tensor& region, const std::vector<int64_t>& words, int64_t capacity) {
@@ -163,6 +123,47 @@ std::vector<NamedTensor> detached_copies(const std::vector<NamedTensor>& in) {
 }
 
 }  // namespace
+
+void write_file_atomically(const std::string& path, const std::vector<char>& bytes) {
+  namespace fs = std::filesystem;
+  const fs::path target(path);
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  std::random_device rd;
+  const fs::path tmp = dir / (target.filename().string() + ".tmp." + std::to_string(::getpid()) +
+                              "." + std::to_string(rd()));
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    throw CheckpointError("cannot create " + tmp.string() + ": " + std::strerror(errno));
+  }
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const std::string err = std::strerror(errno);
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      throw CheckpointError("cannot write " + tmp.string() + ": " + err);
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    const std::string err = std::strerror(errno);
+    ::unlink(tmp.c_str());
+    throw CheckpointError("cannot flush " + tmp.string() + ": " + err);
+  }
+  if (::rename(tmp.c_str(), target.c_str()) != 0) {
+    const std::string err = std::strerror(errno);
+    ::unlink(tmp.c_str());
+    throw CheckpointError("cannot rename " + tmp.string() + " to " + path + ": " + err);
+  }
+  // The rename itself must reach the disk for the new file to survive a crash.
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
 
 struct Trainer::Impl {
   TrainerConfig config;

@@ -40,6 +40,11 @@ class CheckpointError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Writes `bytes` to `path` so that a reader (or a crash) sees the old file or the whole new one:
+// a unique temporary file beside it, fsync, rename, fsync of the directory. Throws
+// CheckpointError saying which step failed.
+void write_file_atomically(const std::string& path, const std::vector<char>& bytes);
+
 // Collective backend. kNccl exists only when built with OMNILEARN_WITH_NCCL (CUDA LibTorch).
 enum class Backend { kGloo, kNccl };
 

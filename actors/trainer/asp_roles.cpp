@@ -53,29 +53,6 @@ runtime::Envelope reply_envelope(runtime::ActorSystem& system, const runtime::En
   return envelope;
 }
 
-void write_atomically(const std::string& path, const std::vector<char>& bytes) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw std::runtime_error("cannot create " + tmp + ": " + std::strerror(errno));
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const std::string err = std::strerror(errno);
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw std::runtime_error("cannot write " + tmp + ": " + err);
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    const std::string err = std::strerror(errno);
-    ::unlink(tmp.c_str());
-    throw std::runtime_error("cannot write " + tmp + ": " + err);
-  }
-  std::filesystem::rename(tmp, path);
-}
 
 // ---------------------------------------------------------------------------------------------
 // Server
@@ -126,7 +103,7 @@ void save_shard(const ShardState& s) {
   top.insert("optimizer_kind", s.optimizer_spec.kind);
   top.insert("asp", meta);
   top.insert("core", core_bytes);
-  write_atomically(s.checkpoint_path, torch::jit::pickle_save(top));
+  training::write_file_atomically(s.checkpoint_path, torch::jit::pickle_save(top));
 }
 
 // Restores parameters and optimizer state from `path` into `s`; returns the core's checkpoint.
