@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <numeric>
 
+#include "actors/atomic_file.hpp"
 #include "runtime/system_messages.hpp"
 
 namespace omnilearn::actors {
@@ -689,15 +690,8 @@ void AspSchedulerActor::finish(const std::string& state, const std::string& reas
   }
   emit(Json{{"event", "finished"}, {"status", state}, {"reason", why}, {"step", updates_}});
   events_file_.close();
-  auto path = std::filesystem::path(options_.run_dir) / "summary.json";
-  auto temp = path;
-  temp += ".tmp";
-  {
-    std::ofstream out(temp);
-    out << summary_json() << '\n';
-  }
-  std::error_code ec;
-  std::filesystem::rename(temp, path, ec);
+  write_text_atomically(std::filesystem::path(options_.run_dir) / "summary.json",
+                        summary_json() + "\n");
   tell(runtime::ActorAddress{"", kRegistryActor}, UnsubscribeNodes{});
   publish_info();
 }

@@ -1,6 +1,7 @@
 #include "actors/job_manager.hpp"
 
 #include "actors/asp_scheduler_actor.hpp"
+#include "actors/atomic_file.hpp"
 
 #include <algorithm>
 #include <filesystem>
@@ -52,20 +53,6 @@ std::optional<std::string> read_file(const fs::path& path) {
   return text.str();
 }
 
-// Written to a temporary file and renamed, so a reader sees the old file or the whole new one.
-bool write_file_atomically(const fs::path& path, const std::string& text) {
-  auto temp = path;
-  temp += ".tmp";
-  {
-    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.close();
-    if (!out) return false;
-  }
-  std::error_code ec;
-  fs::rename(temp, path, ec);
-  return !ec;
-}
 
 }  // namespace
 
@@ -257,7 +244,7 @@ void JobManager::on_scheduler_down(const runtime::Down& down) {
                   .dump()
            << '\n';
   }
-  if (!write_file_atomically(fs::path(job.run_dir) / "summary.json", job.summary_json + "\n")) {
+  if (!write_text_atomically(fs::path(job.run_dir) / "summary.json", job.summary_json + "\n")) {
     spdlog::warn("jobs: cannot write {}/summary.json for job {}", job.run_dir, job_id);
   }
 }

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "actors/atomic_file.hpp"
 #include "runtime/system_messages.hpp"
 #include "scheduler/simulator.hpp"
 
@@ -497,15 +498,8 @@ void SchedulerActor::finished(const std::string& state, const std::string& reaso
             {"step", std::max(step_, job_.committed_step())}}
            .dump());
   events_file_.close();
-  auto path = std::filesystem::path(options_.run_dir) / "summary.json";
-  auto temp = path;
-  temp += ".tmp";
-  {
-    std::ofstream out(temp);
-    out << summary_json() << '\n';
-  }
-  std::error_code ec;
-  std::filesystem::rename(temp, path, ec);
+  write_text_atomically(std::filesystem::path(options_.run_dir) / "summary.json",
+                        summary_json() + "\n");
   // Nothing more to hear about nodes; the JobManager keeps the summary and stops this actor.
   tell(runtime::ActorAddress{"", kRegistryActor}, UnsubscribeNodes{});
   publish_info();
