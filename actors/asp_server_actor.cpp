@@ -1,0 +1,153 @@
+#include "actors/asp_server_actor.hpp"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <stdexcept>
+#include <utility>
+
+#include "runtime/actor_system.hpp"
+#include "runtime/system_messages.hpp"
+
+namespace omnilearn::actors {
+namespace {
+
+asp::ServerCore make_core(const AspServerConfig& config, std::size_t storage, bool has_apply,
+                          asp::ServerCore::ApplyFn apply) {
+  if (config.slice.size < 1 || storage != static_cast<std::size_t>(config.slice.size)) {
+    throw std::invalid_argument(fmt::format(
+        "asp server shard {}: the storage holds {} floats, the slice {}: pass the slice's "
+        "own parameters",
+        config.shard, storage, config.slice.size));
+  }
+  if (!has_apply) {
+    throw std::invalid_argument(
+        fmt::format("asp server shard {}: an apply callback is required", config.shard));
+  }
+  if (config.resume) {
+    return asp::ServerCore::resume(*config.resume, config.slice.size, config.staleness,
+                                   std::move(apply));
+  }
+  return asp::ServerCore(config.slice.size, config.staleness, std::move(apply));
+}
+
+// A reply carrying attachments: as Actor::reply, plus the frames.
+runtime::Envelope reply_envelope(runtime::ActorSystem& system, const runtime::Envelope& request,
+                                 runtime::MessageKind kind, std::string payload) {
+  runtime::Envelope envelope =
+      system.make_envelope(request.from, kind, std::move(payload), request.to);
+  envelope.correlation = request.correlation;
+  envelope.flags = runtime::Envelope::kReply;
+  envelope.reply_dealer = request.arrived_via;
+  envelope.reply_router = request.from_network && request.arrived_via.empty();
+  return envelope;
+}
+
+}  // namespace
+
+AspServerActor::AspServerActor(AspServerConfig config, std::span<float> parameters, ApplyFn apply,
+                               AfterApplyFn after_apply)
+    : config_(std::move(config)),
+      parameters_(parameters),
+      apply_(std::move(apply)),
+      after_apply_(std::move(after_apply)),
+      core_(make_core(config_, parameters.size(), static_cast<bool>(apply_),
+                      [this](double scale, std::span<const float> gradient) {
+                        apply_(applying_version_, scale, gradient);
+                      })) {}
+
+void AspServerActor::on_message(const runtime::Envelope& message) {
+  if (config_.last_message) {
+    config_.last_message->store(std::chrono::steady_clock::now().time_since_epoch().count());
+  }
+  if (message.kind == runtime::kind_of<AspPull>()) {
+    on_pull(message);
+  } else if (message.kind == runtime::kind_of<AspPush>()) {
+    on_push(message);
+  } else if (message.correlation != 0) {
+    reply(message, runtime::ErrorReply{"bad-request", "a parameter server takes pulls and pushes"});
+  }
+}
+
+void AspServerActor::on_pull(const runtime::Envelope& message) {
+  AspPullReply r;
+  r.shard = config_.shard;
+  const asp::Version v = core_.pull();
+  r.ok = true;
+  r.incarnation = v.incarnation;
+  r.version = v.number;
+  r.offset = config_.slice.offset;
+  r.size = config_.slice.size;
+  auto envelope =
+      reply_envelope(system(), message, runtime::kind_of<AspPullReply>(), runtime::pack_payload(r));
+  // The one copy on this side: the shard into the frame ZeroMQ sends as is (built from the
+  // bytes directly: no zero fill first).
+  envelope.attachments.emplace_back(
+      std::string(reinterpret_cast<const char*>(parameters_.data()), parameters_.size_bytes()));
+  system().send(std::move(envelope));
+}
+
+void AspServerActor::on_push(const runtime::Envelope& message) {
+  AspPushReply r;
+  auto push = runtime::unpack_payload<AspPush>(message.payload);
+  const std::size_t want = parameters_.size_bytes();
+  if (!push) {
+    r.error = fmt::format("a push to shard {} did not decode as AspPush", config_.shard);
+    reply(message, r);
+    return;
+  }
+  if (message.attachments.size() != 1 || message.attachments[0].size() != want) {
+    r.error = fmt::format(
+        "a push to shard {} needs one attachment of {} bytes (its {} float32 gradients); it had "
+        "{} attachment(s){}: nothing applied",
+        config_.shard, want, config_.slice.size, message.attachments.size(),
+        message.attachments.empty()
+            ? ""
+            : fmt::format(", the first {} bytes", message.attachments[0].size()));
+    reply(message, r);
+    return;
+  }
+  try {
+    if (push->global_batch >= 1 && push->workers >= 1) {
+      core_.set_batch_plan(push->global_batch, push->workers);
+    }
+    applying_version_ = core_.pull().number;
+    const auto* data = reinterpret_cast<const float*>(message.attachments[0].data());
+    const asp::PushOutcome outcome =
+        core_.push(push->worker, asp::Version{push->incarnation, push->version}, push->batch,
+                   std::span<const float>(data, parameters_.size()));
+    r.status = outcome.status == asp::PushStatus::kApplied   ? AspPushReply::kApplied
+               : outcome.status == asp::PushStatus::kDropped ? AspPushReply::kDropped
+                                                             : AspPushReply::kRejected;
+    r.staleness = outcome.staleness;
+    r.scale = outcome.scale;
+    r.incarnation = outcome.version.incarnation;
+    r.version = outcome.version.number;
+  } catch (const std::exception& e) {
+    r.status = AspPushReply::kRejected;
+    r.error = e.what();
+  }
+  reply(message, r);  // before the hook: a checkpoint write does not delay the worker
+  std::string checkpoint;
+  if (r.status == AspPushReply::kApplied && after_apply_) {
+    try {
+      checkpoint = after_apply_(core_);
+    } catch (const std::exception& e) {
+      spdlog::error("server {}: after version {}: {}", config_.trainer, r.version, e.what());
+    }
+  }
+  // A push pulled from a dead incarnation (applied or dropped) can raise updates_lost.
+  if (!checkpoint.empty() || core_.updates_lost() != reported_lost_) report(checkpoint);
+}
+
+void AspServerActor::report(const std::string& checkpoint) {
+  reported_lost_ = core_.updates_lost();
+  if (config_.scheduler.actor.empty()) return;
+  const auto c = core_.checkpoint();
+  tell(config_.scheduler,
+       AspServerReport{config_.job, config_.trainer, config_.shard, c.incarnation, c.version,
+                       c.applied, c.dropped, c.rejected, reported_lost_, checkpoint});
+}
+
+}  // namespace omnilearn::actors
