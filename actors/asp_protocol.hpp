@@ -11,6 +11,10 @@
 //   worker --AspPush + attachment--> server   reply AspPushReply (staleness, applied/dropped)
 //   server --AspServerReady / AspServerReport--> scheduler  (endpoint; checkpoints)
 //   worker --AspFinished--> scheduler     (the finishing worker: test figures, final checkpoint)
+//
+// Evaluation during the job (`[train] eval_every` updates): the scheduler answers one deal
+// request with kEvaluate instead of a batch; that worker pulls every shard, evaluates the test
+// set and carries the figures in its next AspDealRequest (the other workers go on training).
 
 #include <cstdint>
 #include <msgpack.hpp>
@@ -41,12 +45,21 @@ struct AspDealRequest {
   // (how the scheduler knows how far a server got before it died: the updates a restart loses).
   std::vector<std::int64_t> incarnations;
   std::vector<std::int64_t> versions;
+  // The outcome of a kEvaluate, if the previous reply was one: `evaluated` false with
+  // eval_error set when the pull or the evaluation failed (the scheduler deals it again later).
+  bool evaluated = false;
+  std::string eval_error;
+  double eval_accuracy = -1;
+  double eval_loss = -1;
+  std::int64_t eval_version = 0;  // shard 0's version the evaluated parameters were pulled at
+  double eval_time_s = 0;         // pull + evaluation
   MSGPACK_DEFINE(job_id, trainer, pushed_batch, failed_batch, staleness, applied, dropped, batch,
-                 compute_time_s, update_time_s, loss, version_seen, incarnations, versions);
+                 compute_time_s, update_time_s, loss, version_seen, incarnations, versions,
+                 evaluated, eval_error, eval_accuracy, eval_loss, eval_version, eval_time_s);
 };
 
 struct AspDealReply {
-  enum Action : std::int32_t { kBatch = 0, kWait = 1, kFinish = 2, kDone = 3 };
+  enum Action : std::int32_t { kBatch = 0, kWait = 1, kFinish = 2, kDone = 3, kEvaluate = 4 };
   std::int32_t action = kWait;
   std::string error;
   std::uint64_t batch_id = 0;

@@ -40,6 +40,7 @@ void AspSchedulerActor::on_start() {
   started_at_ = Clock::now();
   last_progress_ = started_at_;
   interval_started_ = started_at_;
+  next_eval_ = options_.spec.train.eval_every;
   std::error_code ec;
   std::filesystem::create_directories(options_.run_dir, ec);
   events_file_.open(std::filesystem::path(options_.run_dir) / "events.jsonl", std::ios::app);
@@ -445,6 +446,10 @@ void AspSchedulerActor::on_deal(const runtime::Envelope& message, const AspDealR
     }
   }
 
+  if (request.trainer == evaluator_ && (request.evaluated || !request.eval_error.empty())) {
+    on_evaluated(request);
+  }
+
   if (training_done()) {
     if (finisher_.empty() || trainers_[finisher_].gone || finisher_ == request.trainer) {
       finisher_ = request.trainer;
@@ -472,6 +477,18 @@ void AspSchedulerActor::on_deal(const runtime::Envelope& message, const AspDealR
     this->reply(message, reply);
     return;
   }
+  if (next_eval_ > 0 && evaluator_.empty() && updates_ >= next_eval_) {
+    // The next worker to ask evaluates (in ASP the fast ones ask most often); one at a time,
+    // and a count passed while one ran is not made up for.
+    const std::int64_t every = options_.spec.train.eval_every;
+    evaluator_ = request.trainer;
+    eval_dealt_at_ = updates_;
+    next_eval_ = (updates_ / every + 1) * every;
+    reply.action = AspDealReply::kEvaluate;
+    for (const auto& s : shards_) reply.servers.push_back(s.endpoint);
+    this->reply(message, reply);
+    return;
+  }
   if (options_.spec.train.steps > 0 &&
       updates_ + outstanding_batches() >= options_.spec.train.steps) {
     reply.action = AspDealReply::kWait;  // the last updates are out; wait for their pushes
@@ -494,6 +511,25 @@ void AspSchedulerActor::on_deal(const runtime::Envelope& message, const AspDealR
   reply.global_batch = options_.spec.train.global_batch;
   reply.workers = static_cast<std::int32_t>(plan_.size());
   this->reply(message, reply);
+}
+
+void AspSchedulerActor::on_evaluated(const AspDealRequest& request) {
+  evaluator_.clear();
+  if (!request.evaluated) {
+    emit(Json{{"event", "eval_skipped"},
+              {"trainer", request.trainer},
+              {"step", updates_},
+              {"reason", request.eval_error}});
+    return;
+  }
+  ++evaluations_;
+  last_eval_accuracy_ = request.eval_accuracy;
+  write_interval(true, Json{{"test_accuracy", request.eval_accuracy},
+                            {"test_loss", request.eval_loss},
+                            {"eval_version", request.eval_version},
+                            {"eval_dealt_at", eval_dealt_at_},
+                            {"eval_time_s", request.eval_time_s},
+                            {"eval_trainer", request.trainer}});
 }
 
 void AspSchedulerActor::on_finished(const runtime::Envelope& message, const AspFinished& done) {
@@ -582,6 +618,7 @@ void AspSchedulerActor::trainer_gone(const std::string& name, const std::string&
     finisher_.clear();
     finishing_announced_ = false;
   }
+  if (evaluator_ == name) evaluator_.clear();  // the next deal request evaluates instead
   if (t.ready) replan("worker left");
 }
 
@@ -628,7 +665,7 @@ void AspSchedulerActor::tick() {
   tick_timer_ = after(kTick, [this] { tick(); });
 }
 
-void AspSchedulerActor::write_interval(bool force) {
+void AspSchedulerActor::write_interval(bool force, const Json& eval) {
   const auto now = Clock::now();
   const double seconds = seconds_between(interval_started_, now);
   asp::StalenessSummary s = stats_.take_interval();
@@ -647,7 +684,7 @@ void AspSchedulerActor::write_interval(bool force) {
                          {"update_time_s", t.update_time_s},
                          {"live", !t.gone}};
   }
-  emit(Json{{"event", "asp_interval"},
+  Json event{{"event", "asp_interval"},
             {"step", updates_},
             {"total", total_steps()},
             {"epoch", dealer_ ? dealer_->epochs_completed() : 0},
@@ -657,7 +694,9 @@ void AspSchedulerActor::write_interval(bool force) {
             {"updates_per_s", seconds > 0 ? static_cast<double>(updates) / seconds : 0.0},
             {"staleness", Json{{"mean", s.mean}, {"p95", s.p95}, {"max", s.max}}},
             {"dropped_stale", s.dropped},
-            {"workers", workers}});
+            {"workers", workers}};
+  if (eval.is_object()) event.update(eval);
+  emit(event);
   if (updates_ > 0) publish_info();
 }
 
@@ -808,6 +847,8 @@ std::string AspSchedulerActor::summary_json() const {
               {"dropped_stale", dropped_stale_},
               {"duplicate_pushes", duplicates_},
               {"failed_batches", failed_batches_},
+              {"evaluations", evaluations_},
+              {"last_eval_accuracy", last_eval_accuracy_ >= 0 ? Json(last_eval_accuracy_) : Json()},
               {"updates_lost", lost},
               {"parameters", parameters_},
               {"servers", servers},

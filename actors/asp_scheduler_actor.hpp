@@ -94,7 +94,10 @@ class AspSchedulerActor : public runtime::Actor {
   std::int64_t live_workers() const;
   std::int64_t outstanding_batches() const;
   bool training_done() const;
-  void write_interval(bool force);
+  // `eval`: an evaluation's figures, written into the interval's event (the follow view and
+  // the dashboard show test accuracy from it, as from BSP's step events).
+  void write_interval(bool force, const nlohmann::json& eval = nullptr);
+  void on_evaluated(const AspDealRequest& request);
 
   void fail(const std::string& reason) { finish("failed", reason); }
   void finish(const std::string& state, const std::string& reason);
@@ -134,6 +137,14 @@ class AspSchedulerActor : public runtime::Actor {
   double loss_ = 0;
   Clock::time_point interval_started_;
   std::int64_t interval_updates_ = 0;
+
+  // Evaluation every `[train] eval_every` updates: the worker evaluating (one at a time), the
+  // update count it was dealt at, and the next count that deals one.
+  std::string evaluator_;
+  std::int64_t eval_dealt_at_ = 0;
+  std::int64_t next_eval_ = 0;
+  std::int64_t evaluations_ = 0;
+  double last_eval_accuracy_ = -1;
 
   std::string finisher_;  // the worker told to write the final model
   bool finishing_announced_ = false;

@@ -101,12 +101,15 @@ class EventPrinter {
     } else if (kind == "asp_interval") {
       const auto& st = e.contains("staleness") ? e["staleness"] : Json::object();
       std::printf("update %6lld  epoch %lld  loss %.4f  %.1f updates/s  staleness mean %.2f p95 "
-                  "%lld max %lld\n",
+                  "%lld max %lld%s\n",
                   static_cast<long long>(e.value("step", 0)),
                   static_cast<long long>(e.value("epoch", 0)), e.value("loss", 0.0),
                   e.value("updates_per_s", 0.0), st.value("mean", 0.0),
                   static_cast<long long>(st.value("p95", 0)),
-                  static_cast<long long>(st.value("max", 0)));
+                  static_cast<long long>(st.value("max", 0)),
+                  e.contains("test_accuracy")
+                      ? fmt::format("  test accuracy {:.4f}", e.value("test_accuracy", 0.0)).c_str()
+                      : "");
     } else if (kind == "server_gone") {
       std::printf("  parameter server %s (shard %d) gone: %s\n", e.value("trainer", "").c_str(),
                   e.value("shard", 0), e.value("reason", "").c_str());

@@ -487,6 +487,30 @@ int run_asp_worker(AspRoleContext& c) {
       c.wait_stop(60s);
       return 0;
     }
+    if (deal->action == AspDealReply::kEvaluate) {
+      // The parameters as they are now, on the whole test set; the other workers go on
+      // training meanwhile. The figures go with the next ask.
+      const Clock::time_point started = Clock::now();
+      std::string error;
+      auto pulled = pull_all(c, deal->servers, &error);
+      if (pulled) {
+        try {
+          const auto eval = c.replica.evaluate();
+          request.evaluated = true;
+          request.eval_accuracy = eval.accuracy;
+          request.eval_loss = eval.loss;
+          request.eval_version = pulled->empty() ? 0 : (*pulled)[0].version;
+        } catch (const std::exception& e) {
+          error = e.what();
+        }
+      }
+      if (!request.evaluated) {
+        request.eval_error = error;
+        spdlog::warn("worker {}: evaluation skipped: {}", c.trainer, error);
+      }
+      request.eval_time_s = seconds_since(started);
+      continue;
+    }
     // A batch.
     const Clock::time_point started = Clock::now();
     std::string error;

@@ -142,7 +142,8 @@ TEST_F(JobAsp, OneWorkerEqualsBspWithOneWorker) {
 
 TEST_F(JobAsp, WorkersOfDifferentSpeedsUseEverySampleOncePerEpoch) {
   ASSERT_NO_FATAL_FAILURE(start({"fast", "slow"}, {{"--slowdown", "1"}, {"--slowdown", "3"}}));
-  auto run = submit("speeds", job("asp-speeds", "asp", "epochs = 3",
+  // With evaluations every 20 updates: they must not disturb the dealing.
+  auto run = submit("speeds", job("asp-speeds", "asp", "epochs = 3\neval_every = 20",
                                   "\n[asp]\nservers = 2\nstaleness = \"inverse\"\n", 2, 2, "0.01"));
   auto summary = run->wait_finished(150s);
   ASSERT_TRUE(summary) << run->describe();
@@ -167,6 +168,25 @@ TEST_F(JobAsp, WorkersOfDifferentSpeedsUseEverySampleOncePerEpoch) {
   const auto intervals = events_named(run->events(), "asp_interval");
   ASSERT_FALSE(intervals.empty());
   EXPECT_TRUE(intervals.back().at("staleness").contains("p95"));
+  // eval_every = 20: one evaluation per 20 updates at most, each of parameters pulled after
+  // the update count it was dealt at, carried in an asp_interval event as BSP's in its step.
+  std::int64_t evaluations = 0, last_dealt = -1;
+  for (const auto& e : intervals) {
+    if (!e.contains("test_accuracy")) continue;
+    ++evaluations;
+    const auto dealt = e.at("eval_dealt_at").get<std::int64_t>();
+    EXPECT_GE(dealt, 20 * evaluations) << e.dump();
+    EXPECT_GT(dealt, last_dealt) << e.dump();
+    EXPECT_GE(e.at("eval_version").get<std::int64_t>(), dealt) << e.dump();
+    EXPECT_GE(e.at("test_accuracy").get<double>(), 0.0);
+    EXPECT_LE(e.at("test_accuracy").get<double>(), 1.0);
+    EXPECT_GT(e.at("test_loss").get<double>(), 0.0);
+    last_dealt = dealt;
+  }
+  const auto updates = summary->at("updates").get<std::int64_t>();
+  EXPECT_GE(evaluations, 2) << summary->dump(2);
+  EXPECT_LE(evaluations, updates / 20);
+  EXPECT_EQ(summary->at("evaluations").get<std::int64_t>(), evaluations);
   std::printf("2 workers (slowdown 1, 3): %lld updates, staleness mean %.2f p95 %lld max %lld\n",
               static_cast<long long>(summary->at("updates").get<std::int64_t>()),
               summary->at("staleness").at("mean").get<double>(),
