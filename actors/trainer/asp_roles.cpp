@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -20,6 +19,7 @@
 #include <vector>
 
 #include "actors/asp_protocol.hpp"
+#include "actors/asp_server_actor.hpp"
 #include "asp/server_core.hpp"
 #include "asp/shard_layout.hpp"
 #include "asp/staleness.hpp"
@@ -41,51 +41,32 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-// A reply carrying attachments: as Actor::reply, plus the frames.
-runtime::Envelope reply_envelope(runtime::ActorSystem& system, const runtime::Envelope& request,
-                                 runtime::MessageKind kind, std::string payload) {
-  runtime::Envelope envelope =
-      system.make_envelope(request.from, kind, std::move(payload), request.to);
-  envelope.correlation = request.correlation;
-  envelope.flags = runtime::Envelope::kReply;
-  envelope.reply_dealer = request.arrived_via;
-  envelope.reply_router = request.from_network && request.arrived_via.empty();
-  return envelope;
-}
-
-
 // ---------------------------------------------------------------------------------------------
 // Server
 
-// One shard's state; owned by the server actor once it runs (the training thread only waits).
+// What LibTorch holds of one shard: its parameters, their optimizer, where it checkpoints. The
+// server actor (actors/asp_server_actor, torch-free) owns the messaging and the ServerCore and
+// reaches this only through the callbacks run_asp_server gives it, which keep it alive; they
+// run in the actor's turns (the training thread only waits).
 struct ShardState {
-  std::string job;
-  std::string trainer;
   std::int32_t shard = 0;
   asp::ShardSlice slice;
   std::int64_t parameters = 0;
   training::OptimizerSpec optimizer_spec;
-  at::Tensor params;  // float32 [slice.size], its grad preallocated
+  at::Tensor params;  // float32 [slice.size], its grad preallocated; the actor's storage
   std::unique_ptr<training::Optimizer> optimizer;
-  std::optional<asp::ServerCore> core;
-  std::int64_t applying_version = 0;  // the version the push being applied moves on from
   std::int64_t checkpoint_every = 0;
   std::string checkpoint_path;
-  runtime::ActorAddress scheduler;
-  std::int64_t reported_lost = 0;
-  // steady_clock ticks of the last pull or push (the training thread reads it).
-  std::atomic<std::int64_t> last_message{Clock::now().time_since_epoch().count()};
 };
 
 // {"shard": {"params": T}, "optimizer": {...}, "optimizer_kind": s, "asp": {offset, size, ...},
 // "core": uint8 T}: torch.load()-able; "core" is asp::encode_checkpoint's bytes.
-void save_shard(const ShardState& s) {
+void save_shard(const ShardState& s, const asp::ServerCheckpoint& checkpoint) {
   c10::Dict<std::string, at::Tensor> shard;
   shard.insert("params", s.params.detach().clone());
   c10::Dict<std::string, at::Tensor> optimizer;
   for (const auto& [name, t] : s.optimizer->state()) optimizer.insert(name, t.clone());
   c10::Dict<std::string, int64_t> meta;
-  const asp::ServerCheckpoint checkpoint = s.core->checkpoint();
   meta.insert("shard", s.shard);
   meta.insert("offset", s.slice.offset);
   meta.insert("size", s.slice.size);
@@ -148,95 +129,6 @@ asp::ServerCheckpoint load_shard(ShardState& s, const std::string& path) {
   return *checkpoint;
 }
 
-class AspServerActor : public runtime::Actor {
- public:
-  explicit AspServerActor(std::shared_ptr<ShardState> state) : s_(std::move(state)) {}
-
-  void on_message(const runtime::Envelope& message) override {
-    s_->last_message = Clock::now().time_since_epoch().count();
-    if (message.kind == runtime::kind_of<AspPull>()) {
-      on_pull(message);
-    } else if (message.kind == runtime::kind_of<AspPush>()) {
-      on_push(message);
-    } else if (message.correlation != 0) {
-      reply(message,
-            runtime::ErrorReply{"bad-request", "a parameter server takes pulls and pushes"});
-    }
-  }
-
- private:
-  void on_pull(const runtime::Envelope& message) {
-    AspPullReply r;
-    r.shard = s_->shard;
-    const asp::Version v = s_->core->pull();
-    r.ok = true;
-    r.incarnation = v.incarnation;
-    r.version = v.number;
-    r.offset = s_->slice.offset;
-    r.size = s_->slice.size;
-    // The one copy on this side: the shard into the frame ZeroMQ sends as is.
-    std::string bytes(static_cast<std::size_t>(s_->slice.size) * sizeof(float), '\0');
-    std::memcpy(bytes.data(), s_->params.data_ptr<float>(), bytes.size());
-    auto envelope = reply_envelope(system(), message, runtime::kind_of<AspPullReply>(),
-                                   runtime::pack_payload(r));
-    envelope.attachments.emplace_back(std::move(bytes));
-    system().send(std::move(envelope));
-  }
-
-  void on_push(const runtime::Envelope& message) {
-    AspPushReply r;
-    auto push = runtime::unpack_payload<AspPush>(message.payload);
-    const std::size_t want = static_cast<std::size_t>(s_->slice.size) * sizeof(float);
-    if (!push || message.attachments.size() != 1 || message.attachments[0].size() != want) {
-      r.error = fmt::format("a push to shard {} needs one attachment of {} bytes", s_->shard, want);
-      reply(message, r);
-      return;
-    }
-    try {
-      if (push->global_batch >= 1 && push->workers >= 1) {
-        s_->core->set_batch_plan(push->global_batch, push->workers);
-      }
-      s_->applying_version = s_->core->pull().number;
-      const auto* data = reinterpret_cast<const float*>(message.attachments[0].data());
-      const asp::PushOutcome outcome =
-          s_->core->push(push->worker, asp::Version{push->incarnation, push->version}, push->batch,
-                         std::span<const float>(data, static_cast<std::size_t>(s_->slice.size)));
-      r.status = outcome.status == asp::PushStatus::kApplied   ? AspPushReply::kApplied
-                 : outcome.status == asp::PushStatus::kDropped ? AspPushReply::kDropped
-                                                               : AspPushReply::kRejected;
-      r.staleness = outcome.staleness;
-      r.scale = outcome.scale;
-      r.incarnation = outcome.version.incarnation;
-      r.version = outcome.version.number;
-    } catch (const std::exception& e) {
-      r.status = AspPushReply::kRejected;
-      r.error = e.what();
-    }
-    reply(message, r);
-    std::string checkpoint;
-    if (r.status == AspPushReply::kApplied && s_->checkpoint_every > 0 &&
-        r.version % s_->checkpoint_every == 0) {
-      try {
-        save_shard(*s_);
-        checkpoint = s_->checkpoint_path;
-      } catch (const std::exception& e) {
-        spdlog::error("server {}: checkpoint failed: {}", s_->trainer, e.what());
-      }
-    }
-    if (!checkpoint.empty() || s_->core->updates_lost() != s_->reported_lost) report(checkpoint);
-  }
-
-  void report(const std::string& checkpoint) {
-    const auto c = s_->core->checkpoint();
-    s_->reported_lost = s_->core->updates_lost();
-    tell(s_->scheduler,
-         AspServerReport{s_->job, s_->trainer, s_->shard, c.incarnation, c.version, c.applied,
-                         c.dropped, c.rejected, s_->reported_lost, checkpoint});
-  }
-
-  std::shared_ptr<ShardState> s_;
-};
-
 // ---------------------------------------------------------------------------------------------
 // Worker
 
@@ -298,8 +190,6 @@ std::optional<std::vector<PulledShard>> pull_all(AspRoleContext& c,
 int run_asp_server(AspRoleContext& c) {
   auto state = std::make_shared<ShardState>();
   auto& s = *state;
-  s.job = c.job;
-  s.trainer = c.trainer;
   s.shard = c.hello.shard;
   s.parameters = c.replica.flat_parameter_count();
   const asp::ShardLayout layout(s.parameters, std::max(1, c.hello.shards));
@@ -323,21 +213,44 @@ int run_asp_server(AspRoleContext& c) {
   s.checkpoint_path =
       (std::filesystem::path(c.hello.checkpoint_dir) / fmt::format("server-shard{}.pt", s.shard))
           .string();
-  s.scheduler = runtime::ActorAddress{c.head, c.scheduler};
+  const runtime::ActorAddress scheduler{c.head, c.scheduler};
 
-  asp::StalenessConfig config;
+  AspServerConfig server;
+  server.job = c.job;
+  server.trainer = c.trainer;
+  server.shard = s.shard;
+  server.slice = s.slice;
+  server.scheduler = scheduler;
+  auto& config = server.staleness;
   config.mode = asp::parse_staleness_mode(c.spec.asp.staleness).value_or(asp::StalenessMode::kNone);
   config.max_staleness = config.mode == asp::StalenessMode::kBound ? c.spec.asp.max_staleness : 0;
   config.lr_scaling =
       asp::parse_lr_scaling(c.spec.asp.lr_scaling).value_or(asp::LrScaling::kLinear);
-  ShardState* raw = state.get();
-  auto apply = [raw](double scale, std::span<const float> gradient) {
+  // steady_clock ticks of the last pull or push (the idle limit below reads it).
+  server.last_message =
+      std::make_shared<std::atomic<std::int64_t>>(Clock::now().time_since_epoch().count());
+  // The job's optimizer and LR schedule on the slice; the state it captures lives as long as
+  // the actor holding this.
+  auto apply = [state](std::int64_t from_version, double scale, std::span<const float> gradient) {
     c10::NoGradGuard no_grad;
-    raw->params.mutable_grad().copy_(at::from_blob(const_cast<float*>(gradient.data()),
-                                                   {static_cast<int64_t>(gradient.size())},
-                                                   at::TensorOptions().dtype(at::kFloat)));
-    const double lr = training::scheduled_lr(raw->optimizer_spec, raw->applying_version) * scale;
-    raw->optimizer->step(lr, raw->applying_version + 1);
+    state->params.mutable_grad().copy_(at::from_blob(const_cast<float*>(gradient.data()),
+                                                     {static_cast<int64_t>(gradient.size())},
+                                                     at::TensorOptions().dtype(at::kFloat)));
+    const double lr = training::scheduled_lr(state->optimizer_spec, from_version) * scale;
+    state->optimizer->step(lr, from_version + 1);
+  };
+  // Every `[checkpoint] every` updates; a failed write is logged and the shard goes on serving.
+  auto checkpoint = [state, trainer = c.trainer](const asp::ServerCore& core) -> std::string {
+    if (state->checkpoint_every <= 0 || core.pull().number % state->checkpoint_every != 0) {
+      return "";
+    }
+    try {
+      save_shard(*state, core.checkpoint());
+      return state->checkpoint_path;
+    } catch (const std::exception& e) {
+      spdlog::error("server {}: checkpoint failed: {}", trainer, e.what());
+      return "";
+    }
   };
   if (c.hello.incarnation > 0) {
     // A restart: from the shard's last checkpoint, or from the initial parameters (version 0)
@@ -356,32 +269,38 @@ int run_asp_server(AspRoleContext& c) {
       }
     }
     from.incarnation = c.hello.incarnation - 1;
-    s.core.emplace(asp::ServerCore::resume(from, s.slice.size, config, apply));
-  } else {
-    s.core.emplace(s.slice.size, config, apply);
+    server.resume = from;
   }
+  const auto last_message = server.last_message;
+  // The actor's storage is the tensor's: the optimizer and load_shard write it in place, so
+  // the pointer stays valid for as long as `state` (held by the callbacks) lives.
+  auto actor = std::make_unique<AspServerActor>(
+      std::move(server), std::span<float>(s.params.data_ptr<float>(), s.slice.size), apply,
+      checkpoint);
+  const asp::Version version = actor->version();
+  const std::int64_t updates_lost = actor->updates_lost();
 
   const std::string host = c.advertise_host.empty() ? "127.0.0.1" : c.advertise_host;
   const std::string endpoint = c.system.listen(
       host.find(':') != std::string::npos ? "tcp://[" + host + "]:0" : "tcp://" + host + ":0");
-  c.system.spawn<AspServerActor>(kAspServerActor, state);
+  c.system.spawn(kAspServerActor, std::move(actor));
   spdlog::info("server {}: shard {} = [{}, {}) of {} parameters at {} (incarnation {}, version {})",
                c.trainer, s.shard, s.slice.offset, s.slice.offset + s.slice.size, s.parameters,
-               endpoint, c.hello.incarnation, s.core->pull().number);
+               endpoint, c.hello.incarnation, version.number);
 
   AspServerReady ready{c.job,
                        c.trainer,
                        s.shard,
                        endpoint,
                        c.hello.incarnation,
-                       s.core->pull().number,
-                       s.core->updates_lost(),
+                       version.number,
+                       updates_lost,
                        s.parameters,
                        c.replica.data().train->size()};
   bool told = false;
   for (int attempt = 0; attempt < kSchedulerAttempts && !told; ++attempt) {
     if (c.wait_stop(0ms)) break;
-    told = c.system.ask(s.scheduler, ready, kSchedulerAskTimeout).get().ok();
+    told = c.system.ask(scheduler, ready, kSchedulerAskTimeout).get().ok();
   }
   int code = 0;
   if (!told) {
@@ -394,7 +313,7 @@ int run_asp_server(AspRoleContext& c) {
                             std::chrono::seconds(static_cast<int>(c.spec.elastic.grace_period_s));
     while (!c.wait_stop(1s)) {
       const auto idle = Clock::now().time_since_epoch() -
-                        std::chrono::steady_clock::duration(state->last_message.load());
+                        std::chrono::steady_clock::duration(last_message->load());
       if (idle > idle_limit) {
         spdlog::error("server {}: no pull or push for {} s; exiting", c.trainer,
                       std::chrono::duration_cast<std::chrono::seconds>(idle).count());
