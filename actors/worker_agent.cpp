@@ -169,6 +169,7 @@ void WorkerAgent::spawn(const SpawnTrainer& request) {
       "--slowdown", fmt::format("{}", options_.slowdown),
       "--gloo-host", options_.gloo_host,
   };
+  if (options_.slowdown_spins) args.emplace_back("--slowdown-spin");
   if (options_.cluster_file.empty()) {
     args.emplace_back("--insecure");
   } else {

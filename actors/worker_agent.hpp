@@ -25,6 +25,9 @@ struct WorkerOptions {
   std::string local_endpoint;   // where this agent listens for its trainers (loopback)
   std::string gloo_host;        // address peers reach this node's collectives at
   double slowdown = 1.0;
+  // The slowdown burns the CPU a slower machine would instead of sleeping (trainers get
+  // --slowdown-spin; training::Trainer::set_slowdown_spins says why).
+  bool slowdown_spins = false;
   // The cluster file the trainers read their credentials from; empty: they run --insecure like
   // this agent.
   std::string cluster_file;

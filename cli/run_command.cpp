@@ -35,6 +35,7 @@ struct RunFlags {
   std::string job;
   int local = 0;
   std::vector<double> slowdown;
+  bool slowdown_spin = false;
   std::vector<double> cpu_quota;
   std::string run_dir;
   int heartbeat_interval_ms = 500;
@@ -204,6 +205,7 @@ int run_local(const RunFlags& flags) {
     if (slowdown[i] > 0) {
       args.push_back("--slowdown");
       args.push_back(fmt::format("{}", slowdown[i]));
+      if (flags.slowdown_spin) args.push_back("--slowdown-spin");
     }
     if (quota[i] > 0) {
       args.push_back("--cpu-quota");
@@ -288,6 +290,10 @@ void add_run_command(CLI::App& app, int& exit_code) {
                       "Per-worker slowdown factors, e.g. 1,1,2,4 (emulated heterogeneity)")
       ->delimiter(',')
       ->check(CLI::Range(1.0, 1000.0));
+  command->add_flag("--slowdown-spin", flags->slowdown_spin,
+                    "Slowed workers burn (F-1) x their compute's CPU time instead of sleeping, "
+                    "as slower CPUs would (with --cpu-quota: a sleeping worker is never "
+                    "throttled)");
   command->add_option("--cpu-quota", flags->cpu_quota,
                       "Per-worker CPU quotas in CPUs, e.g. 0.5,0.5,0.25 (needs cgroups)")
       ->delimiter(',')

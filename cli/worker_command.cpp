@@ -28,6 +28,7 @@ struct WorkerFlags {
   std::vector<std::string> labels;
   int join_timeout_s = 60;
   double slowdown = 1.0;
+  bool slowdown_spin = false;
   double cpu_quota = 0;
   std::string advertise_address;  // --advertise-address, or its older name --gloo-host
   std::vector<std::string> load;  // --load: user libraries of remote functions and actors
@@ -98,6 +99,7 @@ int run_worker(const WorkerFlags& flags) {
   options.resources.labels = parse_labels(flags.labels);
   worker.trainer_binary = trainer_binary();
   worker.slowdown = flags.slowdown;
+  worker.slowdown_spins = flags.slowdown_spin;
   // The head's host resolving to loopback means the head is on this machine (a one-machine
   // cluster, or a head bound to all interfaces whose host name is 127.0.1.1).
   auto head_addresses = runtime::resolve_host(head.host);
@@ -214,6 +216,10 @@ void add_worker_command(CLI::App& app, int& exit_code) {
   command->add_option("--slowdown", flags->slowdown,
                       "Emulate a slower machine: trainers sleep (F-1) x their compute time")
       ->check(CLI::Range(1.0, 1000.0));
+  command->add_flag("--slowdown-spin", flags->slowdown_spin,
+                    "With --slowdown: burn (F-1) x the compute's CPU time instead of sleeping, as "
+                    "a slower CPU would (use it with --cpu-quota: a sleeping trainer is never "
+                    "throttled)");
   command->add_option("--cpu-quota", flags->cpu_quota,
                       "Emulate a smaller machine: CPU quota (in CPUs) for this node's trainers "
                       "(needs a writable cgroup)")

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <fcntl.h>
 #include <torch/csrc/jit/serialization/pickle.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <torch/csrc/autograd/function.h>
@@ -182,6 +183,7 @@ struct Trainer::Impl {
   std::function<bool()> commit_gate;  // set_commit_gate()
   Cursor cursor;
   std::atomic<double> slowdown{1.0};
+  std::atomic<bool> slowdown_spins{false};
 
   // The current group; null when training alone.
   c10::intrusive_ptr<c10d::ProcessGroup> group;
@@ -228,7 +230,9 @@ struct Trainer::Impl {
     // late as a slower CPU's would be: at each launch it sleeps (factor - 1) x the compute
     // since the last one.
     double factor = 1.0;
+    bool spins = false;
     Clock::time_point mark;
+    double cpu_mark = 0;  // the process's CPU time at `mark` (spinning emulation)
     double active_s = 0;   // compute time measured between the sleeps
     double slept_s = 0;    // requested sleep (what the emulation adds to compute time)
     double slept_wall_s = 0;
@@ -395,13 +399,28 @@ struct Trainer::Impl {
     const Clock::time_point now = Clock::now();
     const double active = std::chrono::duration<double>(now - ex.mark).count();
     ex.active_s += active;
-    if (ex.factor > 1.0) {
+    if (ex.factor > 1.0 && ex.spins) {
+      // (factor - 1) x the compute's CPU time more, burnt here: throttled by a quota as the
+      // compute is. The wall time it took is what the emulation added.
+      const double cpu_now = process_cpu_seconds();
+      const double until = cpu_now + (ex.factor - 1.0) * (cpu_now - ex.cpu_mark);
+      while (process_cpu_seconds() < until) {
+      }
+      ex.slept_s += std::chrono::duration<double>(Clock::now() - now).count();
+    } else if (ex.factor > 1.0) {
       const double extra = (ex.factor - 1.0) * active;
       std::this_thread::sleep_for(std::chrono::duration<double>(extra));
       ex.slept_s += extra;
     }
     ex.mark = Clock::now();
+    if (ex.spins) ex.cpu_mark = process_cpu_seconds();
     ex.slept_wall_s += std::chrono::duration<double>(ex.mark - now).count();
+  }
+
+  static double process_cpu_seconds() {
+    timespec t{};
+    ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
   }
 
   void launch_locked(size_t bucket) {
@@ -477,7 +496,9 @@ struct Trainer::Impl {
     ex.active = !alone();
     ex.scale = scale;
     ex.factor = factor;
+    ex.spins = slowdown_spins.load();
     ex.mark = Clock::now();
+    if (ex.spins) ex.cpu_mark = process_cpu_seconds();
     for (const auto& members : grad_members) {
       ex.waiting.push_back(static_cast<int64_t>(members.size()));
     }
@@ -1304,6 +1325,7 @@ void Trainer::set_slowdown(double factor) {
 }
 
 double Trainer::slowdown() const { return impl_->slowdown.load(); }
+void Trainer::set_slowdown_spins(bool spins) { impl_->slowdown_spins.store(spins); }
 int64_t Trainer::step_count() const { return impl_->step; }
 Cursor Trainer::cursor() const { return impl_->cursor; }
 double Trainer::current_lr() const { return scheduled_lr(impl_->config.optimizer, impl_->step); }

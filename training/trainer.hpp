@@ -10,7 +10,7 @@
 // fails at once until join_group() builds a new generation.
 //
 // Threads: every method is called from the one training thread that owns the Trainer, except
-// set_slowdown() and slowdown(), which any thread may call.
+// set_slowdown(), set_slowdown_spins() and slowdown(), which any thread may call.
 
 #include <ATen/core/Tensor.h>
 #include <c10/util/intrusive_ptr.h>
@@ -222,6 +222,14 @@ class Trainer {
   // factor >= 1 (std::invalid_argument otherwise). Any thread.
   void set_slowdown(double factor);
   double slowdown() const;
+  // With `spins`, the emulation burns the CPU a slower machine would instead of sleeping: it
+  // spins until the process has used (factor - 1) x the compute's CPU time more. Under a CPU
+  // quota a sleeping worker uses less than its share and is never throttled, while a fast
+  // worker that never waits (asynchronous training) is: sleeping then understates the
+  // heterogeneity (1,1,2,4 under equal 0.4-CPU quotas ran at about 1 : 0.7 : 0.8 : 0.5).
+  // Spinning makes every worker's work per sample factor x larger under the same quota, as a
+  // slower CPU's. Any thread.
+  void set_slowdown_spins(bool spins);
 
   int64_t step_count() const;  // committed steps
   Cursor cursor() const;

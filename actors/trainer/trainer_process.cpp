@@ -57,6 +57,7 @@ struct TrainerArgs {
   std::string node;
   std::string gloo_host;
   double slowdown = 1.0;
+  bool slowdown_spins = false;  // --slowdown-spin: burn the CPU instead of sleeping
   std::string cluster_file;  // the agent's credentials; empty only with --insecure
   bool insecure = false;
 };
@@ -176,6 +177,7 @@ class TrainingLoop {
     }
     trainer_ = std::make_unique<training::Trainer>(config, data);
     trainer_->set_slowdown(control_.slowdown.load());
+    trainer_->set_slowdown_spins(args_.slowdown_spins);
     if (!hello->role.empty()) return run_asp(*hello, spec);
     trainer_->set_abandon_check(
         [this] { return control_.abandon_below.load() > trainer_->generation(); });
@@ -623,6 +625,7 @@ int main(int argc, char** argv) {
   app.add_option("--node", args.node);
   app.add_option("--gloo-host", args.gloo_host);
   app.add_option("--slowdown", args.slowdown)->check(CLI::Range(1.0, 1000.0));
+  app.add_flag("--slowdown-spin", args.slowdown_spins);
   auto* file_option = app.add_option("--cluster-file", args.cluster_file);
   app.add_flag("--insecure", args.insecure)->excludes(file_option);
   CLI11_PARSE(app, argc, argv);
