@@ -26,9 +26,10 @@
 // curve_server, DEALERs with the server's public key); the ROUTER there has no ZAP handler,
 // which only matters at the handshake, not per message.
 //
-// Within a run, blocks of the raw and the actor path alternate per configuration, so both see
-// the same machine load; a run reports the medians of its blocks, the summary the median and
-// min..max over runs.
+// Every run starts every configuration's processes and connections afresh; within a run,
+// blocks of the raw and the actor path alternate per configuration, so both see the same
+// machine load; a run reports the medians of its blocks, the summary the median and min..max
+// over runs.
 //
 // Usage: asp_bench [--rounds RUNS] [--blocks N] [--updates PER_BLOCK] [--parameters N]
 //                  [--shards 1,2] [--security plain,curve]
@@ -405,7 +406,10 @@ class RawWorker {
   std::string pull_, push_;
 };
 
-// One configuration: its servers (both kinds) and both workers, set up once.
+// One configuration: its servers (both kinds) and both workers, started afresh for every run
+// (new processes, new connections): how fast a path goes depended on the setup as well (on this
+// 2-core VM, one setup's raw CURVE path ran 15-25% slower than another's, block after block),
+// so the spread over runs includes the setups'.
 struct Setup {
   int shards = 1;
   bool curve = false;
@@ -418,6 +422,28 @@ struct Setup {
   std::string name() const {
     return std::to_string(shards) + (shards == 1 ? " shard, " : " shards, ") +
            (curve ? "CURVE" : "plain");
+  }
+
+  void start(std::int64_t parameters, const std::optional<runtime::ClusterCredentials>& keys,
+             WorkerBuffers& buffers) {
+    const asp::ShardLayout layout(parameters, shards);
+    std::vector<std::string> actor_endpoints, raw_endpoints;
+    for (int s = 0; s < shards; ++s) {
+      actor_servers.push_back(start_server("actor", parameters, shards, s, keys));
+      actor_endpoints.push_back(actor_servers.back().endpoint);
+      raw_servers.push_back(start_server("raw", parameters, shards, s, keys));
+      raw_endpoints.push_back(raw_servers.back().endpoint);
+    }
+    actor = std::make_unique<ActorWorker>(actor_endpoints, layout, keys, buffers);
+    raw = std::make_unique<RawWorker>(raw_endpoints, layout, keys, buffers);
+  }
+  // The workers first (their systems shut down while the servers still answer), then the
+  // servers (killed and reaped by ChildProcess).
+  void stop() {
+    actor.reset();
+    raw.reset();
+    actor_servers.clear();
+    raw_servers.clear();
   }
 };
 
@@ -508,21 +534,10 @@ int main(int argc, char** argv) {
     WorkerBuffers buffers(parameters);
     std::vector<Setup> setups;
     for (int shards : shard_counts) {
-      const asp::ShardLayout layout(parameters, shards);
       for (bool curve : securities) {
         Setup setup;
         setup.shards = shards;
         setup.curve = curve;
-        const auto k = curve ? keys : std::nullopt;
-        std::vector<std::string> actor_endpoints, raw_endpoints;
-        for (int s = 0; s < shards; ++s) {
-          setup.actor_servers.push_back(start_server("actor", parameters, shards, s, k));
-          actor_endpoints.push_back(setup.actor_servers.back().endpoint);
-          setup.raw_servers.push_back(start_server("raw", parameters, shards, s, k));
-          raw_endpoints.push_back(setup.raw_servers.back().endpoint);
-        }
-        setup.actor = std::make_unique<ActorWorker>(actor_endpoints, layout, k, buffers);
-        setup.raw = std::make_unique<RawWorker>(raw_endpoints, layout, k, buffers);
         setups.push_back(std::move(setup));
       }
     }
@@ -532,6 +547,9 @@ int main(int argc, char** argv) {
     std::printf("%4s  %-18s %10s %10s %10s %10s %10s   %s\n", "run", "config", "raw upd/s",
                 "actor upd/s", "raw MB/s", "actor MB/s", "actor/raw", "(block ratios)");
     for (int r = 0; r < rounds; ++r) {
+      for (auto& setup : setups) {
+        setup.start(parameters, setup.curve ? keys : std::nullopt, buffers);
+      }
       for (auto& setup : setups) {
         std::vector<double> raw, actor, ratio;
         for (int b = 0; b < blocks; ++b) {
@@ -558,6 +576,7 @@ int main(int argc, char** argv) {
                     setup.run_ratio.back(), min_max(ratio).c_str());
         std::fflush(stdout);
       }
+      for (auto& setup : setups) setup.stop();
     }
 
     std::printf("\n== summary: median over %d runs (min..max)\n", rounds);
@@ -571,7 +590,6 @@ int main(int argc, char** argv) {
                   median(setup.run_ratio), min_max(setup.run_ratio).c_str());
     }
     std::printf("load average at the end: %s\n", load_average().c_str());
-    // The servers (ChildProcess) are killed and reaped as `setups` goes.
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "asp_bench: %s\n", e.what());
