@@ -10,6 +10,12 @@
 //   worker --AspPull--> server            reply AspPullReply + attachment (parameters)
 //   worker --AspPush + attachment--> server   reply AspPushReply (staleness, applied/dropped)
 //   server --AspServerReady / AspServerReport--> scheduler  (endpoint; checkpoints)
+//   restarted server --AspFetchCheckpoint--> scheduler  reply AspCheckpointReply + attachment
+//
+// Checkpoints: a server writes its shard's checkpoint on its own node and sends the file's
+// bytes with its AspServerReport; the scheduler keeps the newest copy in the run directory on
+// the head. A server restarted on another node (the dead one's disk gone with it) fetches
+// that copy.
 //   worker --AspFinished--> scheduler     (the finishing worker: test figures, final checkpoint)
 //
 // Evaluation during the job (`[train] eval_every` updates): the scheduler answers one deal
@@ -125,11 +131,15 @@ struct AspServerReady {
   std::int64_t updates_lost = 0;  // known so far (more may be learnt from late pushes)
   std::int64_t parameters = 0;    // the whole flat vector's size
   std::int64_t dataset_size = 0;  // training samples: what the scheduler's dealer deals
+  // A restart: where its state came from: "head" (the scheduler's copy), "local" (the
+  // checkpoint file on this node) or "initial" (no checkpoint: version 0).
+  std::string resumed_from;
   MSGPACK_DEFINE(job_id, trainer, shard, endpoint, incarnation, version, updates_lost, parameters,
-                 dataset_size);
+                 dataset_size, resumed_from);
 };
 
-// server -> scheduler (tell), after each checkpoint and when it learns of lost updates.
+// server -> scheduler (tell), after each checkpoint and when it learns of lost updates; with a
+// checkpoint, the file's bytes are the one attachment.
 struct AspServerReport {
   std::string job_id;
   std::string trainer;
@@ -143,6 +153,22 @@ struct AspServerReport {
   std::string checkpoint;  // written at `version`; "" if this report has none
   MSGPACK_DEFINE(job_id, trainer, shard, incarnation, version, applied, dropped, rejected,
                  updates_lost, checkpoint);
+};
+
+// a restarted server -> scheduler (ask): the newest copy of the shard's checkpoint.
+struct AspFetchCheckpoint {
+  std::string job_id;
+  std::string trainer;
+  std::int32_t shard = 0;
+  MSGPACK_DEFINE(job_id, trainer, shard);
+};
+
+// With ok, the checkpoint file's bytes are the one attachment.
+struct AspCheckpointReply {
+  bool ok = false;
+  std::string error;
+  std::int64_t version = 0;  // the version it was written at
+  MSGPACK_DEFINE(ok, error, version);
 };
 
 // the finishing worker -> scheduler (ask): it pulled every shard, evaluated, wrote the model.
@@ -168,3 +194,5 @@ OMNILEARN_MESSAGE(omnilearn::actors::AspPushReply, "omnilearn.asp.PushReply");
 OMNILEARN_MESSAGE(omnilearn::actors::AspServerReady, "omnilearn.asp.ServerReady");
 OMNILEARN_MESSAGE(omnilearn::actors::AspServerReport, "omnilearn.asp.ServerReport");
 OMNILEARN_MESSAGE(omnilearn::actors::AspFinished, "omnilearn.asp.Finished");
+OMNILEARN_MESSAGE(omnilearn::actors::AspFetchCheckpoint, "omnilearn.asp.FetchCheckpoint");
+OMNILEARN_MESSAGE(omnilearn::actors::AspCheckpointReply, "omnilearn.asp.CheckpointReply");

@@ -6,9 +6,12 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <numeric>
 
 #include "actors/atomic_file.hpp"
+#include "actors/reply_envelope.hpp"
 #include "runtime/system_messages.hpp"
 
 namespace omnilearn::actors {
@@ -326,16 +329,37 @@ void AspSchedulerActor::on_server_ready(const runtime::Envelope& message,
               {"trainer", ready.trainer},
               {"incarnation", ready.incarnation},
               {"resumed_at", ready.version},
+              {"resumed_from", ready.resumed_from},
               {"checkpoint", shard.checkpoint}});
   }
   if (state_ == "pending" && servers_ready()) state_ = "running";
   publish_info();
 }
 
-void AspSchedulerActor::on_server_report(const AspServerReport& report) {
+std::string AspSchedulerActor::head_copy_path(std::int32_t shard) const {
+  return (std::filesystem::path(options_.run_dir) / "checkpoints" /
+          fmt::format("server-shard{}.head-copy.pt", shard))
+      .string();
+}
+
+void AspSchedulerActor::on_server_report(const runtime::Envelope& message,
+                                         const AspServerReport& report) {
   if (report.shard < 0 || report.shard >= static_cast<std::int32_t>(shards_.size())) return;
   auto& shard = shards_[static_cast<std::size_t>(report.shard)];
   if (shard.trainer != report.trainer) return;
+  if (!report.checkpoint.empty() && message.attachments.size() == 1 &&
+      report.version > shard.head_copy_version) {
+    // Kept on the head, so that a server restarted on any node finds its state.
+    std::error_code ec;
+    std::filesystem::create_directories(std::filesystem::path(head_copy_path(report.shard)).parent_path(), ec);
+    const auto& bytes = message.attachments[0];
+    if (write_text_atomically(head_copy_path(report.shard), std::string(bytes.data(), bytes.size()))) {
+      shard.head_copy_version = report.version;
+    } else {
+      spdlog::warn("job {}: cannot keep shard {}'s checkpoint at {}", options_.job_id,
+                   report.shard, head_copy_path(report.shard));
+    }
+  }
   shard.version = std::max(shard.version, report.version);
   // The server's own count (pushes computed on its dead predecessor's later versions) is a
   // lower bound of what the scheduler counted at the restart; kept for the summary.
@@ -530,6 +554,37 @@ void AspSchedulerActor::on_evaluated(const AspDealRequest& request) {
                             {"eval_dealt_at", eval_dealt_at_},
                             {"eval_time_s", request.eval_time_s},
                             {"eval_trainer", request.trainer}});
+}
+
+void AspSchedulerActor::on_fetch_checkpoint(const runtime::Envelope& message,
+                                            const AspFetchCheckpoint& fetch) {
+  AspCheckpointReply r;
+  auto it = trainers_.find(fetch.trainer);
+  if (it == trainers_.end() || !it->second.server || it->second.shard != fetch.shard ||
+      fetch.shard < 0 || fetch.shard >= static_cast<std::int32_t>(shards_.size())) {
+    r.error = "not a server of this job";
+    reply(message, r);
+    return;
+  }
+  const auto& shard = shards_[static_cast<std::size_t>(fetch.shard)];
+  if (shard.head_copy_version == 0) {
+    r.error = "no checkpoint of this shard reached the head";
+    reply(message, r);
+    return;
+  }
+  std::ifstream in(head_copy_path(fetch.shard), std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad() || bytes.empty()) {
+    r.error = "cannot read " + head_copy_path(fetch.shard);
+    reply(message, r);
+    return;
+  }
+  r.ok = true;
+  r.version = shard.head_copy_version;
+  auto envelope = reply_envelope(system(), message, runtime::kind_of<AspCheckpointReply>(),
+                                 runtime::pack_payload(r));
+  envelope.attachments.emplace_back(std::move(bytes));
+  system().send(std::move(envelope));
 }
 
 void AspSchedulerActor::on_finished(const runtime::Envelope& message, const AspFinished& done) {
@@ -798,7 +853,11 @@ std::string AspSchedulerActor::summary_json() const {
                        {"restarts", shard.restarts},
                        {"updates_lost", shard.lost},
                        {"checkpoint", shard.checkpoint},
-                       {"checkpoint_version", shard.checkpoint_version}});
+                       {"checkpoint_version", shard.checkpoint_version},
+                       {"head_copy", shard.head_copy_version > 0
+                                         ? Json(head_copy_path(static_cast<std::int32_t>(s)))
+                                         : Json()},
+                       {"head_copy_version", shard.head_copy_version}});
   }
   Json dealer = nullptr;
   if (dealer_) {
@@ -874,7 +933,13 @@ void AspSchedulerActor::on_message(const runtime::Envelope& message) {
   }
   if (message.kind == runtime::kind_of<AspServerReport>()) {
     if (auto report = runtime::unpack_payload<AspServerReport>(message.payload)) {
-      on_server_report(*report);
+      on_server_report(message, *report);
+    }
+    return;
+  }
+  if (message.kind == runtime::kind_of<AspFetchCheckpoint>()) {
+    if (auto fetch = runtime::unpack_payload<AspFetchCheckpoint>(message.payload)) {
+      on_fetch_checkpoint(message, *fetch);
     }
     return;
   }

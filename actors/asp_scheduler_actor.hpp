@@ -70,6 +70,9 @@ class AspSchedulerActor : public runtime::Actor {
     bool ready = false;
     std::string checkpoint;  // the newest checkpoint any incarnation reported
     std::int64_t checkpoint_version = 0;
+    // The head's copy of it (head_copy_path), written from the report's bytes: what a restart
+    // on another node resumes from. 0: none yet.
+    std::int64_t head_copy_version = 0;
     std::int64_t version = 0;    // of the live incarnation, the highest a push reply told
     std::int64_t reached = 0;    // the highest version any incarnation was known to reach
     std::int64_t lost = 0;       // updates lost over every restart (reached - resumed at)
@@ -81,7 +84,9 @@ class AspSchedulerActor : public runtime::Actor {
   void on_hello(const runtime::Envelope& message, const TrainerHello& hello);
   void on_deal(const runtime::Envelope& message, const AspDealRequest& request);
   void on_server_ready(const runtime::Envelope& message, const AspServerReady& ready);
-  void on_server_report(const AspServerReport& report);
+  void on_server_report(const runtime::Envelope& message, const AspServerReport& report);
+  void on_fetch_checkpoint(const runtime::Envelope& message, const AspFetchCheckpoint& fetch);
+  std::string head_copy_path(std::int32_t shard) const;
   void on_finished(const runtime::Envelope& message, const AspFinished& finished);
   void on_trainer_exited(const TrainerExited& exited);
   void trainer_gone(const std::string& name, const std::string& why);

@@ -4,9 +4,12 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <fstream>
+#include <iterator>
 #include <stdexcept>
 #include <utility>
 
+#include "actors/reply_envelope.hpp"
 #include "runtime/actor_system.hpp"
 #include "runtime/system_messages.hpp"
 
@@ -30,18 +33,6 @@ asp::ServerCore make_core(const AspServerConfig& config, std::size_t storage, bo
                                    std::move(apply));
   }
   return asp::ServerCore(config.slice.size, config.staleness, std::move(apply));
-}
-
-// A reply carrying attachments: as Actor::reply, plus the frames.
-runtime::Envelope reply_envelope(runtime::ActorSystem& system, const runtime::Envelope& request,
-                                 runtime::MessageKind kind, std::string payload) {
-  runtime::Envelope envelope =
-      system.make_envelope(request.from, kind, std::move(payload), request.to);
-  envelope.correlation = request.correlation;
-  envelope.flags = runtime::Envelope::kReply;
-  envelope.reply_dealer = request.arrived_via;
-  envelope.reply_router = request.from_network && request.arrived_via.empty();
-  return envelope;
 }
 
 }  // namespace
@@ -145,9 +136,25 @@ void AspServerActor::report(const std::string& checkpoint) {
   reported_lost_ = core_.updates_lost();
   if (config_.scheduler.actor.empty()) return;
   const auto c = core_.checkpoint();
-  tell(config_.scheduler,
-       AspServerReport{config_.job, config_.trainer, config_.shard, c.incarnation, c.version,
-                       c.applied, c.dropped, c.rejected, reported_lost_, checkpoint});
+  auto envelope = system().make_envelope(
+      config_.scheduler, runtime::kind_of<AspServerReport>(),
+      runtime::pack_payload(AspServerReport{config_.job, config_.trainer, config_.shard,
+                                            c.incarnation, c.version, c.applied, c.dropped,
+                                            c.rejected, reported_lost_, checkpoint}),
+      self());
+  if (!checkpoint.empty()) {
+    // The file's bytes go to the head, which keeps the newest copy: a restart on another node
+    // cannot read this node's disk.
+    std::ifstream in(checkpoint, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (in.bad() || bytes.empty()) {
+      spdlog::warn("server {}: cannot read back checkpoint {} for the head's copy",
+                   config_.trainer, checkpoint);
+    } else {
+      envelope.attachments.emplace_back(std::move(bytes));
+    }
+  }
+  system().send(std::move(envelope));
 }
 
 }  // namespace omnilearn::actors

@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <future>
 #include <memory>
 #include <optional>
@@ -89,10 +90,8 @@ void save_shard(const ShardState& s, const asp::ServerCheckpoint& checkpoint) {
 
 // Restores parameters and optimizer state from `path` into `s`; returns the core's checkpoint.
 // Throws std::runtime_error when the file is not this shard's.
-asp::ServerCheckpoint load_shard(ShardState& s, const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot open " + path);
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+asp::ServerCheckpoint load_shard(ShardState& s, const std::vector<char>& bytes,
+                                 const std::string& path) {
   const c10::IValue value = torch::jit::pickle_load(bytes);
   auto fail = [&](const std::string& what) {
     throw std::runtime_error("server checkpoint " + path + ": " + what);
@@ -252,21 +251,45 @@ int run_asp_server(AspRoleContext& c) {
       return "";
     }
   };
+  std::string resumed_from;
   if (c.hello.incarnation > 0) {
-    // A restart: from the shard's last checkpoint, or from the initial parameters (version 0)
-    // when there is none; either way as incarnation hello.incarnation.
+    // A restart: from the newer of the head's copy of the shard's last checkpoint and this
+    // node's own file (there when the shard ran here, or the disk is shared), or from the
+    // initial parameters (version 0) when neither loads; either way as incarnation
+    // hello.incarnation. load_shard checks everything before it changes anything.
     asp::ServerCheckpoint from;
-    if (!c.hello.resume_checkpoint.empty()) {
+    resumed_from = "initial";
+    auto try_load = [&](const std::vector<char>& bytes, const std::string& what,
+                        const char* source) {
       try {
-        from = load_shard(s, c.hello.resume_checkpoint);
+        from = load_shard(s, bytes, what);
+        resumed_from = source;
       } catch (const std::exception& e) {
-        spdlog::warn("server {}: {}; starting shard {} from its initial parameters", c.trainer,
-                     e.what(), s.shard);
-        from = asp::ServerCheckpoint{};
-        c10::NoGradGuard no_grad;
-        s.params.copy_(at::from_blob(flat.data() + s.slice.offset, {s.slice.size},
-                                     at::TensorOptions().dtype(at::kFloat)));
+        spdlog::warn("server {}: {}", c.trainer, e.what());
       }
+    };
+    if (!c.hello.resume_checkpoint.empty()) {
+      std::ifstream in(c.hello.resume_checkpoint, std::ios::binary);
+      std::vector<char> bytes((std::istreambuf_iterator<char>(in)),
+                              std::istreambuf_iterator<char>());
+      if (in && !bytes.empty()) try_load(bytes, c.hello.resume_checkpoint, "local");
+    }
+    const runtime::AskResult fetched =
+        c.system.ask(scheduler, AspFetchCheckpoint{c.job, c.trainer, s.shard}, kSchedulerAskTimeout)
+            .get();
+    const auto copy = fetched.as<AspCheckpointReply>();
+    if (copy && copy->ok && fetched.reply.attachments.size() == 1) {
+      if (copy->version > from.version) {
+        const auto& frame = fetched.reply.attachments[0];
+        try_load(std::vector<char>(frame.data(), frame.data() + frame.size()),
+                 "(the head's copy)", "head");
+      }
+    } else {
+      spdlog::info("server {}: no checkpoint copy from the head: {}", c.trainer,
+                   copy ? copy->error : fetched.error);
+    }
+    if (resumed_from == "initial") {
+      spdlog::warn("server {}: starting shard {} from its initial parameters", c.trainer, s.shard);
     }
     from.incarnation = c.hello.incarnation - 1;
     server.resume = from;
@@ -296,7 +319,8 @@ int run_asp_server(AspRoleContext& c) {
                        version.number,
                        updates_lost,
                        s.parameters,
-                       c.replica.data().train->size()};
+                       c.replica.data().train->size(),
+                       resumed_from};
   bool told = false;
   for (int attempt = 0; attempt < kSchedulerAttempts && !told; ++attempt) {
     if (c.wait_stop(0ms)) break;

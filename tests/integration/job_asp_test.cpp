@@ -18,6 +18,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 
 #include "tests/support/job_run.hpp"
@@ -272,11 +273,26 @@ TEST_F(JobAsp, KillOfAWorkerAndOfAServerTheJobFinishes) {
 // kill -9 of the worker process (the node's agent) that hosts the one server: the node is
 // declared dead after the heartbeat timeout, its trainers died with it, and the shard restarts
 // on the other node from its checkpoint (the run directory is shared: one machine).
-TEST_F(JobAsp, KillOfTheNodeHostingTheServerRestartsItOnTheOtherNode) {
-  ASSERT_NO_FATAL_FAILURE(start({"w1", "w2"}, {{"--slowdown", "4"}, {"--slowdown", "4"}}));
-  auto run =
-      submit("node", job("asp-node", "asp", "steps = 3000",
-                         "\n[asp]\nservers = 1\n\n[checkpoint]\nevery = 20\n", 1, 2, "0.01"));
+// Each node runs in its own directory and the job's [checkpoint] dir is relative, so each
+// node's checkpoints lie on "its own disk": the restarted server cannot read the dead node's
+// file and must resume from the copy the head kept.
+TEST_F(JobAsp, KillOfTheNodeHostingTheServerRestartsItOnTheOtherNodeFromTheHeadsCopy) {
+  scratch_ = std::make_unique<ScratchDir>("omnilearn-asp");
+  auto& nodes = start_cluster();
+  for (const auto* name : {"w1", "w2"}) {
+    const auto dir = scratch_->path() / (std::string("disk-") + name);
+    std::filesystem::create_directories(dir);
+    ProcessOptions options;
+    options.working_directory = dir.string();
+    start_worker(name, {"--slowdown", "4"}, options);
+  }
+  for (const auto* name : {"w1", "w2"}) {
+    ASSERT_TRUE(nodes.wait_worker_joined(name, 20s)) << nodes.worker(name).describe();
+  }
+  auto run = submit("node", job("asp-node", "asp", "steps = 3000",
+                                "\n[asp]\nservers = 1\n\n[checkpoint]\nevery = 20\n"
+                                "dir = \"node-local-checkpoints\"\n",
+                                1, 2, "0.01"));
   auto spawned = run->wait_for_event("spawn", 30s,
                                      [](const Json& e) { return e.value("role", "") == "server"; });
   ASSERT_TRUE(spawned) << run->describe();
@@ -291,6 +307,12 @@ TEST_F(JobAsp, KillOfTheNodeHostingTheServerRestartsItOnTheOtherNode) {
   ASSERT_TRUE(restarted) << run->describe();
   EXPECT_EQ(restarted->at("node"), other) << run->describe();
   EXPECT_GE(recovered->at("resumed_at").get<std::int64_t>(), 20) << recovered->dump();
+  EXPECT_EQ(recovered->at("resumed_from"), "head") << recovered->dump();
+  EXPECT_EQ(recovered->at("resumed_at").get<std::int64_t>() % 20, 0) << recovered->dump();
+  // The victim's checkpoints are on its "disk" only; the survivor's disk has none of its own
+  // before the restart.
+  EXPECT_TRUE(std::filesystem::exists(scratch_->path() / ("disk-" + victim) /
+                                      "node-local-checkpoints" / "server-shard0.pt"));
   auto summary = run->wait_finished(180s);
   ASSERT_TRUE(summary) << run->describe();
   ASSERT_EQ(summary->at("status"), "succeeded") << run->describe();

@@ -301,8 +301,9 @@ TestCluster& JobTest::start_cluster(HeadOptions head) {
   return *cluster_;
 }
 
-ChildProcess& JobTest::start_worker(const std::string& name, std::vector<std::string> extra_args) {
-  auto& process = cluster_->start_worker(name, std::move(extra_args));
+ChildProcess& JobTest::start_worker(const std::string& name, std::vector<std::string> extra_args,
+                                    ProcessOptions options) {
+  auto& process = cluster_->start_worker(name, std::move(extra_args), std::move(options));
   workers_.push_back({name, &process, process.pid()});
   return process;
 }

@@ -134,7 +134,8 @@ class JobTest : public ::testing::Test {
   TestCluster& start_cluster(HeadOptions head = job_head_options());
   TestCluster& cluster() { return *cluster_; }
   // cluster().start_worker, remembered for the teardown checks.
-  ChildProcess& start_worker(const std::string& name, std::vector<std::string> extra_args = {});
+  ChildProcess& start_worker(const std::string& name, std::vector<std::string> extra_args = {},
+                             ProcessOptions options = {});
   // Gives the CPU-quota cgroups of the workers started so far (those run with --cpu-quota) a
   // large CPU weight (cgroup v1 cpu.shares 8192, v2 cpu.weight 1000), so that on a machine
   // shared with other work each emulated node gets its quota, as a real machine of that size
