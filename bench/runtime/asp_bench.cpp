@@ -58,6 +58,7 @@
 #include "actors/asp_protocol.hpp"
 #include "actors/asp_server_actor.hpp"
 #include "asp/shard_layout.hpp"
+#include "bench/runtime/bench_stats.hpp"
 #include "runtime/actor_system.hpp"
 #include "runtime/codec.hpp"
 #include "runtime/security.hpp"
@@ -78,25 +79,9 @@ constexpr float kGradient = 1e-3f;  // every gradient entry: parameters drift sl
 constexpr std::int64_t kBatch = 32;
 const char* const kJob = "bench";
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  if (values.empty()) return 0;
-  auto n = values.size();
-  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
-}
-
-std::string min_max(const std::vector<double>& values, const char* format = "%.2f") {
-  if (values.empty()) return "-";
-  auto [lo, hi] = std::minmax_element(values.begin(), values.end());
-  char buffer[64];
-  std::string f = std::string(format) + ".." + format;
-  std::snprintf(buffer, sizeof buffer, f.c_str(), *lo, *hi);
-  return buffer;
-}
+using bench::median;
+using bench::min_max;
+using bench::seconds_since;
 
 std::vector<std::string> split(const std::string& text) {
   std::vector<std::string> items;

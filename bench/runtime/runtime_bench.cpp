@@ -43,6 +43,7 @@
 #include <zmq.hpp>
 
 #include "actors/membership_protocol.hpp"
+#include "bench/runtime/bench_stats.hpp"
 #include "runtime/actor_system.hpp"
 #include "runtime/shutdown.hpp"
 #include "runtime/system_messages.hpp"
@@ -56,25 +57,9 @@ using runtime::Envelope;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  if (values.empty()) return 0;
-  auto n = values.size();
-  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
-}
-
-std::string min_max(const std::vector<double>& values, const char* format = "%.2f") {
-  if (values.empty()) return "-";
-  auto [lo, hi] = std::minmax_element(values.begin(), values.end());
-  char buffer[64];
-  std::string f = std::string(format) + ".." + format;
-  std::snprintf(buffer, sizeof buffer, f.c_str(), *lo, *hi);
-  return buffer;
-}
+using bench::median;
+using bench::min_max;
+using bench::seconds_since;
 
 // A Ping envelope encoded exactly as the actor path puts it on the wire; the raw baselines send
 // the same bytes so both sides move the same amount of data.
