@@ -1,20 +1,31 @@
 #!/usr/bin/env python3
 """Asynchronous training side by side (issue 13): uniform-ASP, proportional-ASP and
 proportional-BSP on the same job, workers slowed by --slowdown (default 1,1,2,4), each worker
-under the same CPU quota and pinned. Every run trains the same number of epochs of Fashion-MNIST
-(equal samples, not equal wall-clock time: `omnilearn run` has no time budget), and the figures
-come from each run's summary.json: wall time, final test accuracy, and for ASP the staleness
-(mean, p95, max over every push), updates and the per-worker updates (their spread is what
-proportional batches should even out).
+under the same CPU quota and pinned. The three runs of a repeat go back to back (their order
+rotates from one repeat to the next), and every run evaluates the test set at the same sample
+counts (every --eval-samples samples: BSP every eval_samples / B steps, ASP every
+eval_samples / (B / n) updates), so each run gives a curve of test accuracy over wall-clock time
+from its first update.
+
+Per run it reports: wall time, the final test accuracy, the test accuracy at the repeat's equal
+time budget (the shortest run's last evaluation: each run's last evaluation at or before it),
+the time to --target accuracy (first evaluation at or above it), and for ASP the staleness (mean,
+p95 and max over every push), the updates and each worker's updates and final batch. Then the
+medians over the repeats, with the range.
 
 ASP runs use lr / n by default (--asp-lr to choose): each push is a whole optimizer step.
+Slowed workers burn CPU (`omnilearn run --slowdown-spin`) unless --emulation sleep: the speeds
+they reach are printed (samples/s per worker in uniform-ASP, where nobody waits).
 
 Usage:
-  bench/jobs/asp_staleness.py --omnilearn build/bin/omnilearn --epochs 1 --json /tmp/asp.json
+  bench/jobs/asp_staleness.py --omnilearn build/bin/omnilearn --epochs 3 --repeats 3 \\
+      --slowdown 1,1,2,4 --json /tmp/asp.json
 """
 import argparse
+import fcntl
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -37,8 +48,9 @@ epochs = {epochs}
 optimizer = "sgd"
 lr = {lr}
 momentum = 0.9
-seed = 5
+seed = {seed}
 threads = 1
+eval_every = {eval_every}
 
 [controller]
 policy = "{policy}"
@@ -54,21 +66,43 @@ max_workers = {n}
 ASP = """
 [asp]
 servers = {servers}
-staleness = "none"
+staleness = "{staleness}"
 lr_scaling = "linear"
 """
 
+CONFIGS = [("uniform-asp", "asp", "uniform"), ("proportional-asp", "asp", "proportional"),
+           ("proportional-bsp", "bsp", "proportional")]
 
-def run(args, name, mode, policy, slowdown):
+
+def curve(run_dir, mode):
+    """(seconds from the first update, test accuracy) of every evaluation, and the run's end."""
+    events = []
+    with open(os.path.join(run_dir, "events.jsonl")) as f:
+        for line in f:
+            events.append(json.loads(line))
+    if mode == "asp":
+        starts = [e["time"] for e in events if e.get("event") == "first_push"]
+        evals = [e for e in events if e.get("event") == "asp_interval" and "test_accuracy" in e]
+    else:
+        starts = [e["time"] for e in events if e.get("event") == "step"]
+        evals = [e for e in events if e.get("event") == "step" and "test_accuracy" in e]
+    start = min(starts)
+    end = next(e["time"] for e in events if e.get("event") == "finished")
+    return [(e["time"] - start, e["test_accuracy"]) for e in evals], end - start
+
+
+def run(args, name, mode, policy, slowdown, seed):
     n = len(slowdown)
     # Each ASP push is a full optimizer step on one worker's batch: n pushes make one BSP step's
     # progress at lr / n (with the BSP learning rate, momentum 0.9 and stale gradients the MLP
     # diverged in both ASP runs).
     lr = args.lr if mode == "bsp" else (args.asp_lr or args.lr / n)
+    per_update = args.global_batch if mode == "bsp" else args.global_batch / n
+    eval_every = max(1, round(args.eval_samples / per_update))
     text = JOB.format(name=name, mode=mode, policy=policy, batch=args.global_batch,
-                      epochs=args.epochs, n=n, lr=lr)
+                      epochs=args.epochs, n=n, lr=lr, seed=seed, eval_every=eval_every)
     if mode == "asp":
-        text += ASP.format(servers=args.servers)
+        text += ASP.format(servers=args.servers, staleness=args.staleness)
     with tempfile.TemporaryDirectory() as tmp:
         job = os.path.join(tmp, "job.toml")
         with open(job, "w") as f:
@@ -78,48 +112,145 @@ def run(args, name, mode, policy, slowdown):
                "--slowdown", ",".join(str(s) for s in slowdown)]
         if args.cpu_quota:
             cmd += ["--cpu-quota", ",".join([str(args.cpu_quota)] * n), "--pin"]
+        if args.emulation == "spin":
+            cmd.append("--slowdown-spin")
         env = dict(os.environ, OMNILEARN_PROGRESS="plain")
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=env, timeout=3600)
         with open(os.path.join(run_dir, "summary.json")) as f:
             s = json.load(f)
-    out = {"name": name, "mode": mode, "policy": policy, "lr": lr, "status": s.get("status"),
-           "wall_time_s": s.get("wall_time_s"), "test_accuracy": s.get("final_test_accuracy"),
-           "steps": s.get("steps")}
+        evals, end = curve(run_dir, mode)
+    out = {"name": name, "mode": mode, "policy": policy, "lr": lr, "eval_every": eval_every,
+           "status": s.get("status"), "wall_time_s": s.get("wall_time_s"), "train_s": end,
+           "test_accuracy": s.get("final_test_accuracy"), "steps": s.get("steps"),
+           "evals": evals}
+    reached = next((t for t, a in evals if a >= args.target), None)
+    if reached is None and (s.get("final_test_accuracy") or 0) >= args.target:
+        reached = end
+    out["time_to_target_s"] = reached
     if mode == "asp":
         out["staleness"] = s.get("staleness")
         out["worker_updates"] = [w.get("updates") for w in s.get("workers", [])]
         out["final_batches"] = [w.get("final_batch") for w in s.get("workers", [])]
+        # Samples per second each worker reached (uniform batches: its speed, nobody waits).
+        out["worker_samples_per_s"] = [
+            round((w.get("updates") or 0) * (w.get("final_batch") or 0) / end, 1)
+            for w in s.get("workers", [])]
     return out
+
+
+def accuracy_at(r, budget):
+    """The run's test accuracy known at `budget` seconds: its last evaluation by then (the final
+    one counts at the run's end)."""
+    points = list(r["evals"])
+    if r["test_accuracy"] is not None:
+        points.append((r["train_s"], r["test_accuracy"]))
+    known = [a for t, a in points if t <= budget + 1e-9]
+    return known[-1] if known else None
+
+
+def best_by(r, budget):
+    """The best test accuracy any evaluation had shown by `budget` seconds (ASP's accuracy moves
+    a few points between evaluations at a constant learning rate)."""
+    points = list(r["evals"])
+    if r["test_accuracy"] is not None:
+        points.append((r["train_s"], r["test_accuracy"]))
+    known = [a for t, a in points if t <= budget + 1e-9]
+    return max(known) if known else None
+
+
+def median_range(values, fmt="{:.4f}"):
+    values = [v for v in values if v is not None]
+    if not values:
+        return "-"
+    text = fmt.format(statistics.median(values))
+    if len(values) > 1:
+        text += " [" + fmt.format(min(values)) + ".." + fmt.format(max(values)) + "]"
+    return text
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--omnilearn", default="build/bin/omnilearn")
     p.add_argument("--slowdown", default="1,1,2,4")
-    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--global-batch", type=int, default=256)
     p.add_argument("--servers", type=int, default=1)
+    p.add_argument("--staleness", default="none", help="ASP's [asp] staleness")
     p.add_argument("--lr", type=float, default=0.05, help="BSP's learning rate")
     p.add_argument("--asp-lr", type=float, default=0.0, help="ASP's (default: lr / workers)")
     p.add_argument("--cpu-quota", type=float, default=0.4)
+    p.add_argument("--emulation", choices=["spin", "sleep"], default="spin",
+                   help="how a slowed worker is slowed (omnilearn run --slowdown-spin or not): "
+                        "under equal quotas a sleeping worker is never throttled while a fast "
+                        "ASP worker always is, so sleeping flattens the heterogeneity")
+    p.add_argument("--eval-samples", type=int, default=12800,
+                   help="training samples between test-set evaluations (every run alike)")
+    p.add_argument("--target", type=float, default=0.85)
+    p.add_argument("--lock", action="append", default=[],
+                   help="a file to flock around each run (not to overlap other benchmarks or "
+                        "builds); may be repeated")
     p.add_argument("--json")
     args = p.parse_args()
     slowdown = [float(x) for x in args.slowdown.split(",")]
-    results = []
-    for name, mode, policy in [("uniform-asp", "asp", "uniform"),
-                               ("proportional-asp", "asp", "proportional"),
-                               ("proportional-bsp", "bsp", "proportional")]:
-        r = run(args, name, mode, policy, slowdown)
-        results.append(r)
-        st = r.get("staleness") or {}
-        print(f"{name:18s} {r['status']:9s} wall {r['wall_time_s']:7.1f} s  "
-              f"test acc {r['test_accuracy'] or 0:.4f}  steps {r['steps']}"
-              + (f"  staleness mean {st.get('mean', 0):.2f} p95 {st.get('p95')} max {st.get('max')}"
-                 f"  updates/worker {r['worker_updates']}  batches {r['final_batches']}"
-                 if mode == "asp" else ""), flush=True)
+    repeats = []
+    for rep in range(args.repeats):
+        order = CONFIGS[rep % len(CONFIGS):] + CONFIGS[:rep % len(CONFIGS)]
+        results = {}
+        for name, mode, policy in order:
+            locks = [open(path, "w") for path in args.lock]
+            for lock in locks:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                r = run(args, name, mode, policy, slowdown, seed=5 + rep)
+            finally:
+                for lock in locks:
+                    lock.close()
+            results[name] = r
+            st = r.get("staleness") or {}
+            ttt = r["time_to_target_s"]
+            print(f"[{rep + 1}] {name:17s} {r['status']:9s} wall {r['wall_time_s']:6.1f} s  "
+                  f"final acc {r['test_accuracy'] or 0:.4f}  to {args.target:.0%} "
+                  + (f"{ttt:6.1f} s" if ttt is not None else "  not  ")
+                  + (f"  staleness mean {st.get('mean', 0):.2f} p95 {st.get('p95')} "
+                     f"max {st.get('max')}  updates/worker {r['worker_updates']}  "
+                     f"batches {r['final_batches']}  samples/s {r['worker_samples_per_s']}"
+                     if mode == "asp" else ""), flush=True)
+        budget = min(r["train_s"] for r in results.values())
+        for r in results.values():
+            r["budget_s"] = budget
+            r["accuracy_at_budget"] = accuracy_at(r, budget)
+            r["best_by_budget"] = best_by(r, budget)
+        print(f"[{rep + 1}] equal time budget {budget:.1f} s: " + ", ".join(
+            f"{name} {results[name]['accuracy_at_budget'] or 0:.4f}" for name, _, _ in CONFIGS),
+            flush=True)
+        repeats.append(results)
+
+    print(f"\nslowdown {args.slowdown}, B = {args.global_batch}, {args.epochs} epochs, "
+          f"{args.repeats} repeats: median [range]")
+    print(f"{'':17s} {'accuracy at equal time':>24s} {'best by then':>22s} {'final accuracy':>22s} "
+          f"{'time to ' + format(args.target, '.0%'):>22s} {'p95 staleness':>14s} "
+          f"{'mean staleness':>20s}")
+    for name, mode, _ in CONFIGS:
+        rs = [rep[name] for rep in repeats]
+        print(f"{name:17s} {median_range([r['accuracy_at_budget'] for r in rs]):>24s} "
+              f"{median_range([r['best_by_budget'] for r in rs]):>22s} "
+              f"{median_range([r['test_accuracy'] for r in rs]):>22s} "
+              f"{median_range([r['time_to_target_s'] for r in rs], '{:.1f}'):>22s} "
+              + (f"{median_range([r['staleness']['p95'] for r in rs], '{:.0f}'):>14s} "
+                 f"{median_range([r['staleness']['mean'] for r in rs], '{:.2f}'):>20s}"
+                 if mode == "asp" else ""))
+    ratios = [rep["proportional-asp"]["staleness"]["p95"] / rep["uniform-asp"]["staleness"]["p95"]
+              for rep in repeats if rep["uniform-asp"]["staleness"]["p95"]]
+    gains = [rep["proportional-asp"]["accuracy_at_budget"] - rep["uniform-asp"]["accuracy_at_budget"]
+             for rep in repeats]
+    print(f"p95 staleness proportional-ASP / uniform-ASP: {median_range(ratios, '{:.2f}')} "
+          f"(goal <= 0.5)")
+    print(f"accuracy at equal time, proportional-ASP - uniform-ASP: "
+          f"{median_range(gains, '{:+.4f}')} (goal > 0)")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"slowdown": slowdown, "args": vars(args), "results": results}, f, indent=2)
+            json.dump({"slowdown": slowdown, "args": vars(args), "repeats": repeats}, f, indent=2)
     return 0
 
 
