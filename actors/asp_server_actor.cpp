@@ -64,6 +64,15 @@ void AspServerActor::on_message(const runtime::Envelope& message) {
 void AspServerActor::on_pull(const runtime::Envelope& message) {
   AspPullReply r;
   r.shard = config_.shard;
+  const auto pull = runtime::unpack_payload<AspPull>(message.payload);
+  if (!pull || pull->shard != config_.shard || pull->job_id != config_.job) {
+    // A worker with a stale or wrong server list: its parameters would be cut wrongly.
+    r.error = pull ? fmt::format("a pull for shard {} of job {} reached shard {} of job {}",
+                                 pull->shard, pull->job_id, config_.shard, config_.job)
+                   : fmt::format("a pull to shard {} did not decode as AspPull", config_.shard);
+    reply(message, r);
+    return;
+  }
   const asp::Version v = core_.pull();
   r.ok = true;
   r.incarnation = v.incarnation;
@@ -85,6 +94,13 @@ void AspServerActor::on_push(const runtime::Envelope& message) {
   const std::size_t want = parameters_.size_bytes();
   if (!push) {
     r.error = fmt::format("a push to shard {} did not decode as AspPush", config_.shard);
+    reply(message, r);
+    return;
+  }
+  if (push->shard != config_.shard || push->job_id != config_.job) {
+    r.error = fmt::format(
+        "a push for shard {} of job {} reached shard {} of job {}: nothing applied", push->shard,
+        push->job_id, config_.shard, config_.job);
     reply(message, r);
     return;
   }

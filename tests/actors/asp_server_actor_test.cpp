@@ -127,8 +127,9 @@ class AspServer : public ::testing::TestWithParam<int> {
     return out;
   }
 
-  AspPushReply push(int s, const asp::Version& pulled, std::vector<runtime::Bytes> attachments) {
-    AspPush body{"job-1",       s,
+  AspPushReply push(int s, const asp::Version& pulled, std::vector<runtime::Bytes> attachments,
+                    int addressed_shard = -1, const std::string& job = "job-1") {
+    AspPush body{job,           addressed_shard >= 0 ? addressed_shard : s,
                  /*worker=*/7,  pulled.incarnation,
                  pulled.number,
                  /*batch=*/32,  /*global_batch=*/32,
@@ -267,6 +268,30 @@ TEST_P(AspServer, MalformedPushGetsAClearErrorAndChangesNothing) {
   {
     std::lock_guard lock(hook_mutex);
     EXPECT_TRUE(hook_versions.empty()) << "the hook runs for applied pushes only";
+  }
+
+  // The right bytes sent to the wrong shard (a stale server list) or for another job.
+  for (int s = 0; s < shards; ++s) {
+    const AspPushReply wrong_shard = push(s, asp::Version{0, 0}, {gradient_view(s)}, s + 1);
+    EXPECT_EQ(wrong_shard.status, AspPushReply::kRejected);
+    EXPECT_NE(wrong_shard.error.find("reached shard " + std::to_string(s)), std::string::npos)
+        << wrong_shard.error;
+    const AspPushReply wrong_job = push(s, asp::Version{0, 0}, {gradient_view(s)}, s, "job-2");
+    EXPECT_EQ(wrong_job.status, AspPushReply::kRejected) << wrong_job.error;
+    auto result = worker
+                      .ask_envelope(to_server(s, runtime::kind_of<AspPull>(),
+                                              runtime::pack_payload(AspPull{"job-1", s + 1})),
+                                    5s)
+                      .get();
+    auto r = result.as<AspPullReply>();
+    ASSERT_TRUE(r) << result.error;
+    EXPECT_FALSE(r->ok);
+    EXPECT_NE(r->error.find("reached shard " + std::to_string(s)), std::string::npos) << r->error;
+    EXPECT_TRUE(result.reply.attachments.empty());
+    const Pulled p = pull(s);
+    EXPECT_EQ(p.reply.version, 0) << "the version stays";
+    std::lock_guard lock(servers[s].applied->mutex);
+    EXPECT_TRUE(servers[s].applied->gradients.empty()) << "apply was never called";
   }
 
   // Not a push at all: an ask with another message is answered, not left to time out.
