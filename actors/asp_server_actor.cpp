@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "actors/frame_floats.hpp"
 #include "actors/reply_envelope.hpp"
 #include "runtime/actor_system.hpp"
 #include "runtime/system_messages.hpp"
@@ -120,10 +121,9 @@ void AspServerActor::on_push(const runtime::Envelope& message) {
       core_.set_batch_plan(push->global_batch, push->workers);
     }
     applying_version_ = core_.pull().number;
-    const auto* data = reinterpret_cast<const float*>(message.attachments[0].data());
     const asp::PushOutcome outcome =
         core_.push(push->worker, asp::Version{push->incarnation, push->version}, push->batch,
-                   std::span<const float>(data, parameters_.size()));
+                   frame_floats(message.attachments[0], unaligned_));
     r.status = outcome.status == asp::PushStatus::kApplied   ? AspPushReply::kApplied
                : outcome.status == asp::PushStatus::kDropped ? AspPushReply::kDropped
                                                              : AspPushReply::kRejected;

@@ -22,6 +22,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "actors/asp_protocol.hpp"
 #include "asp/server_core.hpp"
@@ -83,6 +84,7 @@ class AspServerActor : public runtime::Actor {
   std::int64_t applying_version_ = 0;  // the version the push being applied moves on from
   asp::ServerCore core_;               // after apply_ and applying_version_: its callback uses them
   std::int64_t reported_lost_ = 0;
+  std::vector<float> unaligned_;  // a push's gradient when its frame is not float-aligned
 };
 
 }  // namespace omnilearn::actors

@@ -21,6 +21,7 @@
 
 #include "actors/asp_protocol.hpp"
 #include "actors/asp_server_actor.hpp"
+#include "actors/frame_floats.hpp"
 #include "asp/server_core.hpp"
 #include "asp/shard_layout.hpp"
 #include "asp/staleness.hpp"
@@ -175,9 +176,10 @@ std::optional<std::vector<PulledShard>> pull_all(AspRoleContext& c,
       ok = false;
       continue;
     }
-    // The one copy on this side: from the received frame into the parameters.
-    c.replica.set_flat_parameters(reinterpret_cast<const float*>(frames[0].data()), r->offset,
-                                  r->size);
+    // The one copy on this side: from the received frame into the parameters (two when the
+    // frame is not float-aligned in ZeroMQ's buffer).
+    std::vector<float> unaligned;
+    c.replica.set_flat_parameters(frame_floats(frames[0], unaligned).data(), r->offset, r->size);
     out[s] = PulledShard{r->incarnation, r->version, r->offset, r->size};
   }
   if (!ok) return std::nullopt;
