@@ -138,23 +138,25 @@ def run(args, name, mode, policy, slowdown, seed):
     return out
 
 
-def accuracy_at(r, budget):
-    """The run's test accuracy known at `budget` seconds: its last evaluation by then (the final
-    one counts at the run's end)."""
+def known_by(r, budget):
+    """The test accuracies the run had shown by `budget` seconds, in order (the final one counts
+    at the run's end)."""
     points = list(r["evals"])
     if r["test_accuracy"] is not None:
         points.append((r["train_s"], r["test_accuracy"]))
-    known = [a for t, a in points if t <= budget + 1e-9]
+    return [a for t, a in points if t <= budget + 1e-9]
+
+
+def accuracy_at(r, budget):
+    """The run's test accuracy known at `budget` seconds: its last evaluation by then."""
+    known = known_by(r, budget)
     return known[-1] if known else None
 
 
 def best_by(r, budget):
     """The best test accuracy any evaluation had shown by `budget` seconds (ASP's accuracy moves
     a few points between evaluations at a constant learning rate)."""
-    points = list(r["evals"])
-    if r["test_accuracy"] is not None:
-        points.append((r["train_s"], r["test_accuracy"]))
-    known = [a for t, a in points if t <= budget + 1e-9]
+    known = known_by(r, budget)
     return max(known) if known else None
 
 

@@ -9,9 +9,11 @@
 //      emulated slowdown, the exposed all-reduce (split into waiting for slower peers and the
 //      rest), optimizer, control, per rank; before (all-reduce after backward, a control
 //      broadcast per step) and after (buckets from the gradient hooks, control words in the
-//      exchange), the four combinations interleaved round by round.
+//      exchange), the four combinations interleaved round by round;
+//   5. the slowdown emulation: process CPU per slowed step (factor 3), sleeping against
+//      spinning (Trainer::set_slowdown_spins), interleaved round by round.
 //
-// usage: training_bench [--quick] [--data DIR] [--only profile]
+// usage: training_bench [--quick] [--data DIR] [--only profile|slowdown]
 // Ranks are this program re-executed with --worker; every rank is pinned to cpu (rank % cores).
 // The allocator thresholds of docs BENCHMARKING are set for every process (re-exec if needed).
 #include <ATen/ATen.h>
@@ -19,6 +21,7 @@
 #include <sched.h>
 #include <spawn.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -276,6 +279,46 @@ std::vector<std::string> run_ranks(int world, const std::vector<std::string>& ex
   return outputs;
 }
 
+double process_cpu_seconds() {
+  timespec t{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+// Spinning should burn factor x the compute's CPU, sleeping about 1x; CPU time, so that the
+// machine's load matters less than for wall time (it is still a measurement, hence here).
+void slowdown_cpu(const std::string& data, bool quick) {
+  constexpr double kFactor = 3.0;
+  constexpr int kBatch = 512;
+  at::set_num_threads(1);
+  const DatasetPair pair = load_datasets(model_config("mlp", data).data);
+  Trainer t(model_config("mlp", data), pair);
+  for (int s = 0; s < 5; ++s) t.step({kBatch});
+  auto cpu_per_step = [&](bool spins, double factor) {
+    t.set_slowdown(factor);
+    t.set_slowdown_spins(spins);
+    const int steps = quick ? 5 : 20;
+    const double before = process_cpu_seconds();
+    for (int s = 0; s < steps; ++s) t.step({kBatch});
+    return (process_cpu_seconds() - before) / steps;
+  };
+  std::vector<double> plain, sleeping, spinning;
+  for (int round = 0; round < (quick ? 2 : 5); ++round) {
+    plain.push_back(cpu_per_step(false, 1.0));
+    sleeping.push_back(cpu_per_step(false, kFactor));
+    spinning.push_back(cpu_per_step(true, kFactor));
+  }
+  std::printf("\n## 5. Slowdown emulation, mlp, batch %d, factor %.0f: process CPU per step "
+              "(median of %zu interleaved rounds)\n",
+              kBatch, kFactor, plain.size());
+  std::printf("| emulation | CPU per step (ms) | x unslowed |\n|---|---|---|\n");
+  const double base = median(plain);
+  for (const auto& [name, v] : {std::pair{"none (factor 1)", &plain},
+                                std::pair{"sleep", &sleeping}, std::pair{"spin", &spinning}}) {
+    std::printf("| %s | %.2f | %.2f |\n", name, 1e3 * median(*v), median(*v) / base);
+  }
+}
+
 void single_worker(const std::string& data, bool quick) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   struct Cfg {
@@ -454,9 +497,14 @@ int main(int argc, char** argv) {
     step_profile(data, quick);
     return 0;
   }
+  if (args.count("only") && args["only"] == "slowdown") {
+    slowdown_cpu(data, quick);
+    return 0;
+  }
   single_worker(data, quick);
   allreduce_sweep(quick);
   mlp_overhead(data, quick);
   step_profile(data, quick);
+  slowdown_cpu(data, quick);
   return 0;
 }
