@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <sstream>
 #include <stdexcept>
 
@@ -82,6 +83,7 @@ bool BatchController::observe(const std::string& key, int batch, double compute_
   if (it == index_.end()) return false;
   Worker& w = workers_[it->second];
   w.throughput.observe(batch, compute_time_s);  // validates batch and time
+  ++w.seen;
   // Only the affine policy plans with the fit; the others skip its upkeep.
   if (config_.policy == Policy::kAffine) w.history.observe(batch, compute_time_s);
   return true;
@@ -167,9 +169,12 @@ BatchPlan BatchController::plan() {
     for (Worker& w : workers_) w.history.checkpoint();
   }
   const std::vector<WorkerView> v = views();
+  std::size_t fewest = std::numeric_limits<std::size_t>::max();
+  for (const Worker& w : workers_) fewest = std::min(fewest, w.seen);
+  const double z = last_.provisional ? 0.0 : config_.noise_z;
   const PlanDecision d =
       decide_plan(v, PolicyParams{config_.policy, config_.global_batch, config_.deadband,
-                                  config_.gain, config_.noise_z});
+                                  config_.gain, z});
   BatchPlan p;
   p.keys.reserve(workers_.size());
   for (const Worker& w : workers_) p.keys.push_back(w.key);
@@ -179,6 +184,8 @@ BatchPlan BatchController::plan() {
   p.predicted_step_time = d.predicted_step_time;
   p.target_step_time = d.target_step_time;
   p.noise_gain = d.noise_gain;
+  p.provisional = p.changed ? fewest < config_.provisional_observations
+                            : last_.provisional && fewest < config_.provisional_observations;
   for (std::size_t i = 0; i < workers_.size(); ++i) workers_[i].batch = p.batches[i];
   membership_changed_ = false;
   last_ = p;

@@ -101,14 +101,49 @@ std::vector<double> ThroughputEstimator::deviations() const {
 }
 
 void ThroughputEstimator::check_for_change() {
-  if (changed(change_.run, change_.min_change, change_.spread_z)) return;
-  changed(change_.slow_run, change_.slow_min_change, change_.slow_spread_z);
+  if (changed(change_.run, change_.min_change, change_.spread_z, false)) return;
+  changed(change_.slow_run, change_.slow_min_change, change_.slow_spread_z, true);
 }
 
-bool ThroughputEstimator::changed(std::size_t run, double min_change, double spread_z) {
-  // The newest `run` against at least two older ones (a median of one is any outlier).
-  if (run == 0 || count_ < run + 2) return false;
-  const std::vector<Entry> v = entries();
+// The slow level. A small change hides among the noise one observation at a time (at -7% with
+// +-2% noise, one observation in eight lands within 5% and breaks an all-beyond run), so it
+// compares the newest run's median with the older observations' median, beyond spread_z
+// standard errors of the difference of the two.
+bool ThroughputEstimator::median_shifted(const std::vector<Entry>& v, std::size_t run,
+                                         double min_change, double spread_z) const {
+  const auto newest = v.end() - static_cast<std::ptrdiff_t>(run);
+  // Observations at batches within 5% of the newest run's: under a fixed per-step cost a plan
+  // change moves the throughput too, but a plan that moved a worker by a sample or two must
+  // not blind the test for a whole window.
+  auto near = [&](int batch) { return std::abs(batch - newest->batch) <= 0.05 * newest->batch; };
+  const bool one_batch = std::all_of(newest, v.end(), [&](const Entry& e) { return near(e.batch); });
+  std::vector<double> older, recent;
+  for (auto it = v.begin(); it != newest; ++it) {
+    if (!one_batch || near(it->batch)) older.push_back(it->rate);
+  }
+  for (auto it = newest; it != v.end(); ++it) recent.push_back(it->rate);
+  // Medians of as many older observations as newer ones: a median of two or three is any of
+  // them, and alternating noise would pass for a shift.
+  if (older.size() < run) return false;
+  const double center = *median(older);
+  // The noise from the larger of the two sides' spreads: a spread measured from a dozen
+  // observations is itself off by a third at times, and an underestimate is a false alarm.
+  const double noise = std::max(relative_spread(older).value_or(0.0),
+                                relative_spread(recent).value_or(0.0));
+  const double se = std::hypot(median_relative_error(noise, run),
+                               median_relative_error(noise, older.size()));
+  const double recent_median = *median(recent);
+  if (std::abs(recent_median / center - 1.0) <= std::max(min_change, spread_z * se)) return false;
+  // ... and outside the older observations' middle half, which a median of values half at one
+  // level and half at another (MAD 0) can otherwise leave.
+  std::sort(older.begin(), older.end());
+  const double q1 = older[older.size() / 4];
+  const double q3 = older[older.size() - 1 - older.size() / 4];
+  return recent_median < q1 || recent_median > q3;
+}
+
+bool ThroughputEstimator::all_beyond(const std::vector<Entry>& v, std::size_t run,
+                                     double min_change, double spread_z) const {
   const auto newest = v.end() - static_cast<std::ptrdiff_t>(run);
   std::vector<double> older, same_batch;
   const bool one_batch =
@@ -127,8 +162,20 @@ bool ThroughputEstimator::changed(std::size_t run, double min_change, double spr
     if (s == 0 || (side != 0 && s != side)) return false;
     side = s;
   }
+  return true;
+}
+
+bool ThroughputEstimator::changed(std::size_t run, double min_change, double spread_z,
+                                  bool by_median) {
+  // The newest `run` against at least two older ones (a median of one is any outlier).
+  if (run == 0 || count_ < run + 2) return false;
+  const std::vector<Entry> v = entries();
+  if (by_median ? !median_shifted(v, run, min_change, spread_z)
+                : !all_beyond(v, run, min_change, spread_z)) {
+    return false;
+  }
   // The worker's speed changed: the older observations describe a machine that is gone.
-  const std::vector<Entry> recent(newest, v.end());
+  const std::vector<Entry> recent(v.end() - static_cast<std::ptrdiff_t>(run), v.end());
   clear();
   for (const Entry& e : recent) {
     ring_[next_] = e;

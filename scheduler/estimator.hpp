@@ -26,15 +26,18 @@ std::optional<double> relative_spread(std::span<const double> values);
 double median_relative_error(double spread, std::size_t n);
 
 // When a run of observations says the worker's speed changed for real.
-// Two levels: a large change is caught after a short run, a small one after a longer run (a
-// run that long on one side is rare for noise however small its threshold).
+// Two levels: a large change is caught after a short run of observations all beyond a wide
+// threshold; a small one when the median of a longer run moves off the older median by more
+// than the noise explains (an all-beyond test misses a small change: one observation near the
+// threshold breaks the run, and the window's median then takes half a window to follow).
 struct ChangeDetection {
   std::size_t run = 3;      // this many newest observations in a row, all on one side ...
   double min_change = 0.15; // ... each off the older median by more than this (relative) ...
   double spread_z = 2.5;    // ... and by more than spread_z x the older observations' spread
-  std::size_t slow_run = 8;        // the same test for small changes: a longer run ...
-  double slow_min_change = 0.05;   // ... with a smaller relative threshold ...
-  double slow_spread_z = 1.5;      // ... and spread multiple (0 runs disable a level)
+  std::size_t slow_run = 8;        // small changes: the median of this many newest ...
+  double slow_min_change = 0.05;   // ... off the older median by more than this (relative) ...
+  double slow_spread_z = 5.0;      // ... and by more than this many standard errors of the
+                                   // difference of the two medians (0 runs disable a level)
   // Throws std::invalid_argument naming the first field out of range.
   void validate() const;
 };
@@ -84,14 +87,21 @@ class ThroughputEstimator {
 
  private:
   void check_for_change();
-  // Whether the newest `run` observations all lie on one side of the older ones by the
-  // threshold; then drops the older ones.
-  bool changed(std::size_t run, double min_change, double spread_z);
+  // Whether the newest `run` observations moved off the older ones (all_beyond, or by_median
+  // median_shifted); then drops the older ones.
+  bool changed(std::size_t run, double min_change, double spread_z, bool by_median);
 
   struct Entry {
     int batch;
     double rate;  // samples per second
   };
+  // The two levels' tests on `v` (the window, oldest first). all_beyond: the newest `run` all
+  // lie on one side of the older median beyond the threshold. median_shifted: their median
+  // lies off the older median beyond the threshold and the noise.
+  bool all_beyond(const std::vector<Entry>& v, std::size_t run, double min_change,
+                  double spread_z) const;
+  bool median_shifted(const std::vector<Entry>& v, std::size_t run, double min_change,
+                      double spread_z) const;
   std::vector<Entry> entries() const;  // oldest first
 
   ChangeDetection change_;

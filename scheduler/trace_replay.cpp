@@ -189,7 +189,9 @@ std::string ReplayResult::describe() const {
     << efficiency << " (all steps " << efficiency_all << "), speed-up over uniform "
     << speedup_over_uniform << "x of ideal " << ideal_speedup << "x; " << rounds << " rounds, "
     << plan_changes << " plan changes, " << churn_changes << " outside settling ("
-    << changes_per_100_steps << " per 100 steps over " << churn_steps << " steps)\n";
+    << changes_per_100_steps << " per 100 steps over " << churn_steps << " steps, "
+    << unjustified_changes << " not justified by the recorded speeds: "
+    << unjustified_per_100_steps << " per 100 steps)\n";
   for (const auto& r : regimes) {
     o << "  from step " << r.start_step << " (" << r.cause << "): speeds";
     for (double s : r.speeds) o << " " << std::lround(s);
@@ -256,6 +258,14 @@ ReplayResult replay(const Trace& trace, const ReplayConfig& config) {
     out.regimes.push_back(std::move(r));
   };
   auto plan_follows = [&](const std::vector<int>& b) {
+    // As good as the deadband lets any plan be, under the regime's speeds: no controller with
+    // that deadband would change it (a slow newcomer a few samples under its share).
+    double t_plan = 0, t_oracle = 0;
+    for (std::size_t i = 0; i < members.size(); ++i) {
+      t_plan = std::max(t_plan, truth[i].time(b[i]));
+      t_oracle = std::max(t_oracle, truth[i].time(oracle[i]));
+    }
+    if (t_plan <= (1.0 + cc.deadband) * t_oracle) return true;
     const auto& concerned = out.regimes.back().concerned;
     for (std::size_t i = 0; i < members.size(); ++i) {
       if (std::find(concerned.begin(), concerned.end(), members[i]) == concerned.end()) continue;
@@ -291,6 +301,27 @@ ReplayResult replay(const Trace& trace, const ReplayConfig& config) {
       followed = true;
       out.regimes.back().rounds_to_follow = rounds_in_regime;
     }
+  };
+
+  // Whether replacing plan `old` by `next` from step `from` on was worth it under the speeds
+  // the recording really had over the next justify_steps steps (each worker's median recorded
+  // per-sample time there, without the replay's extra noise): the new plan ends those steps more
+  // than the deadband sooner. A change that follows a real drift of the shared machine is
+  // justified; one that chases noise is not.
+  auto justified = [&](const std::vector<int>& old, const std::vector<int>& next,
+                       std::int64_t from) {
+    const std::int64_t to = std::min(last, from + config.justify_steps - 1);
+    if (to < from) return false;
+    double t_old = 0, t_next = 0;
+    std::vector<double> per_sample;
+    for (std::size_t i = 0; i < members.size(); ++i) {
+      per_sample.clear();
+      for (std::int64_t s = from; s <= to; ++s) per_sample.push_back(costs.per_sample(members[i], s));
+      const CostModel m{truth[i].alpha, *median(per_sample)};
+      t_old = std::max(t_old, m.time(old[i]));
+      t_next = std::max(t_next, m.time(next[i]));
+    }
+    return t_old > (1.0 + cc.deadband) * t_next;
   };
 
   const std::int64_t first = trace.first_step();
@@ -397,11 +428,15 @@ ReplayResult replay(const Trace& trace, const ReplayConfig& config) {
       if (p.changed) {
         std::vector<int> ordered;
         for (const auto& m : members) ordered.push_back(p.batch_of(m));
+        if (steady && round_index > settle_until_round) {
+          ++out.churn_changes;
+          const std::vector<int>& old = pending_from >= 0 ? pending : batches;
+          if (!justified(old, ordered, step + 2)) ++out.unjustified_changes;
+        }
         pending = ordered;
         pending_from = step + 2;
         ++out.plan_changes;
         out.plans.push_back({step, ordered, false});
-        if (steady && round_index > settle_until_round) ++out.churn_changes;
       }
       check_followed();
       if (!steady && out.regimes.size() == 1 && rounds_in_regime >= config.settle_rounds) {
@@ -417,6 +452,9 @@ ReplayResult replay(const Trace& trace, const ReplayConfig& config) {
   out.ideal_speedup = sum_oracle > 0 ? sum_uniform / sum_oracle : 0.0;
   out.changes_per_100_steps =
       out.churn_steps > 0 ? 100.0 * out.churn_changes / static_cast<double>(out.churn_steps) : 0.0;
+  out.unjustified_per_100_steps =
+      out.churn_steps > 0 ? 100.0 * out.unjustified_changes / static_cast<double>(out.churn_steps)
+                          : 0.0;
   return out;
 }
 

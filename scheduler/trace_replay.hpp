@@ -80,12 +80,19 @@ struct ReplayConfig {
   // A plan has followed a regime once the batch of every worker the regime concerns is within
   // this relative distance of the regime's oracle batch: every member after the first
   // generation (steady), the changed worker after a change, the newcomers after a join (every
-  // member after a leave). Plans keep a deadband and speeds drift on a shared machine, so the
-  // whole plan's noise-free step time is judged by the steady efficiency instead.
+  // member after a leave); or once its step time under the regime's speeds is within the
+  // deadband of the oracle's (no controller with that deadband would change it: a slow
+  // newcomer a few samples under its share costs the step nothing). Speeds drift on a shared
+  // machine, so the whole run's noise-free step time is judged by the steady efficiency.
   double follow_tolerance = 0.25;
   // Rounds after a generation or a change that may still change the plan without counting as
   // churn (the "steady within 3 rounds" allowance).
   int settle_rounds = 3;
+  // A plan change outside the settle rounds is justified when the speeds recorded over this
+  // many steps from where it applies (without the extra noise) make the new plan faster than
+  // the old by more than the deadband: the shared machine's speeds drift for real, and
+  // following them is wanted, not churn.
+  std::int64_t justify_steps = 30;
 };
 
 // One stretch of the run with fixed members and speeds.
@@ -122,6 +129,9 @@ struct ReplayResult {
   int churn_changes = 0;               // of those, outside any regime's settle rounds
   std::int64_t churn_steps = 0;        // steps outside the settle rounds (the churn's base)
   double changes_per_100_steps = 0;    // churn_changes per 100 churn_steps
+  int unjustified_changes = 0;         // of churn_changes, those the recorded speeds did not
+                                       // justify (ReplayConfig::justify_steps): noise chased
+  double unjustified_per_100_steps = 0;  // unjustified_changes per 100 churn_steps
   std::vector<ReplayRegime> regimes;
   std::vector<ReplayPlan> plans;
 

@@ -127,12 +127,10 @@ void expect_recovery(Policy policy, double overhead_share, double noise, std::ui
       const RoundRecord& rec = r.rounds[6 + d];
       worst[d] = std::min(worst[d], noise > 0 ? rec.plan_efficiency : rec.efficiency);
     }
-    // With noise the controller's noise gate (issue 12, noise_z 3.5) keeps a plan whose
-    // predicted gain a few noisy windows could explain: after a change the window restarts
-    // with few observations. The worst plan kept at 2% noise over these 1,000 clusters is
-    // 0.933 (measured; it was >= 0.95 before the gate), so the bound there is 0.93: a known
-    // cost of the gate, reported in docs/PERFORMANCE.md.
-    const double bound = noise > 0 ? 0.93 : 0.95;
+    // With noise too: the gate (issue 12) once kept a plan 7% off for three rounds after a
+    // worker slowed by 5-7% (0.933 worst at 2% noise), until the slow change detector compared
+    // medians instead of asking every observation of a run to lie beyond 5%.
+    const double bound = 0.95;
     for (int i = 8; i < s.rounds; ++i) {
       const double e = noise > 0 ? r.rounds[i].plan_efficiency : r.rounds[i].efficiency;
       ASSERT_GE(e, bound) << to_string(policy) << " cluster " << k << " round " << i << " after "

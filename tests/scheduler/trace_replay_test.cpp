@@ -133,30 +133,62 @@ TEST(TraceReplay, RecordedTracesMeetTheGoals) {
 }
 
 // 20% per-step noise on top of the recorded noise (the churn condition), 10 seeds per
-// trace: every seed stays at >= 95% of the ideal, and the plan changes once steady average at
-// most 1 per 100 steps. Single seeds reach 1.8 per 100 steps (a join under 20% noise), and a
-// newcomer's batch can take up to ~10 rounds to come within 25% of its oracle share: printed,
-// not asserted (docs/PERFORMANCE.md).
-TEST(TraceReplay, TwentyPercentStepNoiseKeepsEfficiencyAndChurn) {
+// trace. Every seed: >= 95% of the ideal, every regime followed within 3 rounds, and at most 1
+// plan change per 100 steady steps that the recorded speeds did not justify (the recordings come
+// from a loaded shared machine whose speeds drift for real; following them is wanted). All plan
+// changes once steady, justified or not, average at most 1 per 100 steps. Over 60 seeds the
+// tails are wider (docs/PERFORMANCE.md, "The controller under noise"): one join in 60 took 10
+// rounds, one clean replay reached 0.948 of the ideal, unjustified changes reached 1.32.
+TEST(TraceReplay, TwentyPercentStepNoiseKeepsEfficiencyFollowAndChurn) {
   for (const char* name : kTraces) {
-    double worst_eff = 1.0, worst_churn = 0.0, mean_churn = 0.0;
+    double worst_eff = 1.0, worst_churn = 0.0, mean_churn = 0.0, worst_unjustified = 0.0;
     int worst_follow = 0;
     for (int seed = 1; seed <= kSeeds; ++seed) {
       const ReplayResult r = replay(load(name), config(0.2, seed));
       EXPECT_GE(r.efficiency, 0.95) << name << " seed " << seed << "\n" << r.describe();
       EXPECT_GE(r.churn_steps, 100) << r.describe();
-      worst_eff = std::min(worst_eff, r.efficiency);
-      worst_churn = std::max(worst_churn, r.changes_per_100_steps);
-      mean_churn += r.changes_per_100_steps / kSeeds;
+      EXPECT_LE(r.unjustified_per_100_steps, 1.0) << name << " seed " << seed << "\n"
+                                                  << r.describe();
       for (const ReplayRegime& g : r.regimes) {
+        EXPECT_GE(g.rounds_to_follow, 0) << name << " seed " << seed << ": never followed "
+                                         << g.cause << "\n" << r.describe();
+        EXPECT_LE(g.rounds_to_follow, 3) << name << " seed " << seed << ": " << g.cause << "\n"
+                                         << r.describe();
         worst_follow = g.rounds_to_follow < 0 ? 999 : std::max(worst_follow, g.rounds_to_follow);
       }
+      worst_eff = std::min(worst_eff, r.efficiency);
+      worst_churn = std::max(worst_churn, r.changes_per_100_steps);
+      worst_unjustified = std::max(worst_unjustified, r.unjustified_per_100_steps);
+      mean_churn += r.changes_per_100_steps / kSeeds;
     }
     EXPECT_LE(mean_churn, 1.0) << name;
-    std::printf("%s, 20%% step noise, %d seeds: worst efficiency %.3f, churn mean %.2f worst "
-                "%.2f per 100 steps, worst rounds to follow %d\n",
-                name, kSeeds, worst_eff, mean_churn, worst_churn, worst_follow);
+    std::printf("%s, 20%% step noise, %d seeds: worst efficiency %.3f, plan changes once steady "
+                "mean %.2f worst %.2f per 100 steps (not justified: worst %.2f), worst rounds to "
+                "follow %d\n",
+                name, kSeeds, worst_eff, mean_churn, worst_churn, worst_unjustified, worst_follow);
   }
+}
+
+// Following within 3 rounds under noise needs provisional plans: without them a first plan made
+// from one or two noisy windows (the start, a newcomer) is held by the noise gate for as long as
+// it cannot tell the plan's error from noise.
+TEST(TraceReplay, WithoutProvisionalPlansAFirstNoisyPlanIsHeld) {
+  int late = 0;
+  for (const char* name : kTraces) {
+    for (int seed = 1; seed <= kSeeds; ++seed) {
+      ReplayConfig c = config(0.2, seed);
+      c.controller.provisional_observations = 0;
+      const ReplayResult r = replay(load(name), c);
+      for (const ReplayRegime& g : r.regimes) {
+        if (g.rounds_to_follow < 0 || g.rounds_to_follow > 3) {
+          ++late;
+          std::printf("without provisional plans: %s seed %d: %s followed after %d rounds\n",
+                      name, seed, g.cause.c_str(), g.rounds_to_follow);
+        }
+      }
+    }
+  }
+  EXPECT_GE(late, 2);
 }
 
 // Equal workers: the controller must not cost more than 3% against uniform batches.
