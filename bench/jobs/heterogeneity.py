@@ -118,9 +118,16 @@ def run_omnilearn(omnilearn, model, policy, speeds, quotas, steps, batch, seed, 
                      for i in range(n)]
     window = tail[-1]["step"] - tail[0]["step"]
     changes = sum(1 for p in plans if p["step"] >= tail[0]["step"])
+    # Where a step's wall time goes: the slowest worker's compute (the controller's balance plus
+    # per-step jitter: the slowest of n noisy computes) and what follows it (the exchange's
+    # exposed part, the optimizer, control), medians over the steady steps.
+    slowest = statistics.median(max(w["compute_time_s"] for w in e["workers"]) for e in tail)
+    mean_compute = statistics.median(statistics.mean(w["compute_time_s"] for w in e["workers"])
+                                     for e in tail)
     return {"step_time_s": steady(steps_ev),
             "reported_step_time_s": statistics.median(e["step_time_s"] for e in tail),
             "allreduce_s": statistics.median(e["allreduce_time_s"] for e in tail),
+            "slowest_compute_s": slowest, "mean_compute_s": mean_compute,
             "batches": tail[-1]["batches"], "speeds": worker_speeds,
             "plan_changes_per_100": 100.0 * changes / max(1, window)}
 
@@ -198,6 +205,10 @@ def main():
                     if p != "ddp":
                         q["allreduce_ms"] = 1000 * statistics.median(x["allreduce_s"]
                                                                      for x in runs[p])
+                        q["slowest_compute_ms"] = 1000 * statistics.median(
+                            x["slowest_compute_s"] for x in runs[p])
+                        q["mean_compute_ms"] = 1000 * statistics.median(
+                            x["mean_compute_s"] for x in runs[p])
                     res["policies"][p] = q
                 results[f"{name}/B{batch}"] = res
                 print(f"{args.model} {name} B={batch}: ideal {nominal:.2f}x nominal, {ideal:.2f}x "
@@ -215,6 +226,9 @@ def main():
                     line += f"  plan changes/100 {q['plan_changes_per_100']:.1f}"
                     if "allreduce_ms" in q:
                         line += f"  exposed all-reduce {q['allreduce_ms']:.1f} ms"
+                        line += (f"  compute mean {q['mean_compute_ms']:.1f} / slowest "
+                                 f"{q['slowest_compute_ms']:.1f} ms, after it "
+                                 f"{q['step_ms'] - q['slowest_compute_ms']:.1f} ms")
                     line += f"  batches {q['final_batches']}"
                     print(line, flush=True)
     if args.json:
