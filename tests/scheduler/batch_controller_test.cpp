@@ -250,5 +250,36 @@ TEST(BatchControllerProperty, ConservationAndBoundsUnderChurn) {
   EXPECT_GT(plans, 2000);  // most steps plan; some memberships cannot hold B
 }
 
+// Issue 12: a plan made from one window per worker is provisional. The next round replaces it
+// under the deadband alone; without provisional plans the noise gate holds it, since two windows
+// cannot prove a 10% gain (the gate here is about 19%).
+TEST(BatchController, AProvisionalPlanIsReplacedWithoutTheNoiseGate) {
+  for (const std::size_t provisional : {std::size_t{3}, std::size_t{0}}) {
+    ControllerConfig cfg;
+    cfg.global_batch = 100;
+    cfg.deadband = 0.05;
+    cfg.provisional_observations = provisional;
+    BatchController c(cfg);
+    c.add_worker("a");
+    c.add_worker("b");
+    c.observe("a", 50, 0.05);  // 1,000 samples/s each, from one window
+    c.observe("b", 50, 0.05);
+    const BatchPlan first = c.plan();
+    EXPECT_EQ(first.batches, (std::vector<int>{50, 50}));
+    EXPECT_EQ(first.provisional, provisional > 0);
+    c.observe("a", 50, 0.05);
+    c.observe("b", 50, 0.075);  // b is slower than its first window said: median 833/s
+    const BatchPlan second = c.plan();
+    if (provisional > 0) {
+      EXPECT_TRUE(second.changed);
+      EXPECT_GT(second.batches[0], 50);
+      EXPECT_TRUE(second.provisional);  // still fewer than 3 windows of each
+    } else {
+      EXPECT_FALSE(second.changed) << "gate " << second.noise_gain;
+      EXPECT_GT(second.noise_gain, 0.1);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace omnilearn::scheduler

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <random>
 
 namespace omnilearn::scheduler {
@@ -80,6 +82,25 @@ TEST(ThroughputEstimator, ChangeDetectorFollowsARealChangeWithinThreeObservation
   EXPECT_EQ(e.regime_changes(), 1u);
   EXPECT_EQ(e.size(), 3u);
   EXPECT_NEAR(*e.throughput(), 10.0 / 3.0, 1e-9);
+}
+
+// A small change among small noise: a worker 7% slower, observations +-2%, one of the new ones
+// only 4.9% off (an all-beyond-5% run would break there and wait for the window's median, half
+// a window later). The median test sees it within the run.
+TEST(ThroughputEstimator, ChangeDetectorFollowsASmallChangeThatOneObservationHides) {
+  ThroughputEstimator e(24);
+  auto noisy = [](int k) { return 1.0 + 0.02 * std::sin(1.7 * k); };
+  for (int k = 0; k < 24; ++k) e.observe(65, 65.0 / 7087.0 * noisy(k));
+  EXPECT_EQ(e.regime_changes(), 0u);
+  int seen = 0;
+  for (int k = 0; k < 10 && e.regime_changes() == 0; ++k, ++seen) {
+    // the third new observation sits 4.9% below the old speed
+    const double rate = k == 2 ? 7087.0 * 0.951 : 6599.0 / noisy(k);
+    e.observe(65, 65.0 / rate);
+  }
+  EXPECT_EQ(e.regime_changes(), 1u);
+  EXPECT_LE(seen, 8);
+  EXPECT_NEAR(*e.throughput(), 6599.0, 0.03 * 6599.0);
 }
 
 TEST(ThroughputEstimator, NoiseAndPausesAreNotAChange) {
