@@ -1181,7 +1181,8 @@ EvalResult Trainer::evaluate(int64_t max_samples) {
   return s.eval_result(loss_sum, correct, n);
 }
 
-CollectiveStatus Trainer::evaluate_sharded(EvalResult* out, int64_t max_samples) {
+CollectiveStatus Trainer::evaluate_sharded(EvalResult* out, int64_t max_samples,
+                                           std::span<const int> shares) {
   Impl& s = *impl_;
   if (s.alone()) {
     *out = evaluate(max_samples);
@@ -1190,9 +1191,29 @@ CollectiveStatus Trainer::evaluate_sharded(EvalResult* out, int64_t max_samples)
   if (CollectiveStatus u = s.usable(); !u) return u;
   const Dataset& test = *s.data.test;
   const int64_t n = max_samples > 0 ? std::min(max_samples, test.size()) : test.size();
-  const int64_t begin = n * s.rank / s.world;
-  const int64_t end = n * (s.rank + 1) / s.world;
+  int64_t total = 0, before = 0;
+  if (static_cast<int64_t>(shares.size()) == s.world) {
+    for (int64_t r = 0; r < s.world; ++r) {
+      const int64_t w = std::max(shares[static_cast<std::size_t>(r)], 0);
+      total += w;
+      if (r < s.rank) before += w;
+    }
+  }
+  int64_t begin = n * s.rank / s.world;
+  int64_t end = n * (s.rank + 1) / s.world;
+  if (total > 0) {
+    begin = n * before / total;
+    end = n * (before + std::max(shares[static_cast<std::size_t>(s.rank)], 0)) / total;
+  }
+  // The slowdown emulation paces the evaluation as it paces a step's compute: an emulated slow
+  // machine evaluates slowly too, which is why its share follows its batch.
+  s.begin_exchange(1.0, s.slowdown.load());
   const auto [loss_sum, correct] = s.eval_sums(begin, end);
+  {
+    std::lock_guard lock(s.exchange_mutex);
+    s.pace();
+  }
+  s.end_exchange();
   at::Tensor sums = at::tensor({loss_sum, static_cast<double>(correct)},
                                at::TensorOptions().dtype(at::kDouble))
                         .to(s.device);

@@ -20,6 +20,7 @@
 #include <functional>
 #include <memory>
 #include <stdexcept>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -207,9 +208,13 @@ class Trainer {
   EvalResult evaluate(int64_t max_samples = 0);
   // The same figures, computed by every rank of the group on its contiguous share of the test
   // prefix and summed with one all-reduce (float64: the correct count is exact, the loss equal
-  // up to summation order). Every rank of the group must call it with the same max_samples;
-  // alone it is evaluate(). A failure leaves the group broken and *out untouched.
-  CollectiveStatus evaluate_sharded(EvalResult* out, int64_t max_samples = 0);
+  // up to summation order). Shares are in proportion to `shares` (one weight per rank: the
+  // plan's batches, so that a worker evaluates as much as its speed earns it, as it trains),
+  // equal without them; the slowdown emulation paces the evaluation as it paces compute. Every
+  // rank of the group must call it with the same max_samples and shares; alone it is
+  // evaluate(). A failure leaves the group broken and *out untouched.
+  CollectiveStatus evaluate_sharded(EvalResult* out, int64_t max_samples = 0,
+                                    std::span<const int> shares = {});
 
   // Writes model state dict (PyTorch names), optimizer state, step and cursor to `path`
   // atomically (temporary file, fsync, rename). Throws CheckpointError.

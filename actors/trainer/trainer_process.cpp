@@ -448,7 +448,9 @@ class TrainingLoop {
       // Every rank of the group is here after the same committed step. A failure breaks the
       // group: the next control round reports it.
       training::EvalResult eval;
-      const auto status = trainer_->evaluate_sharded(&eval);
+      // Each rank evaluates a share of the test set in proportion to its batch: the same
+      // batches on every rank (those of the step just committed).
+      const auto status = trainer_->evaluate_sharded(&eval, 0, last_batches_);
       if (status) {
         eval_accuracy_ = eval.accuracy;
         eval_loss_ = eval.loss;

@@ -205,6 +205,15 @@ TEST(Overlap, ShardedEvaluationEqualsOnePass) {
     EXPECT_EQ(sharded.samples, 333);
     EXPECT_EQ(sharded.accuracy, prefix.accuracy);
     EXPECT_NEAR(sharded.loss, prefix.loss, 1e-9 * prefix.loss);
+    // Shares in proportion to the plan's batches, one rank with none: the same figures.
+    const std::vector<int> plan{40, 0, 60};
+    ASSERT_TRUE(t.evaluate_sharded(&sharded, 333, plan).ok);
+    EXPECT_EQ(sharded.samples, 333);
+    EXPECT_EQ(sharded.accuracy, prefix.accuracy);
+    EXPECT_NEAR(sharded.loss, prefix.loss, 1e-9 * prefix.loss);
+    ASSERT_TRUE(t.evaluate_sharded(&sharded, 0, plan).ok);
+    EXPECT_EQ(sharded.accuracy, full.accuracy);
+    EXPECT_NEAR(sharded.loss, full.loss, 1e-9 * full.loss);
   });
   // Alone it is evaluate().
   Trainer alone(config, data);
