@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <numeric>
 #include <random>
@@ -132,9 +133,14 @@ TEST(ConvergenceProperty, AffineUnderTenPercentNoiseIsNoWorseThanProportional) {
   const Curve proportional = run_all(Policy::kProportional, 0.2, 0.1, 0.1, 8, 7, true);
   print("affine, 20% overhead, 10% noise (plan)", affine);
   print("proportional, 20% overhead, 10% noise (plan)", proportional);
+  // 0.005 over 1,000 clusters; the sanitizer builds' 100 carry sqrt(10) times the sampling
+  // error in each mean (there the two means crossed by 0.001 at round 7 once proportional's
+  // small-change detector stopped firing on noise: 0.958 against 0.964), so the same margin
+  // in standard errors.
+  const double margin = 0.005 * std::sqrt(1000.0 / kClusters);
   for (int r = 2; r < 8; ++r) {
     EXPECT_GE(affine.worst[r], proportional.worst[r] - 0.03) << "round " << r;
-    EXPECT_GE(affine.mean[r], proportional.mean[r] - 0.005) << "round " << r;
+    EXPECT_GE(affine.mean[r], proportional.mean[r] - margin) << "round " << r;
   }
 }
 
