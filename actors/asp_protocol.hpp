@@ -38,7 +38,9 @@ struct AspDealRequest {
   std::string job_id;
   std::string trainer;
   std::uint64_t pushed_batch = 0;  // the batch pushed to every shard since the last deal; 0: none
-  std::uint64_t failed_batch = 0;  // a batch abandoned (a server did not answer): deal it again
+  // A batch abandoned (a server did not answer): deal it again, to the shards whose entry in
+  // `incarnations` is -1 (those that took it have theirs set).
+  std::uint64_t failed_batch = 0;
   std::int64_t staleness = 0;      // the largest staleness any shard weighed the push with
   bool applied = false;            // every shard applied it
   bool dropped = false;            // some shard dropped it as too stale
@@ -59,9 +61,13 @@ struct AspDealRequest {
   double eval_loss = -1;
   std::int64_t eval_version = 0;  // shard 0's version the evaluated parameters were pulled at
   double eval_time_s = 0;         // pull + evaluation
+  // With failed_batch, per shard: the incarnation whose push got no reply (the ask failed or
+  // timed out: it may have been applied before the server died), -1 otherwise.
+  std::vector<std::int64_t> unanswered;
   MSGPACK_DEFINE(job_id, trainer, pushed_batch, failed_batch, staleness, applied, dropped, batch,
                  compute_time_s, update_time_s, loss, version_seen, incarnations, versions,
-                 evaluated, eval_error, eval_accuracy, eval_loss, eval_version, eval_time_s);
+                 evaluated, eval_error, eval_accuracy, eval_loss, eval_version, eval_time_s,
+                 unanswered);
 };
 
 struct AspDealReply {
@@ -75,7 +81,11 @@ struct AspDealReply {
   std::int64_t global_batch = 0;     // B of the plan in force (linear lr scaling)
   std::int32_t workers = 0;          // n of the plan in force
   std::int32_t wait_ms = 0;          // kWait: ask again after this long
-  MSGPACK_DEFINE(action, error, batch_id, epoch, indices, servers, global_batch, workers, wait_ms);
+  // kBatch dealt again after a push that reached only some shards: those shards (ascending)
+  // already took these samples' gradient; push to the others only.
+  std::vector<std::int32_t> shards_done;
+  MSGPACK_DEFINE(action, error, batch_id, epoch, indices, servers, global_batch, workers, wait_ms,
+                 shards_done);
 };
 
 // worker -> server (ask); answered with AspPullReply and the shard's parameters attached.

@@ -319,12 +319,11 @@ void AspSchedulerActor::on_server_ready(const runtime::Envelope& message,
             {"parameters", ready.parameters}});
   if (ready.incarnation > 0) {
     // Updates the dead incarnation applied past the checkpoint this one resumed from, as far
-    // as the workers' push replies told (a push in flight at the death may be missed).
-    const std::int64_t lost = std::max<std::int64_t>(0, shard.reached - ready.version);
-    shard.lost += lost;
-    shard.reached = ready.version;
+    // as the workers' push replies told so far (the summary counts replies that come later,
+    // and bounds the pushes that got none).
+    shard.ledger.resumed(ready.incarnation, ready.version);
     emit(Json{{"event", "server_recovered"},
-              {"updates_lost", lost},
+              {"updates_lost", shard.ledger.lost_at(ready.incarnation)},
               {"shard", ready.shard},
               {"trainer", ready.trainer},
               {"incarnation", ready.incarnation},
@@ -361,6 +360,7 @@ void AspSchedulerActor::on_server_report(const runtime::Envelope& message,
     }
   }
   shard.version = std::max(shard.version, report.version);
+  shard.ledger.replied(shard.incarnation, report.version);
   // The server's own count (pushes computed on its dead predecessor's later versions) is a
   // lower bound of what the scheduler counted at the restart; kept for the summary.
   shard.lost_this = std::max(shard.lost_this, report.updates_lost);
@@ -421,14 +421,26 @@ void AspSchedulerActor::on_deal(const runtime::Envelope& message, const AspDealR
   // checkpoint.
   for (std::size_t s = 0;
        s < shards_.size() && s < request.versions.size() && s < request.incarnations.size(); ++s) {
+    if (request.incarnations[s] >= 0) {
+      shards_[s].ledger.replied(request.incarnations[s], request.versions[s]);
+    }
     if (request.incarnations[s] == shards_[s].incarnation) {
       shards_[s].version = std::max(shards_[s].version, request.versions[s]);
     }
   }
+  for (std::size_t s = 0; s < shards_.size() && s < request.unanswered.size(); ++s) {
+    if (request.unanswered[s] >= 0) shards_[s].ledger.unanswered(request.unanswered[s]);
+  }
   if (dealer_ && request.failed_batch != 0) {
-    // A server did not answer: the batch may be half pushed; its samples are dealt again.
+    // A server did not answer: the batch's samples are dealt again, for the shards that did not
+    // take its push (a shard that applied or dropped it answered with its incarnation), so
+    // that no shard gets two gradients of the same samples.
     ++failed_batches_;
-    dealer_->worker_gone(worker);
+    std::vector<std::int32_t> taken;
+    for (std::size_t s = 0; s < request.incarnations.size() && s < shards_.size(); ++s) {
+      if (request.incarnations[s] >= 0) taken.push_back(static_cast<std::int32_t>(s));
+    }
+    dealer_->push_failed(worker, request.failed_batch, taken);
   }
   if (dealer_ && request.pushed_batch != 0) {
     const asp::Receipt receipt = dealer_->push(worker, request.pushed_batch);
@@ -531,6 +543,7 @@ void AspSchedulerActor::on_deal(const runtime::Envelope& message, const AspDealR
   reply.batch_id = batch.id;
   reply.epoch = batch.epoch;
   reply.indices = std::move(batch.indices);
+  reply.shards_done = std::move(batch.shards_done);
   for (const auto& s : shards_) reply.servers.push_back(s.endpoint);
   reply.global_batch = options_.spec.train.global_batch;
   reply.workers = static_cast<std::int32_t>(plan_.size());
@@ -648,7 +661,6 @@ void AspSchedulerActor::trainer_gone(const std::string& name, const std::string&
       ++shard.restarts;
       shard.incarnation = t.incarnation + 1;
       shard.lost_this = 0;
-      shard.reached = std::max(shard.reached, shard.version);
       emit(Json{{"event", "server_gone"},
                 {"shard", t.shard},
                 {"trainer", name},
@@ -842,16 +854,19 @@ std::string AspSchedulerActor::summary_json() const {
                        {"live", !t.gone}});
   }
   Json servers = Json::array();
-  std::int64_t lost = 0;
+  std::int64_t lost = 0, lost_at_most = 0;
   for (std::size_t s = 0; s < shards_.size(); ++s) {
     const auto& shard = shards_[s];
-    lost += shard.lost;
+    lost += shard.ledger.lost();
+    lost_at_most += shard.ledger.lost_at_most();
     servers.push_back({{"shard", s},
                        {"trainer", shard.trainer},
                        {"incarnation", shard.incarnation},
                        {"version", shard.version},
                        {"restarts", shard.restarts},
-                       {"updates_lost", shard.lost},
+                       {"updates_lost", shard.ledger.lost()},
+                       {"updates_lost_at_most", shard.ledger.lost_at_most()},
+                       {"pushes_unanswered", shard.ledger.unanswered_before_restarts()},
                        {"checkpoint", shard.checkpoint},
                        {"checkpoint_version", shard.checkpoint_version},
                        {"head_copy", shard.head_copy_version > 0
@@ -870,7 +885,8 @@ std::string AspSchedulerActor::summary_json() const {
               {"batches_accepted", c.batches_accepted},
               {"samples_accepted", c.samples_accepted},
               {"duplicates", c.duplicates},
-              {"unknown", c.unknown}};
+              {"unknown", c.unknown},
+              {"partial_pushes", c.partial_pushes}};
   }
   Json checkpoints = Json::array();
   if (!final_checkpoint_.empty()) {
@@ -909,6 +925,7 @@ std::string AspSchedulerActor::summary_json() const {
               {"evaluations", evaluations_},
               {"last_eval_accuracy", last_eval_accuracy_ >= 0 ? Json(last_eval_accuracy_) : Json()},
               {"updates_lost", lost},
+              {"updates_lost_at_most", lost_at_most},
               {"parameters", parameters_},
               {"servers", servers},
               {"sampling", dealer},

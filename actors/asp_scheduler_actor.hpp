@@ -23,6 +23,7 @@
 #include "actors/job_protocol.hpp"
 #include "actors/scheduler_actor.hpp"
 #include "asp/epoch_dealer.hpp"
+#include "asp/restart_ledger.hpp"
 #include "asp/staleness.hpp"
 #include "runtime/actor_system.hpp"
 #include "scheduler/batch_controller.hpp"
@@ -74,8 +75,9 @@ class AspSchedulerActor : public runtime::Actor {
     // on another node resumes from. 0: none yet.
     std::int64_t head_copy_version = 0;
     std::int64_t version = 0;    // of the live incarnation, the highest a push reply told
-    std::int64_t reached = 0;    // the highest version any incarnation was known to reach
-    std::int64_t lost = 0;       // updates lost over every restart (reached - resumed at)
+    // What each incarnation's replies told and which pushes got none: the updates restarts
+    // lost, between ledger.lost() and ledger.lost_at_most().
+    asp::RestartLedger ledger;
     std::int64_t lost_this = 0;  // the live incarnation's own count (ServerCore::updates_lost)
     int restarts = 0;
   };

@@ -14,13 +14,15 @@ EpochDealer::EpochDealer(std::int64_t dataset_size, std::uint64_t seed, std::int
 }
 
 DealtBatch EpochDealer::deal(WorkerId worker, std::int64_t epoch,
-                             std::vector<std::int64_t> indices, bool reissued) {
+                             std::vector<std::int64_t> indices, bool reissued,
+                             std::vector<std::int32_t> shards_done) {
   DealtBatch out;
   out.id = next_id_++;
   out.epoch = epoch;
   out.reissued = reissued;
   out.indices = std::move(indices);
-  outstanding_.emplace(out.id, Holding{worker, epoch, out.indices});
+  out.shards_done = std::move(shards_done);
+  outstanding_.emplace(out.id, Holding{worker, epoch, out.indices, out.shards_done});
   ++counters_.batches_dealt;
   const auto n = static_cast<std::int64_t>(out.indices.size());
   counters_.samples_dealt += n;
@@ -31,10 +33,12 @@ DealtBatch EpochDealer::deal(WorkerId worker, std::int64_t epoch,
 DealtBatch EpochDealer::pull(WorkerId worker, std::int64_t batch) {
   if (batch < 1) throw std::invalid_argument("asp: a pull needs batch >= 1, got " + std::to_string(batch));
   if (!reissue_.empty()) {
-    // Reissued indices first, from the front chunks of one epoch.
+    // Reissued indices first, from the front chunks of one epoch that went to the same shards.
     const std::int64_t epoch = reissue_.front().epoch;
+    std::vector<std::int32_t> shards_done = reissue_.front().shards_done;
     std::vector<std::int64_t> take;
     while (!reissue_.empty() && reissue_.front().epoch == epoch &&
+           reissue_.front().shards_done == shards_done &&
            static_cast<std::int64_t>(take.size()) < batch) {
       Chunk& front = reissue_.front();
       const auto want = static_cast<std::size_t>(batch) - take.size();
@@ -43,7 +47,7 @@ DealtBatch EpochDealer::pull(WorkerId worker, std::int64_t batch) {
       front.indices.erase(front.indices.begin(), front.indices.begin() + n);
       if (front.indices.empty()) reissue_.pop_front();
     }
-    return deal(worker, epoch, std::move(take), /*reissued=*/true);
+    return deal(worker, epoch, std::move(take), /*reissued=*/true, std::move(shards_done));
   }
   if (max_epochs_ > 0 && cursor_.epoch >= max_epochs_) return DealtBatch{};
   // Never across the epoch's end: the last batch of an epoch is what is left of it.
@@ -85,6 +89,16 @@ Receipt EpochDealer::push(WorkerId worker, std::uint64_t batch_id) {
   return Receipt::kAccepted;
 }
 
+std::int64_t EpochDealer::queue_again(Holding holding) {
+  const auto n = static_cast<std::int64_t>(holding.indices.size());
+  reissue_.push_back(
+      Chunk{holding.epoch, std::move(holding.indices), std::move(holding.shards_done)});
+  // Oldest epoch first, dealing order within it (stable: chunks already queued keep their place).
+  std::stable_sort(reissue_.begin(), reissue_.end(),
+                   [](const Chunk& a, const Chunk& b) { return a.epoch < b.epoch; });
+  return n;
+}
+
 std::int64_t EpochDealer::worker_gone(WorkerId worker) {
   std::int64_t queued = 0;
   for (auto it = outstanding_.begin(); it != outstanding_.end();) {
@@ -92,14 +106,24 @@ std::int64_t EpochDealer::worker_gone(WorkerId worker) {
       ++it;
       continue;
     }
-    queued += static_cast<std::int64_t>(it->second.indices.size());
-    reissue_.push_back(Chunk{it->second.epoch, std::move(it->second.indices)});
+    queued += queue_again(std::move(it->second));
     it = outstanding_.erase(it);
   }
-  // Oldest epoch first, dealing order within it (stable: chunks already queued keep their place).
-  std::stable_sort(reissue_.begin(), reissue_.end(),
-                   [](const Chunk& a, const Chunk& b) { return a.epoch < b.epoch; });
   return queued;
+}
+
+std::int64_t EpochDealer::push_failed(WorkerId worker, std::uint64_t batch_id,
+                                      const std::vector<std::int32_t>& shards_taken) {
+  auto it = outstanding_.find(batch_id);
+  if (it == outstanding_.end() || it->second.worker != worker) return 0;
+  Holding holding = std::move(it->second);
+  outstanding_.erase(it);
+  auto& done = holding.shards_done;
+  if (!shards_taken.empty()) ++counters_.partial_pushes;
+  done.insert(done.end(), shards_taken.begin(), shards_taken.end());
+  std::sort(done.begin(), done.end());
+  done.erase(std::unique(done.begin(), done.end()), done.end());
+  return queue_again(std::move(holding));
 }
 
 std::int64_t EpochDealer::outstanding_batches(WorkerId worker) const {

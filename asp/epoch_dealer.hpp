@@ -14,6 +14,12 @@
 // - A push of a retired batch (the "gone" worker was only late) or of a batch already pushed is
 //   a duplicate: reported and counted, never accepted twice.
 // - An epoch is complete when every one of its samples has been pushed (accepted) once.
+// - With the parameters sharded across servers, a push goes to every shard, and one can reach
+//   some shards and not others (a server died, or did not answer in time). The batch is then
+//   dealt again with the shards that took it (applied or dropped it) named in `shards_done`,
+//   and its next holder pushes to the other shards only: each shard's slice of the parameters
+//   gets one gradient for those samples, not two. Indices with different `shards_done` are
+//   never dealt in one batch.
 //
 // Not thread-safe: one owner (an actor) calls it.
 
@@ -33,6 +39,9 @@ struct DealtBatch {
   std::int64_t epoch = 0;
   std::vector<std::int64_t> indices;
   bool reissued = false;  // the indices were first dealt to a worker since declared gone
+  // Shards (ascending) that already took these samples' gradient: push to the others only.
+  // Empty for a fresh batch.
+  std::vector<std::int32_t> shards_done;
   bool empty() const { return indices.empty(); }
 };
 
@@ -51,6 +60,8 @@ struct DealerCounters {
   std::int64_t samples_accepted = 0;
   std::int64_t duplicates = 0;
   std::int64_t unknown = 0;
+  // Failed pushes that some shard had taken: dealt again for the other shards only.
+  std::int64_t partial_pushes = 0;
 };
 
 class EpochDealer {
@@ -68,6 +79,13 @@ class EpochDealer {
   // Retires `worker`'s outstanding batches and queues their indices to be dealt again first.
   // Returns how many samples were queued.
   std::int64_t worker_gone(WorkerId worker);
+
+  // `worker`'s push of `batch_id` reached only the shards in `shards_taken` (those that applied
+  // or dropped it): the batch is retired and its indices queued to be dealt again, for the
+  // shards not in `shards_taken` nor in the batch's own shards_done. Returns how many samples
+  // were queued (0 if the batch is not outstanding for `worker`).
+  std::int64_t push_failed(WorkerId worker, std::uint64_t batch_id,
+                           const std::vector<std::int32_t>& shards_taken);
 
   std::int64_t outstanding_batches(WorkerId worker) const;
   std::int64_t outstanding_samples(WorkerId worker) const;
@@ -88,14 +106,18 @@ class EpochDealer {
     WorkerId worker = 0;
     std::int64_t epoch = 0;
     std::vector<std::int64_t> indices;
+    std::vector<std::int32_t> shards_done;
   };
   struct Chunk {
     std::int64_t epoch = 0;
     std::vector<std::int64_t> indices;
+    std::vector<std::int32_t> shards_done;
   };
 
   DealtBatch deal(WorkerId worker, std::int64_t epoch, std::vector<std::int64_t> indices,
-                  bool reissued);
+                  bool reissued, std::vector<std::int32_t> shards_done = {});
+  // Queues a retired holding's indices to be dealt again (oldest epoch first).
+  std::int64_t queue_again(Holding holding);
 
   training::EpochSampler sampler_;
   std::int64_t max_epochs_;

@@ -28,6 +28,12 @@ std::string list(const Json& values) {
   return "[" + out + "]";
 }
 
+// "7", or "7..9" where pushes a dead server never answered may have been applied and lost too.
+std::string lost_range(std::int64_t lost, std::int64_t at_most) {
+  return at_most > lost ? std::to_string(lost) + ".." + std::to_string(at_most)
+                        : std::to_string(lost);
+}
+
 std::size_t terminal_width() {
   winsize size{};
   if (::ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) == 0 && size.ws_col > 0) return size.ws_col;
@@ -205,14 +211,16 @@ void print_summary(const Json& s) {
     // Asynchronous training: server updates, staleness, and each worker's updates.
     const Json& st = field("staleness");
     std::printf("updates %lld, epochs %lld, wall time %.1f s; staleness mean %.2f p95 %lld max "
-                "%lld; dropped stale %lld; updates lost %lld\n",
+                "%lld; dropped stale %lld; updates lost %s\n",
                 static_cast<long long>(s.value("updates", 0)),
                 static_cast<long long>(s.value("epochs", 0)), s.value("wall_time_s", 0.0),
                 st.is_object() ? st.value("mean", 0.0) : 0.0,
                 static_cast<long long>(st.is_object() ? st.value("p95", 0) : 0),
                 static_cast<long long>(st.is_object() ? st.value("max", 0) : 0),
                 static_cast<long long>(s.value("dropped_stale", 0)),
-                static_cast<long long>(s.value("updates_lost", 0)));
+                lost_range(s.value("updates_lost", std::int64_t{0}),
+                           s.value("updates_lost_at_most", s.value("updates_lost", std::int64_t{0})))
+                    .c_str());
     if (field("final_test_accuracy").is_number() && field("final_test_loss").is_number()) {
       std::printf("test accuracy %.4f, test loss %.4f\n",
                   field("final_test_accuracy").get<double>(),

@@ -469,8 +469,14 @@ int run_asp_worker(AspRoleContext& c) {
     // Gradient into a buffer the push frames point into (no further copy on this side).
     auto gradient = std::make_shared<std::vector<float>>(static_cast<std::size_t>(total));
     const auto g = c.replica.flat_gradient(deal->indices, gradient->data());
-    std::vector<std::future<runtime::AskResult>> pushes;
+    // A batch dealt again after a push that reached only some shards goes to the others only.
+    auto taken_already = [&](std::size_t s) {
+      return std::find(deal->shards_done.begin(), deal->shards_done.end(),
+                       static_cast<std::int32_t>(s)) != deal->shards_done.end();
+    };
+    std::vector<std::future<runtime::AskResult>> pushes(pulled->size());
     for (std::size_t s = 0; s < pulled->size(); ++s) {
+      if (taken_already(s)) continue;
       const auto& p = (*pulled)[s];
       AspPush push{c.job,
                    static_cast<std::int32_t>(s),
@@ -485,19 +491,22 @@ int run_asp_worker(AspRoleContext& c) {
       envelope.attachments.push_back(
           runtime::Bytes::view(gradient, reinterpret_cast<const char*>(gradient->data() + p.offset),
                                static_cast<std::size_t>(p.size) * sizeof(float)));
-      pushes.push_back(c.system.ask_envelope(std::move(envelope), kServerAskTimeout));
+      pushes[s] = c.system.ask_envelope(std::move(envelope), kServerAskTimeout);
     }
     request.incarnations.assign(pushes.size(), -1);
     request.versions.assign(pushes.size(), -1);
+    std::vector<std::int64_t> unanswered(pushes.size(), -1);
     bool all_applied = true, any_dropped = false, failed = false;
-    std::int64_t staleness = 0, version_seen = 0;
+    std::int64_t staleness = 0, version_seen = pulled->empty() ? 0 : (*pulled)[0].version;
     for (std::size_t s = 0; s < pushes.size(); ++s) {
+      if (!pushes[s].valid()) continue;  // taken already
       const runtime::AskResult result = pushes[s].get();
       auto r = result.as<AspPushReply>();
       if (!r || r->status == AspPushReply::kRejected) {
         spdlog::warn("worker {}: push of batch {} to shard {} failed: {}", c.trainer,
                      deal->batch_id, s, r ? r->error : result.error);
         failed = true;
+        if (!r) unanswered[s] = (*pulled)[s].incarnation;  // a rejection was answered
         continue;
       }
       request.incarnations[s] = r->incarnation;
@@ -515,6 +524,7 @@ int run_asp_worker(AspRoleContext& c) {
       request = fresh_request();
       request.incarnations = incarnations;
       request.versions = versions;
+      request.unanswered = std::move(unanswered);
       request.failed_batch = deal->batch_id;
       continue;
     }

@@ -139,6 +139,102 @@ TEST(EpochDealer, ExactlyOncePerEpochWithRandomPullsPushesAndDepartures) {
   }
 }
 
+TEST(EpochDealer, APushThatReachedSomeShardsIsDealtAgainForTheOthersOnly) {
+  EpochDealer dealer(100, 9);
+  auto partial = dealer.pull(/*worker=*/0, 8);
+  auto lost = dealer.pull(/*worker=*/1, 4);
+  EXPECT_TRUE(partial.shards_done.empty());
+  // Worker 0's push reached shards 0 and 2 of 3; worker 1's reached none.
+  EXPECT_EQ(dealer.push_failed(0, partial.id, {2, 0}), 8);
+  EXPECT_EQ(dealer.push_failed(1, lost.id, {}), 4);
+  EXPECT_EQ(dealer.outstanding_batches(0), 0);
+  EXPECT_EQ(dealer.reissue_backlog(), 12);
+  // Not merged, though one pull could hold both: they go to different shards.
+  auto again = dealer.pull(2, 20);
+  EXPECT_TRUE(again.reissued);
+  EXPECT_EQ(again.indices, partial.indices);
+  EXPECT_EQ(again.shards_done, (std::vector<std::int32_t>{0, 2}));
+  // Failing again adds to what the batch already reached.
+  EXPECT_EQ(dealer.push_failed(2, again.id, {1, 0}), 8);
+  auto rest = dealer.pull(2, 20);
+  EXPECT_EQ(rest.indices, lost.indices);
+  EXPECT_TRUE(rest.shards_done.empty());
+  auto last = dealer.pull(2, 20);
+  EXPECT_EQ(last.indices, partial.indices);
+  EXPECT_EQ(last.shards_done, (std::vector<std::int32_t>{0, 1, 2}));
+  // A batch not outstanding for that worker queues nothing.
+  EXPECT_EQ(dealer.push_failed(0, partial.id, {1}), 0);
+  EXPECT_EQ(dealer.push_failed(1, last.id, {1}), 0);
+  EXPECT_EQ(dealer.push(2, last.id), Receipt::kAccepted);
+  EXPECT_EQ(dealer.push(2, rest.id), Receipt::kAccepted);
+  EXPECT_EQ(dealer.counters().samples_accepted, 12);
+  EXPECT_EQ(dealer.counters().partial_pushes, 2);  // the two that some shard took
+}
+
+TEST(EpochDealer, EveryShardTakesEachSampleOncePerEpochWithPartialPushes) {
+  constexpr int kShards = 3;
+  for (std::uint64_t seed = 1; seed <= 30; ++seed) {
+    const std::int64_t n = 61;
+    EpochDealer dealer(n, seed, /*max_epochs=*/2);
+    // used[epoch][shard][sample]: gradients of that sample applied to that shard's slice.
+    std::vector<std::vector<std::vector<int>>> used(
+        2, std::vector<std::vector<int>>(kShards, std::vector<int>(n, 0)));
+    std::vector<DealtBatch> held;
+    std::vector<WorkerId> holder;
+    std::uint64_t x = seed;
+    auto next = [&] { x = x * 6364136223846793005ULL + 1442695040888963407ULL; return x >> 33; };
+    auto apply = [&](const DealtBatch& b, std::int32_t shard) {
+      for (auto idx : b.indices) {
+        ++used[static_cast<std::size_t>(b.epoch)][static_cast<std::size_t>(shard)]
+              [static_cast<std::size_t>(idx)];
+      }
+    };
+    int guard = 0;
+    while (!dealer.finished() && ++guard < 100000) {
+      const auto r = next() % 10;
+      if (r < 5 || held.empty()) {
+        const WorkerId w = static_cast<WorkerId>(next() % 4);
+        auto b = dealer.pull(w, 1 + static_cast<std::int64_t>(next() % 13));
+        if (!b.empty()) { held.push_back(b); holder.push_back(w); }
+        continue;
+      }
+      const auto i = next() % held.size();
+      const DealtBatch b = held[i];
+      const WorkerId w = holder[i];
+      held.erase(held.begin() + static_cast<std::ptrdiff_t>(i));
+      holder.erase(holder.begin() + static_cast<std::ptrdiff_t>(i));
+      std::vector<std::int32_t> todo;
+      for (std::int32_t s = 0; s < kShards; ++s) {
+        if (std::find(b.shards_done.begin(), b.shards_done.end(), s) == b.shards_done.end()) {
+          todo.push_back(s);
+        }
+      }
+      ASSERT_FALSE(todo.empty()) << "seed " << seed << ": a batch dealt with no shard left";
+      if (r < 8) {
+        // A push every shard it names answered.
+        if (dealer.push(w, b.id) == Receipt::kAccepted) {
+          for (auto s : todo) apply(b, s);
+        }
+      } else {
+        // Some of the shards answered, not all.
+        std::vector<std::int32_t> taken;
+        for (auto s : todo) {
+          if (next() % 2 && taken.size() + 1 < todo.size()) taken.push_back(s);
+        }
+        if (dealer.push_failed(w, b.id, taken) > 0) {
+          for (auto s : taken) apply(b, s);
+        }
+      }
+    }
+    ASSERT_TRUE(dealer.finished()) << "seed " << seed;
+    for (const auto& epoch : used) {
+      for (const auto& shard : epoch) {
+        for (int count : shard) ASSERT_EQ(count, 1) << "seed " << seed;
+      }
+    }
+  }
+}
+
 TEST(EpochDealer, RejectsBadArguments) {
   EXPECT_THROW(EpochDealer(0, 1), std::invalid_argument);
   EXPECT_THROW(EpochDealer(5, 1, -1), std::invalid_argument);

@@ -1,0 +1,49 @@
+#include "asp/restart_ledger.hpp"
+
+#include <algorithm>
+
+namespace omnilearn::asp {
+
+void RestartLedger::replied(std::int64_t incarnation, std::int64_t version) {
+  auto [it, fresh] = reached_.try_emplace(incarnation, version);
+  if (!fresh) it->second = std::max(it->second, version);
+}
+
+void RestartLedger::unanswered(std::int64_t incarnation) { ++unanswered_[incarnation]; }
+
+void RestartLedger::resumed(std::int64_t incarnation, std::int64_t version) {
+  if (incarnation >= 1) resumed_[incarnation] = version;
+}
+
+std::int64_t RestartLedger::known_reached(std::int64_t incarnation) const {
+  std::int64_t at = 0;
+  if (auto r = resumed_.find(incarnation); r != resumed_.end()) at = r->second;
+  if (auto r = reached_.find(incarnation); r != reached_.end()) at = std::max(at, r->second);
+  return at;
+}
+
+std::int64_t RestartLedger::lost_at(std::int64_t incarnation) const {
+  auto r = resumed_.find(incarnation);
+  if (r == resumed_.end()) return 0;
+  return std::max<std::int64_t>(0, known_reached(incarnation - 1) - r->second);
+}
+
+std::int64_t RestartLedger::lost() const {
+  std::int64_t total = 0;
+  for (const auto& [incarnation, version] : resumed_) total += lost_at(incarnation);
+  return total;
+}
+
+std::int64_t RestartLedger::unanswered_before_restarts() const {
+  if (resumed_.empty()) return 0;
+  const std::int64_t live = resumed_.rbegin()->first;
+  std::int64_t total = 0;
+  for (const auto& [incarnation, count] : unanswered_) {
+    if (incarnation < live) total += count;
+  }
+  return total;
+}
+
+std::int64_t RestartLedger::lost_at_most() const { return lost() + unanswered_before_restarts(); }
+
+}  // namespace omnilearn::asp
