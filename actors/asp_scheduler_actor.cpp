@@ -409,16 +409,8 @@ void AspSchedulerActor::on_deal(const runtime::Envelope& message, const AspDealR
     this->reply(message, reply);
     return;
   }
-  if (it == trainers_.end() || it->second.gone || it->second.server || !it->second.ready) {
-    reply.action = AspDealReply::kDone;
-    reply.error = "unknown worker";
-    this->reply(message, reply);
-    return;
-  }
-  auto& t = it->second;
-  const asp::WorkerId worker = t.worker_id;
-  // How far each live server got (its push replies): a restart loses what lies past its
-  // checkpoint.
+  // How far each server got (its push replies), even from a worker declared gone: a restart
+  // loses what lies past its checkpoint. A maximum: a request sent again counts once.
   for (std::size_t s = 0;
        s < shards_.size() && s < request.versions.size() && s < request.incarnations.size(); ++s) {
     if (request.incarnations[s] >= 0) {
@@ -428,19 +420,29 @@ void AspSchedulerActor::on_deal(const runtime::Envelope& message, const AspDealR
       shards_[s].version = std::max(shards_[s].version, request.versions[s]);
     }
   }
-  for (std::size_t s = 0; s < shards_.size() && s < request.unanswered.size(); ++s) {
-    if (request.unanswered[s] >= 0) shards_[s].ledger.unanswered(request.unanswered[s]);
+  if (it == trainers_.end() || it->second.gone || it->second.server || !it->second.ready) {
+    reply.action = AspDealReply::kDone;
+    reply.error = "unknown worker";
+    this->reply(message, reply);
+    return;
   }
+  auto& t = it->second;
+  const asp::WorkerId worker = t.worker_id;
   if (dealer_ && request.failed_batch != 0) {
     // A server did not answer: the batch's samples are dealt again, for the shards that did not
     // take its push (a shard that applied or dropped it answered with its incarnation), so
-    // that no shard gets two gradients of the same samples.
-    ++failed_batches_;
+    // that no shard gets two gradients of the same samples. Counted once: a request sent again
+    // (its reply was lost) finds the batch no longer outstanding.
     std::vector<std::int32_t> taken;
     for (std::size_t s = 0; s < request.incarnations.size() && s < shards_.size(); ++s) {
       if (request.incarnations[s] >= 0) taken.push_back(static_cast<std::int32_t>(s));
     }
-    dealer_->push_failed(worker, request.failed_batch, taken);
+    if (dealer_->push_failed(worker, request.failed_batch, taken) > 0) {
+      ++failed_batches_;
+      for (std::size_t s = 0; s < shards_.size() && s < request.unanswered.size(); ++s) {
+        if (request.unanswered[s] >= 0) shards_[s].ledger.unanswered(request.unanswered[s]);
+      }
+    }
   }
   if (dealer_ && request.pushed_batch != 0) {
     const asp::Receipt receipt = dealer_->push(worker, request.pushed_batch);

@@ -25,7 +25,16 @@ std::int64_t RestartLedger::known_reached(std::int64_t incarnation) const {
 std::int64_t RestartLedger::lost_at(std::int64_t incarnation) const {
   auto r = resumed_.find(incarnation);
   if (r == resumed_.end()) return 0;
-  return std::max<std::int64_t>(0, known_reached(incarnation - 1) - r->second);
+  // Against the newest earlier incarnation that ran (replied or resumed): one that died
+  // before it served (a failed start) lost nothing and hides nothing.
+  std::int64_t previous = 0;
+  for (std::int64_t k = incarnation - 1; k > 0; --k) {
+    if (reached_.count(k) || resumed_.count(k)) {
+      previous = k;
+      break;
+    }
+  }
+  return std::max<std::int64_t>(0, known_reached(previous) - r->second);
 }
 
 std::int64_t RestartLedger::lost() const {

@@ -24,8 +24,9 @@ class RestartLedger {
   // `incarnation` (>= 1) started at `version`: the checkpoint it resumed from.
   void resumed(std::int64_t incarnation, std::int64_t version);
 
-  // Updates lost at the restart that began `incarnation`: the highest version incarnation - 1
-  // was known to reach (or resumed at) minus `version` it resumed at; 0 if unknown.
+  // Updates lost at the restart that began `incarnation`: the highest version the newest
+  // earlier incarnation that ran (replied or resumed; incarnation 0 otherwise) was known to
+  // reach minus the version this one resumed at; 0 if not resumed.
   std::int64_t lost_at(std::int64_t incarnation) const;
   // Over every restart recorded.
   std::int64_t lost() const;

@@ -66,6 +66,17 @@ TEST(RestartLedger, SeveralRestartsAddUpEachAgainstItsOwnPredecessor) {
   EXPECT_EQ(ledger.lost(), 17);
 }
 
+TEST(RestartLedger, AnIncarnationThatDiedBeforeServingHidesNothing) {
+  // Incarnation 1 failed to start (no reply, never resumed); 2 resumed from 0's checkpoint.
+  RestartLedger ledger;
+  ledger.replied(0, 47);
+  ledger.unanswered(0);
+  ledger.resumed(2, 40);
+  EXPECT_EQ(ledger.lost_at(2), 7);
+  EXPECT_EQ(ledger.lost(), 7);
+  EXPECT_EQ(ledger.lost_at_most(), 8);
+}
+
 TEST(RestartLedger, ARestartAheadOfWhatRepliesShowedLosesNothing) {
   // The checkpoint was written after the last push whose reply reached a worker.
   RestartLedger ledger;

@@ -266,19 +266,9 @@ TEST_F(JobAsp, KillOfAWorkerAndOfAServerTheJobFinishes) {
   for (const auto& s : summary->at("servers")) restarts += s.at("restarts").get<std::int64_t>();
   EXPECT_EQ(restarts, 1) << summary->dump(2);
   EXPECT_GE(summary->at("updates_lost").get<std::int64_t>(), 0);
-  // Replies prove the lower figure; pushes the dead server never answered bound it from above.
-  std::int64_t unanswered = 0;
-  for (const auto& s : summary->at("servers")) {
-    unanswered += s.at("pushes_unanswered").get<std::int64_t>();
-  }
-  EXPECT_EQ(summary->at("updates_lost_at_most").get<std::int64_t>(),
-            summary->at("updates_lost").get<std::int64_t>() + unanswered)
-      << summary->dump(2);
-  // Pushes the killed shard missed and the other took are dealt again for the killed one only
-  // (how many depends on timing: printed, not asserted).
-  EXPECT_LE(summary->at("sampling").at("partial_pushes").get<std::int64_t>(),
-            summary->at("failed_batches").get<std::int64_t>())
-      << summary->dump(2);
+  // How many pushes the killed shard missed while the other took them (dealt again for the
+  // killed one only), and how many it never answered, depends on timing: printed, not asserted
+  // (asp_epoch_dealer_test and asp_restart_ledger_test check the rules).
   std::printf("server killed: %lld..%lld updates lost (checkpoint every 20), %lld failed "
               "batches, %lld of them pushed to the other shard and dealt again for this one\n",
               static_cast<long long>(summary->at("updates_lost").get<std::int64_t>()),
