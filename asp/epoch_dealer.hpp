@@ -38,7 +38,7 @@ struct DealtBatch {
   std::uint64_t id = 0;
   std::int64_t epoch = 0;
   std::vector<std::int64_t> indices;
-  bool reissued = false;  // the indices were first dealt to a worker since declared gone
+  bool reissued = false;  // dealt before: to a worker since declared gone, or whose push failed
   // Shards (ascending) that already took these samples' gradient: push to the others only.
   // Empty for a fresh batch.
   std::vector<std::int32_t> shards_done;
