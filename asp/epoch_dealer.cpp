@@ -126,6 +126,40 @@ std::int64_t EpochDealer::push_failed(WorkerId worker, std::uint64_t batch_id,
   return queue_again(std::move(holding));
 }
 
+EpochDealer::Settled EpochDealer::settle(WorkerId worker, std::uint64_t batch_id,
+                                         const std::vector<std::int32_t>& shards_taken,
+                                         std::int32_t shards) {
+  const auto it = outstanding_.find(batch_id);
+  if (it == outstanding_.end() || it->second.worker != worker) return Settled::kNotOutstanding;
+  std::vector<bool> took(static_cast<std::size_t>(std::max(shards, 0)), false);
+  auto mark = [&](const std::vector<std::int32_t>& group) {
+    for (const std::int32_t s : group) {
+      if (s >= 0 && s < shards) took[static_cast<std::size_t>(s)] = true;
+    }
+  };
+  mark(shards_taken);
+  mark(it->second.shards_done);
+  if (std::all_of(took.begin(), took.end(), [](bool b) { return b; })) {
+    push(worker, batch_id);
+    return Settled::kAccepted;
+  }
+  push_failed(worker, batch_id, shards_taken);
+  return Settled::kDealtAgain;
+}
+
+std::vector<std::uint64_t> EpochDealer::outstanding_ids(WorkerId worker) const {
+  std::vector<std::uint64_t> ids;
+  for (const auto& [id, holding] : outstanding_) {
+    if (holding.worker == worker) ids.push_back(id);
+  }
+  return ids;
+}
+
+std::int64_t EpochDealer::batch_samples(std::uint64_t batch_id) const {
+  const auto it = outstanding_.find(batch_id);
+  return it == outstanding_.end() ? 0 : static_cast<std::int64_t>(it->second.indices.size());
+}
+
 std::int64_t EpochDealer::outstanding_batches(WorkerId worker) const {
   return std::count_if(outstanding_.begin(), outstanding_.end(),
                        [&](const auto& entry) { return entry.second.worker == worker; });

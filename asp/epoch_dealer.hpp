@@ -87,7 +87,20 @@ class EpochDealer {
   std::int64_t push_failed(WorkerId worker, std::uint64_t batch_id,
                            const std::vector<std::int32_t>& shards_taken);
 
+  // A push whose outcome the scheduler learnt from the shards themselves (a fence's answers,
+  // asp::BatchFences): `shards_taken` took it. If they and the batch's shards_done are all
+  // `shards` shards, the push is accepted as push() would accept it; otherwise the batch is
+  // dealt again for the others as push_failed() does. kNotOutstanding: the batch is not
+  // outstanding for `worker` (nothing changes).
+  enum class Settled { kAccepted, kDealtAgain, kNotOutstanding };
+  Settled settle(WorkerId worker, std::uint64_t batch_id,
+                 const std::vector<std::int32_t>& shards_taken, std::int32_t shards);
+
   std::int64_t outstanding_batches(WorkerId worker) const;
+  // The ids of `worker`'s outstanding batches, ascending.
+  std::vector<std::uint64_t> outstanding_ids(WorkerId worker) const;
+  // The samples of an outstanding batch (0 if it is not outstanding).
+  std::int64_t batch_samples(std::uint64_t batch_id) const;
   std::int64_t outstanding_samples(WorkerId worker) const;
   // Samples waiting to be dealt again.
   std::int64_t reissue_backlog() const;

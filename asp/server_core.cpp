@@ -97,8 +97,26 @@ void ServerCore::note_version_seen(std::int64_t number) {
   if (state_.incarnation > 0) lost_ = std::max(lost_, number - resumed_from_);
 }
 
+bool ServerCore::fenced(WorkerId worker, std::uint64_t batch_id) const {
+  const auto it = fenced_through_.find(worker);
+  if (it == fenced_through_.end()) return false;
+  return it->second == kWholeWorker || (batch_id != 0 && batch_id <= it->second);
+}
+
+std::vector<TakenBatch> ServerCore::fence(WorkerId worker, std::uint64_t through) {
+  auto& mark = fenced_through_[worker];
+  mark = std::max(mark, through);
+  std::vector<TakenBatch> out;
+  if (const auto it = taken_.find(worker); it != taken_.end()) {
+    for (const auto& t : it->second) {
+      if (t.batch <= through) out.push_back(t);
+    }
+  }
+  return out;
+}
+
 PushOutcome ServerCore::push(WorkerId worker, Version pulled, std::int64_t batch_size,
-                             std::span<const float> gradient) {
+                             std::span<const float> gradient, std::uint64_t batch_id) {
   if (static_cast<std::int64_t>(gradient.size()) != shard_size_) {
     throw std::invalid_argument("asp: a gradient of " + std::to_string(gradient.size()) +
                                 " floats for a shard of " + std::to_string(shard_size_));
@@ -110,6 +128,12 @@ PushOutcome ServerCore::push(WorkerId worker, Version pulled, std::int64_t batch
     throw std::logic_error("asp: linear lr_scaling before any batch plan (set_batch_plan)");
   }
   PushOutcome out;
+  if (fenced(worker, batch_id)) {
+    ++fenced_pushes_;
+    out.status = PushStatus::kFenced;
+    out.version = pull();
+    return out;
+  }
   std::int64_t base = pulled.number;
   if (pulled.incarnation > state_.incarnation ||
       (pulled.incarnation == state_.incarnation && pulled.number > state_.version) ||
@@ -139,6 +163,11 @@ PushOutcome ServerCore::push(WorkerId worker, Version pulled, std::int64_t batch
   }
   ++state_.pushes;
   stats_.record(worker, out.staleness, decision.apply);
+  if (batch_id != 0) {
+    auto& taken = taken_[worker];
+    taken.push_back(TakenBatch{batch_id, decision.apply});
+    if (taken.size() > kTakenKept) taken.pop_front();
+  }
   out.version = pull();
   return out;
 }

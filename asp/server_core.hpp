@@ -12,7 +12,9 @@
 // shows how many updates were lost.
 
 #include <cstdint>
+#include <deque>
 #include <functional>
+#include <limits>
 #include <map>
 #include <optional>
 #include <span>
@@ -35,6 +37,17 @@ enum class PushStatus {
   kDropped,   // too stale under "bound": counted, not applied
   kRejected,  // names a version this server never issued (a later incarnation, or a number
               // ahead of it): a misaddressed or corrupt push, counted, not applied
+  kFenced,    // its batch was fenced off (the scheduler took it back): counted, not applied
+};
+
+// Fencing every batch of a worker (one declared gone), those with no id included.
+inline constexpr std::uint64_t kWholeWorker = std::numeric_limits<std::uint64_t>::max();
+
+// A batch whose push this shard took (applied or dropped), as a fence reports it.
+struct TakenBatch {
+  std::uint64_t batch = 0;
+  bool applied = false;
+  friend bool operator==(const TakenBatch&, const TakenBatch&) = default;
 };
 
 struct PushOutcome {
@@ -81,11 +94,24 @@ class ServerCore {
 
   Version pull() const { return Version{state_.incarnation, state_.version}; }
 
-  // One push of `worker`'s gradient computed on `pulled` with `batch_size` samples. Throws
+  // One push of `worker`'s gradient computed on `pulled` with `batch_size` samples of the
+  // dealt batch `batch_id` (0: not named; only a kWholeWorker fence stops it). Throws
   // std::invalid_argument when the gradient is not shard_size floats or batch_size < 1, and
   // std::logic_error under linear lr_scaling before any set_batch_plan.
   PushOutcome push(WorkerId worker, Version pulled, std::int64_t batch_size,
-                   std::span<const float> gradient);
+                   std::span<const float> gradient, std::uint64_t batch_id = 0);
+
+  // Fencing, so that a batch the scheduler deals again is never applied twice: from now on a
+  // push of `worker`'s batch with id <= `through` is answered kFenced and changes nothing
+  // (kWholeWorker: every push of the worker). Returns the batches <= `through` of `worker` this
+  // incarnation took, among the last kTakenKept it took: a push that arrived before the fence
+  // counts as made, and the scheduler deals its samples again only for the shards that did not
+  // take it. Fences only rise. Neither fences nor taken batches are checkpointed: the
+  // scheduler fences a restarted server's gone workers again when it listens.
+  std::vector<TakenBatch> fence(WorkerId worker, std::uint64_t through);
+  bool fenced(WorkerId worker, std::uint64_t batch_id) const;
+  std::int64_t fenced_pushes() const { return fenced_pushes_; }
+  static constexpr std::size_t kTakenKept = 16;
 
   ServerCheckpoint checkpoint() const { return state_; }
 
@@ -110,6 +136,9 @@ class ServerCore {
   std::int64_t resumed_from_ = 0;          // the checkpoint's version (0 when fresh)
   std::int64_t lost_ = 0;
   StalenessStats stats_;
+  std::map<WorkerId, std::uint64_t> fenced_through_;
+  std::map<WorkerId, std::deque<TakenBatch>> taken_;  // the newest kTakenKept per worker
+  std::int64_t fenced_pushes_ = 0;
 };
 
 }  // namespace omnilearn::asp

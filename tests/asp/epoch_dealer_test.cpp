@@ -242,5 +242,28 @@ TEST(EpochDealer, RejectsBadArguments) {
   EXPECT_THROW(dealer.pull(0, 0), std::invalid_argument);
 }
 
+TEST(EpochDealer, SettleAcceptsABatchEveryShardTookAndDealsTheRestAgain) {
+  EpochDealer dealer(12, 5, /*max_epochs=*/1);
+  const auto a = dealer.pull(1, 4), b = dealer.pull(1, 4), c = dealer.pull(2, 4);
+  EXPECT_EQ(dealer.outstanding_ids(1), (std::vector<std::uint64_t>{a.id, b.id}));
+  EXPECT_EQ(dealer.batch_samples(c.id), 4);
+  // Both shards took a: accepted as a push would be.
+  EXPECT_EQ(dealer.settle(1, a.id, {1, 0}, 2), EpochDealer::Settled::kAccepted);
+  EXPECT_EQ(dealer.counters().samples_accepted, 4);
+  EXPECT_EQ(dealer.push(1, a.id), Receipt::kDuplicate);
+  // Shard 1 took b: dealt again for shard 0 only; settling it again changes nothing.
+  EXPECT_EQ(dealer.settle(1, b.id, {1}, 2), EpochDealer::Settled::kDealtAgain);
+  EXPECT_EQ(dealer.settle(1, b.id, {1}, 2), EpochDealer::Settled::kNotOutstanding);
+  EXPECT_EQ(dealer.settle(1, c.id, {0, 1}, 2), EpochDealer::Settled::kNotOutstanding);  // not 1's
+  const auto again = dealer.pull(3, 8);
+  EXPECT_EQ(again.indices, b.indices);
+  EXPECT_EQ(again.shards_done, (std::vector<std::int32_t>{1}));
+  // Its next holder's push reached shard 0: with shards_done, every shard has it.
+  EXPECT_EQ(dealer.settle(3, again.id, {0}, 2), EpochDealer::Settled::kAccepted);
+  EXPECT_EQ(dealer.push(2, c.id), Receipt::kAccepted);
+  EXPECT_TRUE(dealer.finished());
+  EXPECT_EQ(dealer.counters().samples_accepted, 12);
+}
+
 }  // namespace
 }  // namespace omnilearn::asp

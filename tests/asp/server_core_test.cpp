@@ -150,5 +150,51 @@ TEST(ServerCore, CheckpointsRoundTripAndDecodingIsTotal) {
   }
 }
 
+TEST(ServerCore, AFencedBatchIsRefusedAndTheFenceSaysWhichOfItsBatchesWereTaken) {
+  FakeOptimizer opt;
+  ServerCore server(3, StalenessConfig{StalenessMode::kBound, 1, LrScaling::kNone}, opt.fn());
+  const Version v0 = server.pull();
+  EXPECT_EQ(server.push(7, v0, 4, kGrad, /*batch_id=*/3).status, PushStatus::kApplied);
+  EXPECT_EQ(server.push(8, server.pull(), 4, kGrad, 6).status, PushStatus::kApplied);
+  EXPECT_EQ(server.push(7, v0, 4, kGrad, 5).status, PushStatus::kDropped);  // staleness 2 > 1
+  // Through batch 5: batches 3 (applied) and 5 (dropped) were taken; worker 8's are not named.
+  const auto taken = server.fence(7, 5);
+  EXPECT_EQ(taken, (std::vector<TakenBatch>{{3, true}, {5, false}}));
+  EXPECT_TRUE(server.fenced(7, 4));
+  EXPECT_FALSE(server.fenced(7, 9));
+  EXPECT_FALSE(server.fenced(7, 0));  // a push naming no batch: only a whole-worker fence stops it
+  EXPECT_FALSE(server.fenced(8, 4));
+  // A late push of a fenced batch changes nothing; a later batch of the worker goes through.
+  const auto version = server.pull();
+  const auto refused = server.push(7, server.pull(), 4, kGrad, 4);
+  EXPECT_EQ(refused.status, PushStatus::kFenced);
+  EXPECT_EQ(refused.version, version);
+  EXPECT_EQ(server.pull(), version);
+  EXPECT_EQ(server.checkpoint().pushes, 3);
+  EXPECT_EQ(server.fenced_pushes(), 1);
+  EXPECT_EQ(server.push(7, server.pull(), 4, kGrad, 9).status, PushStatus::kApplied);
+  // A lower fence does not lower it; a whole-worker fence stops everything, id 0 included.
+  server.fence(7, 1);
+  EXPECT_TRUE(server.fenced(7, 5));
+  const auto all = server.fence(7, kWholeWorker);
+  EXPECT_EQ(all.size(), 3u);  // 3, 5 and 9
+  EXPECT_EQ(server.push(7, server.pull(), 4, kGrad, 0).status, PushStatus::kFenced);
+  EXPECT_EQ(server.push(7, server.pull(), 4, kGrad, 10).status, PushStatus::kFenced);
+  EXPECT_EQ(server.fenced_pushes(), 3);
+  EXPECT_EQ(opt.scales.size(), 3u);
+}
+
+TEST(ServerCore, AFenceReportsOnlyTheNewestTakenBatchesItKeeps) {
+  FakeOptimizer opt;
+  ServerCore server(3, StalenessConfig{StalenessMode::kNone, 0, LrScaling::kNone}, opt.fn());
+  for (std::uint64_t b = 1; b <= ServerCore::kTakenKept + 4; ++b) {
+    server.push(2, server.pull(), 1, kGrad, b);
+  }
+  const auto taken = server.fence(2, kWholeWorker);
+  ASSERT_EQ(taken.size(), ServerCore::kTakenKept);
+  EXPECT_EQ(taken.front().batch, 5u);
+  EXPECT_EQ(taken.back().batch, ServerCore::kTakenKept + 4);
+}
+
 }  // namespace
 }  // namespace omnilearn::asp

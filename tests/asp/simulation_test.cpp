@@ -175,7 +175,9 @@ TEST_P(AspSimulation, ProportionalBatchesHalveStalenessAndEvenTheUpdateRates) {
     if (by_p95) {
       EXPECT_LE(ratio, 0.5) << "seed " << seed << ": p95 " << p.total.p95 << " vs " << u.total.p95;
     }
-    if (!by_p95) EXPECT_LE(2 * p.total.max, u.total.max) << "seed " << seed;
+    if (!by_p95) {
+      EXPECT_LE(2 * p.total.max, u.total.max) << "seed " << seed;
+    }
     worst_max_ratio = std::max(worst_max_ratio,
                                static_cast<double>(p.total.max) / static_cast<double>(u.total.max));
     uniform_max += static_cast<double>(u.total.max) / seeds;

@@ -1,0 +1,100 @@
+#include "asp/batch_fences.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+namespace omnilearn::asp {
+
+BatchFences::BatchFences(std::int32_t shards) : shards_(shards) {
+  if (shards < 1) {
+    throw std::invalid_argument("asp: fencing needs >= 1 shard, got " + std::to_string(shards));
+  }
+}
+
+FenceStart BatchFences::worker_gone(EpochDealer& dealer, WorkerId worker,
+                                    const std::vector<std::int32_t>& live) {
+  Round round;
+  round.worker = worker;
+  for (const std::uint64_t id : dealer.outstanding_ids(worker)) {
+    if (!fencing(id)) round.batches.push_back(id);
+  }
+  return start(dealer, std::move(round), kWholeWorker, live);
+}
+
+FenceStart BatchFences::push_failed(EpochDealer& dealer, WorkerId worker, std::uint64_t batch,
+                                    const std::vector<std::int32_t>& taken, bool dropped,
+                                    const std::vector<std::int32_t>& ask) {
+  Round round;
+  round.worker = worker;
+  // A request sent again (its reply was lost) names a batch settled or being fenced already.
+  const auto held = dealer.outstanding_ids(worker);
+  if (fencing(batch) || std::find(held.begin(), held.end(), batch) == held.end()) {
+    return FenceStart{};
+  }
+  round.batches.push_back(batch);
+  round.taken[batch] = taken;
+  if (dropped) round.dropped.insert(batch);
+  return start(dealer, std::move(round), batch, ask);
+}
+
+FenceStart BatchFences::start(EpochDealer& dealer, Round round, std::uint64_t through,
+                              const std::vector<std::int32_t>& ask) {
+  FenceStart out;
+  for (const std::int32_t s : ask) {
+    if (s >= 0 && s < shards_) round.waiting.insert(s);
+  }
+  if (round.waiting.empty()) {
+    out.settled = settle(dealer, round);
+    return out;
+  }
+  const std::uint64_t id = next_round_++;
+  out.ask = FenceAsk{id, round.worker, through,
+                     std::vector<std::int32_t>(round.waiting.begin(), round.waiting.end())};
+  for (const std::uint64_t b : round.batches) fencing_.insert(b);
+  rounds_.emplace(id, std::move(round));
+  return out;
+}
+
+std::vector<SettledBatch> BatchFences::answer(EpochDealer& dealer, std::uint64_t round_id,
+                                              std::int32_t shard,
+                                              const std::optional<std::vector<TakenBatch>>& taken) {
+  const auto it = rounds_.find(round_id);
+  if (it == rounds_.end() || it->second.waiting.erase(shard) == 0) return {};
+  Round& round = it->second;
+  if (taken) {
+    for (const TakenBatch& t : *taken) {
+      if (std::find(round.batches.begin(), round.batches.end(), t.batch) == round.batches.end()) {
+        continue;
+      }
+      auto& shards = round.taken[t.batch];
+      if (std::find(shards.begin(), shards.end(), shard) == shards.end()) shards.push_back(shard);
+      if (!t.applied) round.dropped.insert(t.batch);
+    }
+  }
+  if (!round.waiting.empty()) return {};
+  Round done = std::move(round);
+  rounds_.erase(it);
+  for (const std::uint64_t b : done.batches) fencing_.erase(b);
+  return settle(dealer, done);
+}
+
+std::vector<SettledBatch> BatchFences::settle(EpochDealer& dealer, const Round& round) {
+  std::vector<SettledBatch> out;
+  for (const std::uint64_t b : round.batches) {
+    SettledBatch s;
+    s.worker = round.worker;
+    s.batch = b;
+    s.samples = dealer.batch_samples(b);
+    const auto taken = round.taken.find(b);
+    s.outcome = dealer.settle(round.worker, b,
+                              taken == round.taken.end() ? std::vector<std::int32_t>{}
+                                                         : taken->second,
+                              shards_);
+    s.applied = round.dropped.count(b) == 0;
+    out.push_back(s);
+  }
+  return out;
+}
+
+}  // namespace omnilearn::asp
