@@ -17,6 +17,8 @@
 // the head. A server restarted on another node (the dead one's disk gone with it) fetches
 // that copy.
 //   worker --AspFinished--> scheduler     (the finishing worker: test figures, final checkpoint)
+//   scheduler --AspFence--> server   reply AspFenceReply (the worker's batches it took): before a
+//                                    batch is dealt again (asp/batch_fences.hpp)
 //
 // Evaluation during the job (`[train] eval_every` updates): the scheduler answers one deal
 // request with kEvaluate instead of a batch; that worker pulls every shard, evaluates the test
@@ -116,11 +118,15 @@ struct AspPush {
   std::int64_t batch = 0;
   std::int64_t global_batch = 0;  // B and n of the plan the batch was dealt under
   std::int32_t workers = 0;
-  MSGPACK_DEFINE(job_id, shard, worker, incarnation, version, batch, global_batch, workers);
+  std::uint64_t batch_id = 0;  // the dealt batch (what a fence names); 0: none
+  MSGPACK_DEFINE(job_id, shard, worker, incarnation, version, batch, global_batch, workers,
+                 batch_id);
 };
 
 struct AspPushReply {
-  enum Status : std::int32_t { kApplied = 0, kDropped = 1, kRejected = 2 };
+  // kFenced: the scheduler took the batch back (its worker was declared gone, or the push was
+  // given up and its samples dealt again): not applied.
+  enum Status : std::int32_t { kApplied = 0, kDropped = 1, kRejected = 2, kFenced = 3 };
   std::int32_t status = kRejected;
   std::string error;
   std::int64_t staleness = 0;
@@ -148,7 +154,8 @@ struct AspServerReady {
                  dataset_size, resumed_from);
 };
 
-// server -> scheduler (tell), after each checkpoint and when it learns of lost updates; with a
+// server -> scheduler (tell), after each checkpoint, when it learns of lost updates and when it
+// refuses a fenced push; with a
 // checkpoint, the file's bytes are the one attachment.
 struct AspServerReport {
   std::string job_id;
@@ -161,8 +168,30 @@ struct AspServerReport {
   std::int64_t rejected = 0;
   std::int64_t updates_lost = 0;
   std::string checkpoint;  // written at `version`; "" if this report has none
+  std::int64_t fenced = 0;  // pushes refused as fenced off, by this incarnation
   MSGPACK_DEFINE(job_id, trainer, shard, incarnation, version, applied, dropped, rejected,
-                 updates_lost, checkpoint);
+                 updates_lost, checkpoint, fenced);
+};
+
+// scheduler -> server (ask; a tell when no answer is needed): refuse `worker`'s batches with id
+// <= `through` from now on (asp::kWholeWorker: all of them) and say which of them this shard took.
+struct AspFence {
+  std::string job_id;
+  std::int32_t shard = 0;
+  std::int64_t worker = 0;
+  std::uint64_t through = 0;
+  MSGPACK_DEFINE(job_id, shard, worker, through);
+};
+
+struct AspFenceReply {
+  bool ok = false;
+  std::string error;
+  std::int32_t shard = 0;
+  std::int64_t incarnation = 0;
+  std::int64_t version = 0;
+  std::vector<std::uint64_t> taken;  // batch ids this incarnation took (applied or dropped) ...
+  std::vector<bool> applied;         // ... and whether it applied each
+  MSGPACK_DEFINE(ok, error, shard, incarnation, version, taken, applied);
 };
 
 // a restarted server -> scheduler (ask): the newest copy of the shard's checkpoint.
@@ -204,5 +233,7 @@ OMNILEARN_MESSAGE(omnilearn::actors::AspPushReply, "omnilearn.asp.PushReply");
 OMNILEARN_MESSAGE(omnilearn::actors::AspServerReady, "omnilearn.asp.ServerReady");
 OMNILEARN_MESSAGE(omnilearn::actors::AspServerReport, "omnilearn.asp.ServerReport");
 OMNILEARN_MESSAGE(omnilearn::actors::AspFinished, "omnilearn.asp.Finished");
+OMNILEARN_MESSAGE(omnilearn::actors::AspFence, "omnilearn.asp.Fence");
+OMNILEARN_MESSAGE(omnilearn::actors::AspFenceReply, "omnilearn.asp.FenceReply");
 OMNILEARN_MESSAGE(omnilearn::actors::AspFetchCheckpoint, "omnilearn.asp.FetchCheckpoint");
 OMNILEARN_MESSAGE(omnilearn::actors::AspCheckpointReply, "omnilearn.asp.CheckpointReply");

@@ -31,6 +31,8 @@ double unix_time() {
 constexpr std::chrono::milliseconds kTick{100};
 constexpr std::chrono::milliseconds kInterval{1000};  // staleness statistics per interval
 constexpr int kMaxServerRestarts = 8;                 // per shard, then the job fails
+// A fence's answer: a live server answers in microseconds; past this it counts as dead.
+constexpr std::chrono::milliseconds kFenceTimeout{5000};
 
 }  // namespace
 
@@ -308,6 +310,13 @@ void AspSchedulerActor::on_server_ready(const runtime::Envelope& message,
   if (!dealer_ && ready.dataset_size > 0) {
     const std::int64_t epochs = options_.spec.train.steps > 0 ? 0 : options_.spec.train.epochs;
     dealer_.emplace(ready.dataset_size, options_.spec.data.seed, epochs);
+    fences_.emplace(static_cast<std::int32_t>(shards_.size()));
+  }
+  // A restarted server knows no fences: every gone worker is fenced off it again before any
+  // worker learns its endpoint (deals name it only after this turn).
+  for (const asp::WorkerId worker : gone_workers_) {
+    tell(runtime::ActorAddress{message.from.system, kAspServerActor},
+         AspFence{options_.job_id, ready.shard, worker, asp::kWholeWorker});
   }
   emit(Json{{"event", "server_ready"},
             {"trainer", ready.trainer},
@@ -364,6 +373,10 @@ void AspSchedulerActor::on_server_report(const runtime::Envelope& message,
   // The server's own count (pushes computed on its dead predecessor's later versions) is a
   // lower bound of what the scheduler counted at the restart; kept for the summary.
   shard.lost_this = std::max(shard.lost_this, report.updates_lost);
+  if (report.fenced > shard.fenced_this) {
+    shard.pushes_fenced += report.fenced - shard.fenced_this;
+    shard.fenced_this = report.fenced;
+  }
   if (!report.checkpoint.empty() && report.version >= shard.checkpoint_version) {
     shard.checkpoint = report.checkpoint;
     shard.checkpoint_version = report.version;
@@ -433,15 +446,31 @@ void AspSchedulerActor::on_deal(const runtime::Envelope& message, const AspDealR
     // take its push (a shard that applied or dropped it answered with its incarnation), so
     // that no shard gets two gradients of the same samples. Counted once: a request sent again
     // (its reply was lost) finds the batch no longer outstanding.
-    std::vector<std::int32_t> taken;
+    // A shard that gave no answer may still apply the push late: the live incarnations among
+    // them are fenced first, and the batch settles once they answered (on_settled).
+    std::vector<std::int32_t> taken, ask;
     for (std::size_t s = 0; s < request.incarnations.size() && s < shards_.size(); ++s) {
       if (request.incarnations[s] >= 0) taken.push_back(static_cast<std::int32_t>(s));
     }
-    if (dealer_->push_failed(worker, request.failed_batch, taken) > 0) {
+    const auto held = dealer_->outstanding_ids(worker);
+    const bool first_report =
+        !fences_->fencing(request.failed_batch) &&
+        std::find(held.begin(), held.end(), request.failed_batch) != held.end();
+    if (first_report) {
       ++failed_batches_;
       for (std::size_t s = 0; s < shards_.size() && s < request.unanswered.size(); ++s) {
-        if (request.unanswered[s] >= 0) shards_[s].ledger.unanswered(request.unanswered[s]);
+        if (request.unanswered[s] < 0) continue;
+        if (request.unanswered[s] == shards_[s].incarnation && shards_[s].ready) {
+          ask.push_back(static_cast<std::int32_t>(s));
+        } else {
+          shards_[s].ledger.unanswered(request.unanswered[s]);  // its incarnation is gone
+        }
       }
+      const asp::FenceStart fence = fences_->push_failed(*dealer_, worker, request.failed_batch,
+                                                         taken, request.dropped, ask);
+      if (fence.ask) send_fence(*fence.ask);
+      on_settled(fence.settled);
+      if (finished_) return;
     }
   }
   if (dealer_ && request.pushed_batch != 0) {
@@ -663,6 +692,7 @@ void AspSchedulerActor::trainer_gone(const std::string& name, const std::string&
       ++shard.restarts;
       shard.incarnation = t.incarnation + 1;
       shard.lost_this = 0;
+      shard.fenced_this = 0;
       emit(Json{{"event", "server_gone"},
                 {"shard", t.shard},
                 {"trainer", name},
@@ -676,19 +706,113 @@ void AspSchedulerActor::trainer_gone(const std::string& name, const std::string&
     }
     return;
   }
-  std::int64_t reissued = 0;
-  if (dealer_ && t.worker_id > 0) reissued = dealer_->worker_gone(t.worker_id);
+  // Its batches are fenced off the servers before they are dealt again: it may still be
+  // running (a frozen agent, a lost network) or have pushed just before it died.
+  std::int64_t held = 0;
+  asp::FenceStart fence;
+  if (dealer_ && t.worker_id > 0) {
+    held = dealer_->outstanding_samples(t.worker_id);
+    gone_workers_.insert(t.worker_id);
+    fence = fences_->worker_gone(*dealer_, t.worker_id, live_shards());
+  }
   if (t.ready) membership_log_.push_back("-" + name);
   emit(Json{{"event", "trainer_gone"},
             {"trainer", name},
             {"reason", why},
-            {"samples_reissued", reissued}});
+            {"samples_held", held}});
+  if (fence.ask) send_fence(*fence.ask);
+  on_settled(fence.settled);
+  if (finished_) return;
   if (finisher_ == name) {
     finisher_.clear();
     finishing_announced_ = false;
   }
   if (evaluator_ == name) evaluator_.clear();  // the next deal request evaluates instead
   if (t.ready) replan("worker left");
+}
+
+std::vector<std::int32_t> AspSchedulerActor::live_shards() const {
+  std::vector<std::int32_t> live;
+  for (std::size_t s = 0; s < shards_.size(); ++s) {
+    const auto t = trainers_.find(shards_[s].trainer);
+    if (shards_[s].ready && t != trainers_.end() && !t->second.system.empty()) {
+      live.push_back(static_cast<std::int32_t>(s));
+    }
+  }
+  return live;
+}
+
+void AspSchedulerActor::send_fence(const asp::FenceAsk& fence) {
+  ++fence_counters_.rounds;
+  for (const std::int32_t s : fence.shards) {
+    const auto& shard = shards_[static_cast<std::size_t>(s)];
+    const auto server = trainers_.find(shard.trainer);
+    const std::int64_t incarnation = shard.incarnation;
+    if (server == trainers_.end() || server->second.system.empty()) {
+      ++fence_counters_.no_answer;  // nobody to ask: counted as not having taken it
+      on_settled(fences_->answer(*dealer_, fence.round, s, std::nullopt));
+      continue;
+    }
+    ask(runtime::ActorAddress{server->second.system, kAspServerActor},
+        AspFence{options_.job_id, s, fence.worker, fence.through}, kFenceTimeout,
+        [this, round = fence.round, s, incarnation](runtime::AskResult result) {
+          if (finished_ || !fences_ || !dealer_) return;
+          std::optional<std::vector<asp::TakenBatch>> taken;
+          const auto r = result.as<AspFenceReply>();
+          auto& shard = shards_[static_cast<std::size_t>(s)];
+          if (r && r->ok && r->taken.size() == r->applied.size()) {
+            taken.emplace();
+            for (std::size_t i = 0; i < r->taken.size(); ++i) {
+              taken->push_back(asp::TakenBatch{r->taken[i], r->applied[i]});
+            }
+            shard.ledger.replied(r->incarnation, r->version);
+          } else {
+            // Dead or unreachable: counted as not having taken it. A push it applied before it
+            // died lies past its checkpoint or in it; the ledger bounds the first, and the
+            // second is the case docs/ARCHITECTURE.md lists as still giving samples twice.
+            ++fence_counters_.no_answer;
+            shard.ledger.unanswered(incarnation);
+            spdlog::warn("job {}: shard {} did not answer a fence: {}", options_.job_id, s,
+                         r ? r->error : result.error);
+          }
+          on_settled(fences_->answer(*dealer_, round, s, taken));
+        });
+  }
+}
+
+AspSchedulerActor::Trainer* AspSchedulerActor::worker_trainer(asp::WorkerId worker) {
+  for (auto& [name, t] : trainers_) {
+    if (!t.server && t.worker_id == worker) return &t;
+  }
+  return nullptr;
+}
+
+void AspSchedulerActor::on_settled(const std::vector<asp::SettledBatch>& settled) {
+  for (const auto& b : settled) {
+    if (b.outcome == asp::EpochDealer::Settled::kNotOutstanding) continue;
+    const bool taken = b.outcome == asp::EpochDealer::Settled::kAccepted;
+    if (taken) {
+      // Every shard took it before its fence: the push counts, as if its worker had said so.
+      ++fence_counters_.taken;
+      ++pushes_;
+      if (b.applied) {
+        ++updates_;
+        ++interval_updates_;
+        last_progress_ = Clock::now();
+        if (Trainer* t = worker_trainer(b.worker)) ++t->updates;
+      } else {
+        ++dropped_stale_;
+      }
+    } else {
+      ++fence_counters_.dealt_again;
+    }
+    emit(Json{{"event", "batch_fenced"},
+              {"worker", b.worker},
+              {"batch", b.batch},
+              {"samples", b.samples},
+              {"outcome", taken ? "taken" : "dealt_again"},
+              {"step", updates_}});
+  }
 }
 
 void AspSchedulerActor::tick() {
@@ -869,6 +993,7 @@ std::string AspSchedulerActor::summary_json() const {
                        {"updates_lost", shard.ledger.lost()},
                        {"updates_lost_at_most", shard.ledger.lost_at_most()},
                        {"pushes_unanswered", shard.ledger.unanswered_before_restarts()},
+                       {"pushes_fenced", shard.pushes_fenced},
                        {"checkpoint", shard.checkpoint},
                        {"checkpoint_version", shard.checkpoint_version},
                        {"head_copy", shard.head_copy_version > 0
@@ -924,6 +1049,10 @@ std::string AspSchedulerActor::summary_json() const {
               {"dropped_stale", dropped_stale_},
               {"duplicate_pushes", duplicates_},
               {"failed_batches", failed_batches_},
+              {"fences", Json{{"rounds", fence_counters_.rounds},
+                              {"no_answer", fence_counters_.no_answer},
+                              {"batches_taken", fence_counters_.taken},
+                              {"batches_dealt_again", fence_counters_.dealt_again}}},
               {"evaluations", evaluations_},
               {"last_eval_accuracy", last_eval_accuracy_ >= 0 ? Json(last_eval_accuracy_) : Json()},
               {"updates_lost", lost},

@@ -6,8 +6,9 @@
 // sampling is exactly once per epoch whatever each worker's speed, and survives a server's
 // restart), keeps the job's staleness statistics and the batch controller, restarts a dead
 // server on a live node from its last checkpoint, and ends the job. Workers come and go with no
-// regroup: a worker that goes has its outstanding batch dealt again; one that joins asks for a
-// batch like any other.
+// regroup: a worker that goes has its outstanding batch fenced off the servers and then dealt
+// again to the shards that did not take it (asp/batch_fences.hpp: a worker declared gone may
+// still be pushing); one that joins asks for a batch like any other.
 //
 // Threads: an actor; every method runs in its turns.
 
@@ -16,12 +17,14 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "actors/asp_protocol.hpp"
 #include "actors/job_protocol.hpp"
 #include "actors/scheduler_actor.hpp"
+#include "asp/batch_fences.hpp"
 #include "asp/epoch_dealer.hpp"
 #include "asp/restart_ledger.hpp"
 #include "asp/staleness.hpp"
@@ -80,6 +83,15 @@ class AspSchedulerActor : public runtime::Actor {
     asp::RestartLedger ledger;
     std::int64_t lost_this = 0;  // the live incarnation's own count (ServerCore::updates_lost)
     int restarts = 0;
+    std::int64_t pushes_fenced = 0;  // refused by its incarnations so far (their reports)
+    std::int64_t fenced_this = 0;    // the live incarnation's count
+  };
+  // What fencing settled (asp::BatchFences), for the summary.
+  struct FenceCounters {
+    std::int64_t rounds = 0;
+    std::int64_t no_answer = 0;     // shards that gave none (counted as not having taken it)
+    std::int64_t taken = 0;         // batches every shard had taken: counted as pushed
+    std::int64_t dealt_again = 0;   // batches dealt again (to the shards that had not)
   };
 
   void on_node_event(const NodeEvent& event);
@@ -91,6 +103,11 @@ class AspSchedulerActor : public runtime::Actor {
   std::string head_copy_path(std::int32_t shard) const;
   void on_finished(const runtime::Envelope& message, const AspFinished& finished);
   void on_trainer_exited(const TrainerExited& exited);
+  // Fencing: the shards to ask (live and listening), one round's asks, what a round settled.
+  std::vector<std::int32_t> live_shards() const;
+  void send_fence(const asp::FenceAsk& ask);
+  void on_settled(const std::vector<asp::SettledBatch>& settled);
+  Trainer* worker_trainer(asp::WorkerId worker);
   void trainer_gone(const std::string& name, const std::string& why);
   void tick();
 
@@ -131,6 +148,9 @@ class AspSchedulerActor : public runtime::Actor {
   std::int64_t parameters_ = 0;  // the flat vector's size, from the first server
 
   std::optional<asp::EpochDealer> dealer_;  // once a server said how many samples there are
+  std::optional<asp::BatchFences> fences_;  // with the dealer
+  std::set<asp::WorkerId> gone_workers_;    // fenced whole on every server, restarted ones too
+  FenceCounters fence_counters_;
   asp::StalenessStats stats_;
   scheduler::BatchController controller_;
   std::map<std::string, std::int32_t> plan_;  // worker trainer -> batch

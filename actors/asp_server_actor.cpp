@@ -57,6 +57,8 @@ void AspServerActor::on_message(const runtime::Envelope& message) {
     on_pull(message);
   } else if (message.kind == runtime::kind_of<AspPush>()) {
     on_push(message);
+  } else if (message.kind == runtime::kind_of<AspFence>()) {
+    on_fence(message);
   } else if (message.correlation != 0) {
     reply(message, runtime::ErrorReply{"bad-request", "a parameter server takes pulls and pushes"});
   }
@@ -123,10 +125,17 @@ void AspServerActor::on_push(const runtime::Envelope& message) {
     applying_version_ = core_.pull().number;
     const asp::PushOutcome outcome =
         core_.push(push->worker, asp::Version{push->incarnation, push->version}, push->batch,
-                   frame_floats(message.attachments[0], unaligned_));
+                   frame_floats(message.attachments[0], unaligned_), push->batch_id);
     r.status = outcome.status == asp::PushStatus::kApplied   ? AspPushReply::kApplied
                : outcome.status == asp::PushStatus::kDropped ? AspPushReply::kDropped
+               : outcome.status == asp::PushStatus::kFenced  ? AspPushReply::kFenced
                                                              : AspPushReply::kRejected;
+    if (r.status == AspPushReply::kFenced) {
+      r.error = fmt::format(
+          "shard {}: the scheduler took batch {} of worker {} back (the worker was declared gone, "
+          "or the push given up and its samples dealt again): nothing applied",
+          config_.shard, push->batch_id, push->worker);
+    }
     r.staleness = outcome.staleness;
     r.scale = outcome.scale;
     r.incarnation = outcome.version.incarnation;
@@ -145,18 +154,44 @@ void AspServerActor::on_push(const runtime::Envelope& message) {
     }
   }
   // A push pulled from a dead incarnation (applied or dropped) can raise updates_lost.
-  if (!checkpoint.empty() || core_.updates_lost() != reported_lost_) report(checkpoint);
+  if (!checkpoint.empty() || core_.updates_lost() != reported_lost_ ||
+      core_.fenced_pushes() != reported_fenced_) {
+    report(checkpoint);
+  }
+}
+
+void AspServerActor::on_fence(const runtime::Envelope& message) {
+  AspFenceReply r;
+  r.shard = config_.shard;
+  const auto fence = runtime::unpack_payload<AspFence>(message.payload);
+  if (!fence || fence->shard != config_.shard || fence->job_id != config_.job) {
+    r.error = fence ? fmt::format("a fence for shard {} of job {} reached shard {} of job {}",
+                                  fence->shard, fence->job_id, config_.shard, config_.job)
+                    : fmt::format("a fence to shard {} did not decode as AspFence", config_.shard);
+  } else {
+    for (const asp::TakenBatch& t : core_.fence(fence->worker, fence->through)) {
+      r.taken.push_back(t.batch);
+      r.applied.push_back(t.applied);
+    }
+    r.ok = true;
+  }
+  const asp::Version v = core_.pull();
+  r.incarnation = v.incarnation;
+  r.version = v.number;
+  if (message.correlation != 0) reply(message, r);
 }
 
 void AspServerActor::report(const std::string& checkpoint) {
   reported_lost_ = core_.updates_lost();
+  reported_fenced_ = core_.fenced_pushes();
   if (config_.scheduler.actor.empty()) return;
   const auto c = core_.checkpoint();
   auto envelope = system().make_envelope(
       config_.scheduler, runtime::kind_of<AspServerReport>(),
       runtime::pack_payload(AspServerReport{config_.job, config_.trainer, config_.shard,
                                             c.incarnation, c.version, c.applied, c.dropped,
-                                            c.rejected, reported_lost_, checkpoint}),
+                                            c.rejected, reported_lost_, checkpoint,
+                                            reported_fenced_}),
       self());
   if (!checkpoint.empty()) {
     // The file's bytes go to the head, which keeps the newest copy: a restart on another node

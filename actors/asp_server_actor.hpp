@@ -5,10 +5,13 @@
 // - AspPull: AspPullReply (version, slice) with the shard's float32 bytes as the one attachment
 //   (copied once, shard -> frame: a later push may change the shard while ZeroMQ still sends);
 // - AspPush + one attachment of the shard's size: weighed and applied through asp::ServerCore,
-//   answered AspPushReply; anything else is answered kRejected with what was wrong, and
-//   changes nothing;
+//   answered AspPushReply (kFenced for a batch fenced off); anything else is answered
+//   kRejected with what was wrong, and changes nothing;
+// - AspFence (from the scheduler): the worker's batches through an id refused from now on,
+//   answered AspFenceReply with those of them the shard took (asp::ServerCore::fence);
 // - after the reply: the after-apply hook (the trainer checkpoints there), then an
-//   AspServerReport to the scheduler when a checkpoint was written or updates_lost moved.
+//   AspServerReport to the scheduler when a checkpoint was written, updates_lost moved or a
+//   push was refused as fenced.
 // What the optimizer does comes in through the constructor: the shard's storage, the apply
 // callback (it writes the storage) and the hook.
 //
@@ -75,6 +78,7 @@ class AspServerActor : public runtime::Actor {
  private:
   void on_pull(const runtime::Envelope& message);
   void on_push(const runtime::Envelope& message);
+  void on_fence(const runtime::Envelope& message);
   void report(const std::string& checkpoint);
 
   AspServerConfig config_;
@@ -84,6 +88,7 @@ class AspServerActor : public runtime::Actor {
   std::int64_t applying_version_ = 0;  // the version the push being applied moves on from
   asp::ServerCore core_;               // after apply_ and applying_version_: its callback uses them
   std::int64_t reported_lost_ = 0;
+  std::int64_t reported_fenced_ = 0;
   std::vector<float> unaligned_;  // a push's gradient when its frame is not float-aligned
 };
 

@@ -485,7 +485,8 @@ int run_asp_worker(AspRoleContext& c) {
                    p.version,
                    static_cast<std::int64_t>(deal->indices.size()),
                    deal->global_batch,
-                   deal->workers};
+                   deal->workers,
+                   deal->batch_id};
       auto envelope = server_envelope(c.system, deal->servers[s], runtime::kind_of<AspPush>(),
                                       runtime::pack_payload(push));
       envelope.attachments.push_back(
@@ -502,7 +503,9 @@ int run_asp_worker(AspRoleContext& c) {
       if (!pushes[s].valid()) continue;  // taken already
       const runtime::AskResult result = pushes[s].get();
       auto r = result.as<AspPushReply>();
-      if (!r || r->status == AspPushReply::kRejected) {
+      // Rejected, or fenced (the scheduler took the batch back: this worker was declared gone,
+      // and its next ask ends it): answered, not taken.
+      if (!r || r->status == AspPushReply::kRejected || r->status == AspPushReply::kFenced) {
         spdlog::warn("worker {}: push of batch {} to shard {} failed: {}", c.trainer,
                      deal->batch_id, s, r ? r->error : result.error);
         failed = true;
