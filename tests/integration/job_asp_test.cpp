@@ -9,6 +9,8 @@
 // - kill -9 of a worker trainer: the job goes on (its batch dealt again) and finishes.
 // - kill -9 of a server: restarted from its last checkpoint, the job finishes, and the summary
 //   counts the updates lost; kill -9 of the node hosting it: restarted on the other node.
+// - A worker node's agent frozen while its trainer keeps pushing: the worker's batches are
+//   fenced off the server before they are dealt again; nothing it pushes later is applied.
 // - A worker joining mid-job pushes soon after its hello (measured from the events; the bound
 //   asserted is generous, the figure printed).
 // No timing is asserted beyond generous bounds; every process is cleaned up by JobTest.
@@ -20,6 +22,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <string>
+#include <thread>
 
 #include "tests/support/job_run.hpp"
 #include "tests/support/torch_python.hpp"
@@ -326,6 +329,86 @@ TEST_F(JobAsp, KillOfTheNodeHostingTheServerRestartsItOnTheOtherNodeFromTheHeads
   EXPECT_EQ(summary->at("updates"), 3000);
   std::printf("node with the server killed: %lld updates lost\n",
               static_cast<long long>(summary->at("updates_lost").get<std::int64_t>()));
+}
+
+// A worker node's agent frozen (SIGSTOP on the agent alone) while its worker trainer keeps
+// running: the head declares the node dead, the scheduler fences the worker's batches off the
+// server and deals them again, and the trainer, still pushing, must change nothing: the
+// server's version is exactly the updates the scheduler counted, and every sample is accepted
+// exactly once per epoch. Without the fence its late push would be applied and its samples
+// dealt to another worker too (asp_fence_simulation_test shows both on 5,000 schedules).
+TEST_F(JobAsp, AFrozenAgentWhoseWorkerKeepsPushingChangesNothingAfterItsFence) {
+  ASSERT_NO_FATAL_FAILURE(start({"w1", "w2"}, {{"--slowdown", "4"}, {"--slowdown", "4"}}));
+  constexpr int kEpochs = 60;
+  auto run = submit("freeze", job("asp-freeze", "asp", "epochs = " + std::to_string(kEpochs),
+                                  "\n[asp]\nservers = 1\n", 1, 2, "0.01"));
+  auto server = run->wait_for_event("spawn", 30s,
+                                    [](const Json& e) { return e.value("role", "") == "server"; });
+  ASSERT_TRUE(server) << run->describe();
+  const std::string victim = server->at("node") == "w1" ? "w2" : "w1";
+  // Both workers push before the freeze.
+  ASSERT_TRUE(run->wait_for_event("asp_interval", 90s, [](const Json& e) {
+    return e.value("step", 0) >= 40;
+  })) << run->describe();
+  const auto victim_trainers = trainer_processes(cluster().address(), run->id() + "-" + victim + "-t");
+  ASSERT_EQ(victim_trainers.size(), 1u) << describe(victim_trainers);
+
+  auto& agent = cluster().worker(victim);
+  ASSERT_TRUE(agent.send_signal(SIGSTOP, /*whole_group=*/false));
+  const auto frozen_at = std::chrono::steady_clock::now();
+  auto dead = cluster().wait_for_status([&](const auto& s) { return s.state(victim) == "dead"; },
+                                        20s, 100ms);
+  ASSERT_TRUE(dead) << cluster().last_status_text();
+  auto gone = run->wait_for_event("trainer_gone", 30s, [&](const Json& e) {
+    return e.value("trainer", "").find("-" + victim + "-t") != std::string::npos;
+  });
+  ASSERT_TRUE(gone) << run->describe();
+  // The frozen node's trainer was still running when its node was declared dead.
+  EXPECT_EQ(::kill(victim_trainers[0].pid, 0), 0) << "the trainer died with its agent frozen";
+  const auto after = latest_step(*run);
+  ASSERT_TRUE(run->wait_for_event("asp_interval", 60s, [&](const Json& e) {
+    return e.value("step", std::int64_t{0}) > after + 20;
+  })) << "no progress while the agent was frozen\n" << run->describe();
+  std::this_thread::sleep_until(frozen_at + 4s);
+  ASSERT_TRUE(agent.send_signal(SIGCONT, /*whole_group=*/false));
+
+  auto summary = run->wait_finished(240s);
+  ASSERT_TRUE(summary) << run->describe();
+  SCOPED_TRACE(summary->dump(2));
+  ASSERT_EQ(summary->at("status"), "succeeded");
+  const auto updates = summary->at("updates").get<std::int64_t>();
+  ASSERT_EQ(summary->at("servers").size(), 1u);
+  const auto& shard = summary->at("servers")[0];
+  EXPECT_EQ(shard.at("restarts"), 0);
+  // staleness "none": every push taken is applied, so the server's version is the updates.
+  EXPECT_EQ(shard.at("version").get<std::int64_t>(), updates)
+      << "a push the scheduler did not count was applied (or one counted was not)";
+  EXPECT_EQ(summary->at("pushes").get<std::int64_t>(), updates);
+  const auto& sampling = summary->at("sampling");
+  EXPECT_EQ(sampling.at("epochs_completed"), kEpochs);
+  EXPECT_EQ(sampling.at("samples_accepted"), kEpochs * 1024);
+  EXPECT_EQ(sampling.at("duplicates"), 0);
+  const auto& fences = summary->at("fences");
+  EXPECT_GE(fences.at("rounds").get<std::int64_t>(), 1);
+  EXPECT_EQ(fences.at("no_answer"), 0) << "the server was alive throughout";
+  // Whether the trainer's last push reached the server before or after its fence is timing:
+  // printed, not asserted.
+  std::printf("frozen agent, trainer kept running: %lld updates, fences: %lld rounds, %lld "
+              "batches taken, %lld dealt again; %lld pushes refused by the fence\n",
+              static_cast<long long>(updates),
+              static_cast<long long>(fences.at("rounds").get<std::int64_t>()),
+              static_cast<long long>(fences.at("batches_taken").get<std::int64_t>()),
+              static_cast<long long>(fences.at("batches_dealt_again").get<std::int64_t>()),
+              static_cast<long long>(shard.at("pushes_fenced").get<std::int64_t>()));
+  std::vector<ProcessInfo> left;
+  EXPECT_TRUE(wait_until(
+      [&] {
+        left = job_trainer_processes(run->id());
+        return left.empty();
+      },
+      15s))
+      << "trainers (the frozen node's included) still running after the job ended:\n"
+      << describe(left);
 }
 
 TEST_F(JobAsp, AWorkerJoiningMidJobPushesSoonAfterItsHello) {
