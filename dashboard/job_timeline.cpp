@@ -29,13 +29,16 @@ std::string compact(const Json& e, const char* key) {
 
 // Which lane of the timeline an event belongs to.
 std::string category_of(const std::string& kind, const Json& e) {
-  if (kind == "spawn" || kind == "trainer_ready") return "join";
+  if (kind == "spawn" || kind == "trainer_ready" || kind == "worker_joined" ||
+      kind == "server_ready") {
+    return "join";
+  }
   if (kind == "generation" || kind == "generation_formed") return "generation";
   if (kind == "plan") return "plan";
   if (kind == "drain") return "leave";
   if (kind == "trainer_exited") return integer(e, "exit_code", -1) == 0 ? "leave" : "death";
-  if (kind == "trainer_gone") return "death";
-  if (kind == "recovered") return "recovery";
+  if (kind == "trainer_gone" || kind == "server_gone") return "death";
+  if (kind == "recovered" || kind == "server_recovered" || kind == "batch_fenced") return "recovery";
   if (kind == "formation_failed" || kind == "lease_refused" || kind == "superseded_step") {
     return "problem";
   }
@@ -69,6 +72,19 @@ std::string describe(const std::string& kind, const Json& e) {
     return fmt::format("{} {}", trainer, reason);
   }
   if (kind == "trainer_gone") return fmt::format("{} gone: {}", trainer, text(e, "reason"));
+  if (kind == "server_gone") {
+    return fmt::format("server of shard {} gone: {}", integer(e, "shard"), text(e, "reason"));
+  }
+  if (kind == "server_recovered") {
+    return fmt::format("shard {} serving again from version {} ({}), {} updates lost",
+                       integer(e, "shard"), integer(e, "resumed_at"), text(e, "resumed_from"),
+                       integer(e, "updates_lost"));
+  }
+  if (kind == "batch_fenced") {
+    return fmt::format("batch {} of worker {} ({} samples) fenced off the servers: {}",
+                       integer(e, "batch"), integer(e, "worker"), integer(e, "samples"),
+                       text(e, "outcome"));
+  }
   if (kind == "recovered") {
     return fmt::format("training again {:.2f} s after the failure, {} steps lost",
                        number(e, "recovery_s"), integer(e, "lost_steps"));
@@ -180,14 +196,20 @@ void JobTimeline::add_step(const Json& e) {
 
 // An asynchronous job has no steps: each second's asp_interval event becomes one point, its
 // step the server updates so far, its step time the mean time between updates in the interval,
-// and each worker's batch and compute time as in a step (so the same charts draw it).
+// and each worker's batch and compute time as in a step (so the same charts draw it); its
+// staleness and each worker's updates in the interval, and an evaluation it carries, too.
 void JobTimeline::add_asp_interval(const Json& e) {
+  asp_ = true;
   StepPoint p;
   p.step = integer(e, "step");
   p.time = number(e, "time");
   p.loss = number(e, "loss");
   const std::int64_t updates = integer(e, "updates");
-  p.step_time_s = updates > 0 ? number(e, "interval_s") / static_cast<double>(updates) : 0.0;
+  const double interval_s = number(e, "interval_s");
+  p.step_time_s = updates > 0 ? interval_s / static_cast<double>(updates) : 0.0;
+  if (auto it = e.find("staleness"); it != e.end() && it->is_object()) {
+    p.staleness = StalenessPoint{number(*it, "mean"), integer(*it, "p95"), integer(*it, "max")};
+  }
   if (auto it = e.find("workers"); it != e.end() && it->is_object()) {
     std::int32_t rank = 0;
     for (const auto& [name, w] : it->items()) {
@@ -198,12 +220,19 @@ void JobTimeline::add_asp_interval(const Json& e) {
       s.batch = static_cast<std::int32_t>(integer(w, "batch"));
       s.compute_time_s = number(w, "compute_time_s");
       s.samples_per_s = s.compute_time_s > 0 ? s.batch / s.compute_time_s : 0.0;
+      s.updates_per_s =
+          interval_s > 0 ? static_cast<double>(integer(w, "updates")) / interval_s : 0.0;
       p.workers.push_back(std::move(s));
     }
   }
   ++steps_committed_;
   last_step_ = std::max(last_step_, p.step);
   if (p.step_time_s > 0) step_seconds_.observe(p.step_time_s);
+  if (e.contains("test_accuracy")) {
+    // The parameters evaluated were pulled at eval_version updates, not at this point's.
+    evals_.add(EvalPoint{integer(e, "eval_version", p.step), number(e, "test_accuracy"),
+                         number(e, "test_loss")});
+  }
   steps_.add(std::move(p));
 }
 
@@ -237,7 +266,10 @@ Json JobTimeline::chart_data() const {
       node_of[w.trainer] = w.node;
     }
   }
-  std::vector<Json> batch(order.size(), Json::array()), rate(order.size(), Json::array());
+  std::vector<Json> batch(order.size(), Json::array()), rate(order.size(), Json::array()),
+      updates_rate(order.size(), Json::array());
+  Json staleness_mean = Json::array(), staleness_p95 = Json::array(),
+       staleness_max = Json::array();
   for (const auto& p : points) {
     steps.push_back(p.step);
     times.push_back(p.time - started_);
@@ -251,26 +283,35 @@ Json JobTimeline::chart_data() const {
     slowest.push_back(slowest_compute);
     double ideal_compute = ideal_compute_seconds(p.workers);
     ideal.push_back(ideal_compute > 0 ? Json(ideal_compute + p.allreduce_time_s) : Json());
+    if (asp_) {
+      staleness_mean.push_back(p.staleness ? Json(p.staleness->mean) : Json());
+      staleness_p95.push_back(p.staleness ? Json(p.staleness->p95) : Json());
+      staleness_max.push_back(p.staleness ? Json(p.staleness->max) : Json());
+    }
     std::vector<bool> present(order.size(), false);
     for (const auto& w : p.workers) {
       auto i = index.at(w.trainer);
       present[i] = true;
       batch[i].push_back(w.batch);
       rate[i].push_back(w.samples_per_s);
+      updates_rate[i].push_back(w.updates_per_s >= 0 ? Json(w.updates_per_s) : Json());
     }
     for (std::size_t i = 0; i < order.size(); ++i) {
       if (!present[i]) {
         batch[i].push_back(nullptr);
         rate[i].push_back(nullptr);
+        updates_rate[i].push_back(nullptr);
       }
     }
   }
   Json workers = Json::array();
   for (std::size_t i = 0; i < order.size(); ++i) {
-    workers.push_back({{"trainer", order[i]},
-                       {"node", node_of[order[i]]},
-                       {"batch", std::move(batch[i])},
-                       {"samples_per_s", std::move(rate[i])}});
+    Json w{{"trainer", order[i]},
+           {"node", node_of[order[i]]},
+           {"batch", std::move(batch[i])},
+           {"samples_per_s", std::move(rate[i])}};
+    if (asp_) w["updates_per_s"] = std::move(updates_rate[i]);
+    workers.push_back(std::move(w));
   }
   Json eval_steps = Json::array(), accuracy = Json::array(), eval_loss = Json::array();
   for (const auto& e : evals_.points()) {
@@ -286,8 +327,9 @@ Json JobTimeline::chart_data() const {
                         {"category", t.category},
                         {"text", t.text}});
   }
-  return {{"job_id", job_id_},
+  Json data{{"job_id", job_id_},
           {"name", name_},
+          {"asp", asp_},
           {"policy", policy_},
           {"global_batch", global_batch_},
           {"status", status_.empty() ? "running" : status_},
@@ -315,6 +357,12 @@ Json JobTimeline::chart_data() const {
             {"recoveries", recoveries_},
             {"lost_steps", lost_steps_},
             {"trainer_failures", trainer_failures_}}}};
+  if (asp_) {
+    data["staleness"] = {{"mean", std::move(staleness_mean)},
+                         {"p95", std::move(staleness_p95)},
+                         {"max", std::move(staleness_max)}};
+  }
+  return data;
 }
 
 }  // namespace omnilearn::dashboard

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,17 @@ struct WorkerSample {
   std::int32_t batch = 0;
   double samples_per_s = 0;
   double compute_time_s = 0;
+  // ASP only: the server updates this worker's pushes made in the interval, per second (-1 in
+  // a BSP step, where every worker takes part in every step).
+  double updates_per_s = -1;
+};
+
+// ASP only: the staleness of the pushes weighed in one interval (server version at apply -
+// version pulled).
+struct StalenessPoint {
+  double mean = 0;
+  std::int64_t p95 = 0;
+  std::int64_t max = 0;
 };
 
 // One committed step, as its "step" event reported it.
@@ -33,6 +45,7 @@ struct StepPoint {
   double allreduce_time_s = 0;
   std::int64_t generation = 0;
   std::vector<WorkerSample> workers;
+  std::optional<StalenessPoint> staleness;  // an ASP interval's; none in a BSP step
 };
 
 // An evaluation on the test set.
@@ -119,7 +132,8 @@ class JobTimeline {
 
   // Everything the charts draw, as the dashboard's /api/jobs/<id>/charts serves it and the
   // report embeds it: steps, loss, step time against the ideal, per-worker batches and
-  // samples/s (null where a worker had no part in a step), evaluations, timeline, counters.
+  // samples/s (null where a worker had no part in a step), evaluations, timeline, counters;
+  // for an ASP job (`asp`: true) also the staleness per interval and each worker's updates/s.
   nlohmann::json chart_data() const;
 
  private:
@@ -134,6 +148,7 @@ class JobTimeline {
   std::string status_;
   std::string name_;
   std::string policy_;
+  bool asp_ = false;
   std::int64_t global_batch_ = 0;
   double started_ = 0;
   std::uint64_t steps_committed_ = 0;

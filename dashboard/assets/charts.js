@@ -31,13 +31,13 @@
     return n;
   }
 
-  function card(container, name, title, note, wide) {
+  function card(container, name, title, note, wide, before) {
     const canvas = el('canvas', {'data-chart': name, 'data-points': '0'});
     const box = el('div', {class: 'chart-box'}, [canvas]);
     const section = el('section', {class: 'card' + (wide ? ' wide' : ''), id: 'chart-' + name},
                        [el('h2', {}, [title]), box]);
     if (note) section.appendChild(el('p', {class: 'muted'}, [note]));
-    container.appendChild(section);
+    container.insertBefore(section, before || null);
     return canvas;
   }
 
@@ -119,6 +119,35 @@
     const list = el('div', {class: 'timeline-list'});
     container.querySelector('#chart-timeline').appendChild(list);
 
+    // An asynchronous (ASP) job's own charts, made when its first data arrives (a job's data
+    // says `asp`), before the timeline: the staleness of each second's pushes, and each
+    // worker's updates per second (what proportional batches even out).
+    function createAspCharts() {
+      const before = container.querySelector('#chart-timeline');
+      const staleness = card(container, 'staleness', 'Staleness per interval',
+                             'server version at apply minus the version the worker pulled, over '
+                             + 'each second\'s pushes', false, before);
+      const updates = card(container, 'updates', 'Updates/s per worker',
+                           'with proportional batches every worker pushes at about the same rate',
+                           false, before);
+      const fromZero = yTitle => {
+        const o = baseOptions(animate, 'server updates', yTitle);
+        o.scales.y.min = 0;
+        return o;
+      };
+      charts.staleness = new Chart(staleness, {
+        type: 'line', options: fromZero('versions'),
+        data: {datasets: [
+          {label: 'mean', data: [], borderColor: palette[0], pointRadius: 0, borderWidth: 1.5},
+          {label: 'p95', data: [], borderColor: palette[1], pointRadius: 0, borderWidth: 1.5},
+          {label: 'max', data: [], borderColor: palette[3], pointRadius: 0, borderWidth: 1},
+        ]},
+      });
+      charts.updates = new Chart(updates, {
+        type: 'line', options: fromZero('updates/s'),
+        data: {datasets: []}});
+    }
+
     function perWorker(chart, data, field, stacked) {
       chart.data.datasets = data.workers.map((w, i) => ({
         label: w.trainer + (w.node ? ' (' + w.node + ')' : ''),
@@ -131,6 +160,17 @@
     }
 
     function update(data) {
+      if (data.asp) {
+        if (!charts.staleness) createAspCharts();
+        for (const name of ['loss', 'batches', 'throughput', 'steptime']) {
+          charts[name].options.scales.x.title.text = 'server updates';
+        }
+        charts.steptime.data.datasets[0].label = 'time per update';
+        charts.staleness.data.datasets[0].data = xy(data.steps, data.staleness.mean);
+        charts.staleness.data.datasets[1].data = xy(data.steps, data.staleness.p95);
+        charts.staleness.data.datasets[2].data = xy(data.steps, data.staleness.max);
+        perWorker(charts.updates, data, 'updates_per_s', false);
+      }
       charts.loss.data.datasets[0].data = xy(data.steps, data.loss);
       charts.loss.data.datasets[1].data = xy(data.evals.steps, data.evals.accuracy);
       perWorker(charts.batches, data, 'batch', true);

@@ -109,28 +109,59 @@ TEST(JobTimeline, ChartDataHasAGapWhereAWorkerHadNoPart) {
 
 TEST(JobTimeline, AnAsynchronousJobsIntervalsAreItsPoints) {
   JobTimeline t("asp");
-  auto interval = [](std::int64_t step, double time, std::int64_t updates) {
+  auto interval = [](std::int64_t step, double time, std::int64_t updates, std::int64_t p95) {
     return Json{{"time", time},
                 {"event", "asp_interval"},
                 {"step", step},
                 {"loss", 0.5},
-                {"interval_s", 1.0},
+                {"interval_s", 2.0},
                 {"updates", updates},
+                {"staleness", {{"mean", 1.5}, {"p95", p95}, {"max", p95 + 2}}},
                 {"workers",
-                 {{"a", {{"batch", 48}, {"compute_time_s", 0.1}, {"live", true}}},
-                  {"b", {{"batch", 16}, {"compute_time_s", 0.1}, {"live", true}}},
+                 {{"a", {{"batch", 48}, {"compute_time_s", 0.1}, {"updates", 6}, {"live", true}}},
+                  {"b", {{"batch", 16}, {"compute_time_s", 0.1}, {"updates", 4}, {"live", true}}},
                   {"c", {{"batch", 8}, {"compute_time_s", 0.1}, {"live", false}}}}}};
   };
-  t.add(interval(10, 1.0, 10));
-  t.add(interval(30, 2.0, 20));
+  t.add(interval(10, 1.0, 10, 3));
+  auto with_eval = interval(30, 2.0, 20, 4);
+  with_eval["test_accuracy"] = 0.75;
+  with_eval["test_loss"] = 0.6;
+  with_eval["eval_version"] = 24;  // pulled before this interval's last updates
+  t.add(with_eval);
+  t.add(Json{{"time", 2.5}, {"event", "batch_fenced"}, {"worker", 2}, {"batch", 7},
+             {"samples", 16}, {"outcome", "dealt_again"}});
   EXPECT_EQ(t.last_step(), 30);
   auto data = t.chart_data();
+  EXPECT_EQ(data["asp"], true);
   EXPECT_EQ(data["steps"], Json::array({10, 30}));
   ASSERT_EQ(data["workers"].size(), 2u);  // c had gone
   EXPECT_EQ(data["workers"][0]["batch"], Json::array({48, 48}));
+  // Updates per second of each worker: its updates in the interval over the interval's 2 s.
+  EXPECT_EQ(data["workers"][0]["updates_per_s"], Json::array({3.0, 3.0}));
+  EXPECT_EQ(data["workers"][1]["updates_per_s"], Json::array({2.0, 2.0}));
+  EXPECT_EQ(data["staleness"]["mean"], Json::array({1.5, 1.5}));
+  EXPECT_EQ(data["staleness"]["p95"], Json::array({3, 4}));
+  EXPECT_EQ(data["staleness"]["max"], Json::array({5, 6}));
+  // The evaluation is placed at the version it evaluated.
+  EXPECT_EQ(data["evals"]["steps"], Json::array({24}));
+  EXPECT_EQ(data["evals"]["accuracy"], Json::array({0.75}));
   ASSERT_EQ(t.steps().size(), 2u);
-  EXPECT_DOUBLE_EQ(t.steps()[1].step_time_s, 0.05);  // 1 s / 20 updates
+  EXPECT_DOUBLE_EQ(t.steps()[1].step_time_s, 0.1);  // 2 s / 20 updates
   EXPECT_DOUBLE_EQ(t.steps()[0].workers[1].samples_per_s, 160.0);
+  ASSERT_FALSE(t.timeline().empty());
+  EXPECT_EQ(t.timeline().back().category, "recovery");
+  EXPECT_NE(t.timeline().back().text.find("batch 7 of worker 2 (16 samples)"), std::string::npos)
+      << t.timeline().back().text;
+}
+
+TEST(JobTimeline, ASynchronousJobsDataHasNoAsynchronousSeries) {
+  JobTimeline t("bsp");
+  t.add(Json{{"time", 1.0}, {"event", "step"}, {"step", 1}, {"loss", 1.0},
+             {"workers", {{{"trainer", "a"}, {"batch", 8}}}}});
+  auto data = t.chart_data();
+  EXPECT_EQ(data["asp"], false);
+  EXPECT_FALSE(data.contains("staleness"));
+  EXPECT_FALSE(data["workers"][0].contains("updates_per_s"));
 }
 
 TEST(JobTimeline, IdealStepTimeIsTheBatchOverTheSummedThroughput) {

@@ -647,5 +647,83 @@ TEST(DashboardRun, ProgressRedrawsOnATerminalAndTheSummaryNamesTheReportAndItsCh
   if (!missing.empty()) GTEST_SKIP() << missing;
 }
 
+// An asynchronous job's report (issue 13): besides the common charts, the staleness of each
+// interval's pushes and each worker's updates per second, drawn by a real headless Chromium
+// from the report alone; its evaluations are on the loss chart.
+TEST(DashboardRun, AnAsynchronousRunsReportDrawsStalenessAndUpdatesPerWorker) {
+  if (!installed(kChromium)) {
+    GTEST_SKIP() << "chromium is not installed (Debian package chromium; scripts/test.sh "
+                    "installs it): the ASP charts were not drawn";
+  }
+  ScratchDir scratch("dashboard-asp");
+  const auto job = scratch.write("asp.toml", R"(
+[job]
+name = "asp-report"
+mode = "asp"
+
+[model]
+kind = "mlp"
+hidden = [32]
+
+[data]
+dataset = "synthetic"
+train_size = 2048
+test_size = 256
+
+[train]
+global_batch = 64
+steps = 1500
+eval_every = 300
+optimizer = "sgd"
+lr = 0.01
+momentum = 0.9
+seed = 3
+
+[controller]
+policy = "proportional"
+min_batch = 4
+interval = 10
+cooldown = 2
+
+[elastic]
+min_workers = 2
+max_workers = 2
+
+[asp]
+servers = 1
+)");
+  const auto run_dir = scratch.path() / "run";
+  ProcessOptions options;
+  options.env = {std::string("OMNILEARN_CHROMIUM=") + kChromium};
+  auto result = run_omnilearn({"run", job.string(), "--local", "2", "--slowdown", "1,3",
+                               "--run-dir", run_dir.string()},
+                              180s, options);
+  ASSERT_FALSE(result.timed_out) << result.out << result.err;
+  ASSERT_EQ(result.status.code, 0) << result.out << result.err;
+  for (const char* chart : {"loss", "batches", "throughput", "steptime", "staleness", "updates",
+                            "timeline"}) {
+    const auto png = run_dir / (std::string("report-") + chart + ".png");
+    EXPECT_NE(result.out.find("chart: " + png.string()), std::string::npos)
+        << chart << ": " << result.out << result.err;
+    EXPECT_TRUE(fs::exists(png)) << png;
+  }
+  const auto intervals = events_named(read_events(run_dir), "asp_interval");
+  ASSERT_GE(intervals.size(), 2u) << "too short a job to draw a line";
+  std::size_t evaluations = 0, worker_points = 0;
+  for (const auto& e : intervals) {
+    evaluations += e.contains("test_accuracy") ? 1 : 0;
+    for (const auto& [name, w] : e.at("workers").items()) worker_points += w.value("live", true);
+  }
+  ASSERT_GE(evaluations, 1u);
+  auto page = chromium(scratch, "file://" + (run_dir / "report.html").string(), {"--dump-dom"});
+  ASSERT_EQ(page.status.code, 0) << page.err;
+  auto points = chart_points(page.out);
+  // mean, p95 and max per interval; each worker's updates/s per interval.
+  EXPECT_EQ(points["staleness"], static_cast<int>(3 * intervals.size())) << page.out.size();
+  EXPECT_EQ(points["updates"], static_cast<int>(worker_points));
+  // The loss per interval and the evaluations.
+  EXPECT_EQ(points["loss"], static_cast<int>(intervals.size() + evaluations));
+}
+
 }  // namespace
 }  // namespace omnilearn::testing
