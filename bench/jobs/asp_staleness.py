@@ -67,11 +67,19 @@ ASP = """
 [asp]
 servers = {servers}
 staleness = "{staleness}"
-lr_scaling = "linear"
+lr_scaling = "{lr_scaling}"
 """
 
-CONFIGS = [("uniform-asp", "asp", "uniform"), ("proportional-asp", "asp", "proportional"),
-           ("proportional-bsp", "bsp", "proportional")]
+# name -> (mode, policy, ASP's lr_scaling). "proportional-asp-unscaled" tests whether linear lr
+# scaling (fast workers' steps 1.6x, slow ones' 0.3x at 1,1,2,4) is what costs
+# proportional-ASP accuracy: every push is then one step at the same learning rate.
+ALL_CONFIGS = {
+    "uniform-asp": ("asp", "uniform", "linear"),
+    "proportional-asp": ("asp", "proportional", "linear"),
+    "proportional-bsp": ("bsp", "proportional", "linear"),
+    "proportional-asp-unscaled": ("asp", "proportional", "none"),
+}
+DEFAULT_CONFIGS = "uniform-asp,proportional-asp,proportional-bsp"
 
 
 def curve(run_dir, mode):
@@ -91,7 +99,7 @@ def curve(run_dir, mode):
     return [(e["time"] - start, e["test_accuracy"]) for e in evals], end - start
 
 
-def run(args, name, mode, policy, slowdown, seed):
+def run(args, name, mode, policy, lr_scaling, slowdown, seed):
     n = len(slowdown)
     # Each ASP push is a full optimizer step on one worker's batch: n pushes make one BSP step's
     # progress at lr / n (with the BSP learning rate, momentum 0.9 and stale gradients the MLP
@@ -102,7 +110,7 @@ def run(args, name, mode, policy, slowdown, seed):
     text = JOB.format(name=name, mode=mode, policy=policy, batch=args.global_batch,
                       epochs=args.epochs, n=n, lr=lr, seed=seed, eval_every=eval_every)
     if mode == "asp":
-        text += ASP.format(servers=args.servers, staleness=args.staleness)
+        text += ASP.format(servers=args.servers, staleness=args.staleness, lr_scaling=lr_scaling)
     with tempfile.TemporaryDirectory() as tmp:
         job = os.path.join(tmp, "job.toml")
         with open(job, "w") as f:
@@ -192,26 +200,33 @@ def main():
     p.add_argument("--lock", action="append", default=[],
                    help="a file to flock around each run (not to overlap other benchmarks or "
                         "builds); may be repeated")
+    p.add_argument("--configs", default=DEFAULT_CONFIGS,
+                   help="the runs of a repeat, comma-separated, among: " + ", ".join(ALL_CONFIGS))
     p.add_argument("--json")
     args = p.parse_args()
+    names = args.configs.split(",")
+    unknown = [name for name in names if name not in ALL_CONFIGS]
+    if unknown:
+        p.error(f"--configs: unknown {', '.join(unknown)}; choose among {', '.join(ALL_CONFIGS)}")
+    configs = [(name,) + ALL_CONFIGS[name] for name in names]
     slowdown = [float(x) for x in args.slowdown.split(",")]
     repeats = []
     for rep in range(args.repeats):
-        order = CONFIGS[rep % len(CONFIGS):] + CONFIGS[:rep % len(CONFIGS)]
+        order = configs[rep % len(configs):] + configs[:rep % len(configs)]
         results = {}
-        for name, mode, policy in order:
+        for name, mode, policy, lr_scaling in order:
             locks = [open(path, "w") for path in args.lock]
             for lock in locks:
                 fcntl.flock(lock, fcntl.LOCK_EX)
             try:
-                r = run(args, name, mode, policy, slowdown, seed=5 + rep)
+                r = run(args, name, mode, policy, lr_scaling, slowdown, seed=5 + rep)
             finally:
                 for lock in locks:
                     lock.close()
             results[name] = r
             st = r.get("staleness") or {}
             ttt = r["time_to_target_s"]
-            print(f"[{rep + 1}] {name:17s} {r['status']:9s} wall {r['wall_time_s']:6.1f} s  "
+            print(f"[{rep + 1}] {name:25s} {r['status']:9s} wall {r['wall_time_s']:6.1f} s  "
                   f"final acc {r['test_accuracy'] or 0:.4f}  to {args.target:.0%} "
                   + (f"{ttt:6.1f} s" if ttt is not None else "  not  ")
                   + (f"  staleness mean {st.get('mean', 0):.2f} p95 {st.get('p95')} "
@@ -224,32 +239,35 @@ def main():
             r["accuracy_at_budget"] = accuracy_at(r, budget)
             r["best_by_budget"] = best_by(r, budget)
         print(f"[{rep + 1}] equal time budget {budget:.1f} s: " + ", ".join(
-            f"{name} {results[name]['accuracy_at_budget'] or 0:.4f}" for name, _, _ in CONFIGS),
+            f"{name} {results[name]['accuracy_at_budget'] or 0:.4f}" for name, *_ in configs),
             flush=True)
         repeats.append(results)
 
     print(f"\nslowdown {args.slowdown}, B = {args.global_batch}, {args.epochs} epochs, "
           f"{args.repeats} repeats: median [range]")
-    print(f"{'':17s} {'accuracy at equal time':>24s} {'best by then':>22s} {'final accuracy':>22s} "
+    print(f"{'':25s} {'accuracy at equal time':>24s} {'best by then':>22s} {'final accuracy':>22s} "
           f"{'time to ' + format(args.target, '.0%'):>22s} {'p95 staleness':>14s} "
           f"{'mean staleness':>20s}")
-    for name, mode, _ in CONFIGS:
+    for name, mode, *_ in configs:
         rs = [rep[name] for rep in repeats]
-        print(f"{name:17s} {median_range([r['accuracy_at_budget'] for r in rs]):>24s} "
+        print(f"{name:25s} {median_range([r['accuracy_at_budget'] for r in rs]):>24s} "
               f"{median_range([r['best_by_budget'] for r in rs]):>22s} "
               f"{median_range([r['test_accuracy'] for r in rs]):>22s} "
               f"{median_range([r['time_to_target_s'] for r in rs], '{:.1f}'):>22s} "
               + (f"{median_range([r['staleness']['p95'] for r in rs], '{:.0f}'):>14s} "
                  f"{median_range([r['staleness']['mean'] for r in rs], '{:.2f}'):>20s}"
                  if mode == "asp" else ""))
-    ratios = [rep["proportional-asp"]["staleness"]["p95"] / rep["uniform-asp"]["staleness"]["p95"]
-              for rep in repeats if rep["uniform-asp"]["staleness"]["p95"]]
-    gains = [rep["proportional-asp"]["accuracy_at_budget"] - rep["uniform-asp"]["accuracy_at_budget"]
-             for rep in repeats]
-    print(f"p95 staleness proportional-ASP / uniform-ASP: {median_range(ratios, '{:.2f}')} "
-          f"(goal <= 0.5)")
-    print(f"accuracy at equal time, proportional-ASP - uniform-ASP: "
-          f"{median_range(gains, '{:+.4f}')} (goal > 0)")
+    for other in ("proportional-asp", "proportional-asp-unscaled"):
+        if other not in names or "uniform-asp" not in names:
+            continue
+        ratios = [rep[other]["staleness"]["p95"] / rep["uniform-asp"]["staleness"]["p95"]
+                  for rep in repeats if rep["uniform-asp"]["staleness"]["p95"]]
+        gains = [rep[other]["accuracy_at_budget"] - rep["uniform-asp"]["accuracy_at_budget"]
+                 for rep in repeats]
+        print(f"p95 staleness {other} / uniform-asp: {median_range(ratios, '{:.2f}')} "
+              f"(goal <= 0.5)")
+        print(f"accuracy at equal time, {other} - uniform-asp: "
+              f"{median_range(gains, '{:+.4f}')} (goal > 0)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"slowdown": slowdown, "args": vars(args), "repeats": repeats}, f, indent=2)
