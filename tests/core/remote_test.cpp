@@ -185,7 +185,9 @@ TEST_F(RemoteTest, AStatefulNamedActorServesTwoDriversInOrder) {
   std::size_t k = 0;
   for (int i = 1; i <= 50; ++i) {
     expected += i;
-    if (i % 10 != 0) EXPECT_EQ(sums[k++].get(0ms), expected);
+    if (i % 10 != 0) {
+      EXPECT_EQ(sums[k++].get(0ms), expected);
+    }
   }
 
   // A second driver (its own connection and actor system) finds it by name.
@@ -308,9 +310,11 @@ TEST_F(RemoteTest, ADriverThatDiesMidCallLeavesTheActorServingOthers) {
   auto counter = driver_->spawn<Counter>(options, std::string("p"), 0);
   // Another driver program calls a slow method and is killed before the answer comes back.
   auto ready = temp_path("child.ready");
+  ProcessOptions driver_options;
+  driver_options.name = "driver";
   ChildProcess child({OL_TEST_DRIVER, test_cluster_file().string(), cluster_.address(), "patient",
                       ready},
-                     ProcessOptions{.name = "driver"});
+                     driver_options);
   ASSERT_TRUE(wait_until([&] { return std::filesystem::exists(ready); }, 20s)) << child.describe();
   std::this_thread::sleep_for(200ms);  // the call is on its way or running
   child.kill_and_reap();

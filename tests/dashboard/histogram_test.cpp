@@ -27,7 +27,8 @@ TEST(Histogram, RejectsBoundsThatDoNotIncrease) {
   EXPECT_THROW(Histogram({1, 1}), std::invalid_argument);
   EXPECT_THROW(Histogram({2, 1}), std::invalid_argument);
   EXPECT_THROW(Histogram({1, INFINITY}), std::invalid_argument);
-  EXPECT_NO_THROW(Histogram(seconds_buckets()));
+  // Braces: with parentheses the statement declares a function named seconds_buckets.
+  EXPECT_NO_THROW(Histogram{seconds_buckets()});
 }
 
 }  // namespace

@@ -124,7 +124,9 @@ TEST_F(JobTorchScript, PythonScoresTheTrainedCheckpointAsTheSummarySays) {
   for (size_t rank = 0; rank < 3; ++rank) {
     if (nodes[rank] == "w3") {
       for (size_t other = 0; other < 3; ++other) {
-        if (other != rank) EXPECT_LT(batches[rank], batches[other]) << last.dump();
+        if (other != rank) {
+          EXPECT_LT(batches[rank], batches[other]) << last.dump();
+        }
       }
     }
   }

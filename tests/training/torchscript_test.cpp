@@ -121,7 +121,9 @@ TEST_F(TorchScript, BuffersStayInSyncAndFrozenParametersStayFrozen) {
       EXPECT_EQ(b.scalar_type(), at::kLong);
       EXPECT_EQ(b.item<int64_t>(), 3);
     }
-    if (name == "bn.running_mean") EXPECT_GT(b.abs().sum().item<double>(), 0) << "never updated";
+    if (name == "bn.running_mean") {
+      EXPECT_GT(b.abs().sum().item<double>(), 0) << "never updated";
+    }
   }
   const auto before = untouched.named_parameters();
   for (size_t i = 0; i < before.size(); ++i) {
