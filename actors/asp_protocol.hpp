@@ -19,6 +19,9 @@
 //   worker --AspFinished--> scheduler     (the finishing worker: test figures, final checkpoint)
 //   scheduler --AspFence--> server   reply AspFenceReply (the worker's batches it took): before a
 //                                    batch is dealt again (asp/batch_fences.hpp)
+//   scheduler --AspHandOver--> server   reply AspHandOverReply: its node is drained; it refuses
+//                                    every later push, checkpoints at its last version (and
+//                                    reports it), so that its restart elsewhere loses nothing
 //
 // Evaluation during the job (`[train] eval_every` updates): the scheduler answers one deal
 // request with kEvaluate instead of a batch; that worker pulls every shard, evaluates the test
@@ -194,6 +197,26 @@ struct AspFenceReply {
   MSGPACK_DEFINE(ok, error, shard, incarnation, version, taken, applied);
 };
 
+// scheduler -> server (ask): the server's node is drained. From now on the server applies no
+// push (each is answered kRejected, so its batch is dealt again for this shard); it writes a
+// checkpoint at its current version, sends it to the scheduler in an AspServerReport (the
+// head's copy), then answers. Its restart on another node resumes there: no update is lost.
+struct AspHandOver {
+  std::string job_id;
+  std::int32_t shard = 0;
+  MSGPACK_DEFINE(job_id, shard);
+};
+
+struct AspHandOverReply {
+  bool ok = false;
+  std::string error;  // !ok: why no checkpoint was written (the restart resumes from an older one)
+  std::int32_t shard = 0;
+  std::int64_t incarnation = 0;
+  std::int64_t version = 0;  // the checkpoint's: the last version this incarnation made
+  std::string checkpoint;    // its path on the server's node
+  MSGPACK_DEFINE(ok, error, shard, incarnation, version, checkpoint);
+};
+
 // a restarted server -> scheduler (ask): the newest copy of the shard's checkpoint.
 struct AspFetchCheckpoint {
   std::string job_id;
@@ -235,5 +258,7 @@ OMNILEARN_MESSAGE(omnilearn::actors::AspServerReport, "omnilearn.asp.ServerRepor
 OMNILEARN_MESSAGE(omnilearn::actors::AspFinished, "omnilearn.asp.Finished");
 OMNILEARN_MESSAGE(omnilearn::actors::AspFence, "omnilearn.asp.Fence");
 OMNILEARN_MESSAGE(omnilearn::actors::AspFenceReply, "omnilearn.asp.FenceReply");
+OMNILEARN_MESSAGE(omnilearn::actors::AspHandOver, "omnilearn.asp.HandOver");
+OMNILEARN_MESSAGE(omnilearn::actors::AspHandOverReply, "omnilearn.asp.HandOverReply");
 OMNILEARN_MESSAGE(omnilearn::actors::AspFetchCheckpoint, "omnilearn.asp.FetchCheckpoint");
 OMNILEARN_MESSAGE(omnilearn::actors::AspCheckpointReply, "omnilearn.asp.CheckpointReply");

@@ -33,6 +33,9 @@ constexpr std::chrono::milliseconds kInterval{1000};  // staleness statistics pe
 constexpr int kMaxServerRestarts = 8;                 // per shard, then the job fails
 // A fence's answer: a live server answers in microseconds; past this it counts as dead.
 constexpr std::chrono::milliseconds kFenceTimeout{5000};
+// A drained server's hand-over: one checkpoint write (the shard and its optimizer state); past
+// this it is stopped anyway and restarts from its last periodic checkpoint.
+constexpr std::chrono::milliseconds kHandOverTimeout{20000};
 
 }  // namespace
 
@@ -731,6 +734,46 @@ void AspSchedulerActor::trainer_gone(const std::string& name, const std::string&
   if (t.ready) replan("worker left");
 }
 
+void AspSchedulerActor::hand_over(const std::string& name) {
+  const Trainer& t = trainers_.at(name);
+  const std::int32_t s = t.shard;
+  const std::int64_t incarnation = t.incarnation;
+  const std::string system = t.system;
+  const auto asked_at = Clock::now();
+  ask(runtime::ActorAddress{system, kAspServerActor}, AspHandOver{options_.job_id, s},
+      kHandOverTimeout,
+      [this, name, s, incarnation, system, asked_at](runtime::AskResult result) {
+        if (finished_) return;
+        const auto r = result.as<AspHandOverReply>();
+        auto& shard = shards_[static_cast<std::size_t>(s)];
+        if (r && r->ok) {
+          shard.ledger.replied(r->incarnation, r->version);
+          if (r->incarnation == shard.incarnation) {
+            shard.version = std::max(shard.version, r->version);
+          }
+          if (r->version >= shard.checkpoint_version) {  // its report usually came first
+            shard.checkpoint = r->checkpoint;
+            shard.checkpoint_version = r->version;
+          }
+        } else {
+          spdlog::warn("job {}: shard {} did not hand over ({}): it restarts from its last "
+                       "checkpoint", options_.job_id, s, r ? r->error : result.error);
+        }
+        emit(Json{{"event", "server_handed_over"},
+                  {"shard", s},
+                  {"trainer", name},
+                  {"ok", r && r->ok},
+                  {"version", r ? r->version : -1},
+                  {"error", r ? r->error : result.error},
+                  {"seconds", seconds_between(asked_at, Clock::now())}});
+        const auto t = trainers_.find(name);
+        // Gone meanwhile (its node died): trainer_gone already restarted the shard.
+        if (t == trainers_.end() || t->second.gone || t->second.incarnation != incarnation) return;
+        tell(runtime::ActorAddress{system, "trainer"}, StopTrainer{options_.job_id, "drained"});
+        trainer_gone(name, "drained");
+      });
+}
+
 std::vector<std::int32_t> AspSchedulerActor::live_shards() const {
   std::vector<std::int32_t> live;
   for (std::size_t s = 0; s < shards_.size(); ++s) {
@@ -1123,19 +1166,25 @@ void AspSchedulerActor::on_message(const runtime::Envelope& message) {
       auto drain = runtime::unpack_payload<DrainNode>(message.payload);
       int leaving = 0;
       if (drain && !finished_) {
-        // Workers just go (their batch is dealt again); a server's shard restarts elsewhere.
+        // Workers just go (their batches fenced and dealt again); a server first hands its
+        // shard over (a checkpoint at its last version), then restarts elsewhere from it.
         std::vector<std::string> names;
         for (const auto& [name, t] : trainers_) {
           if (t.node == drain->node && !t.gone) names.push_back(name);
         }
         for (const auto& name : names) {
           const auto& t = trainers_[name];
+          ++leaving;
+          if (t.server && t.ready && !t.system.empty()) {
+            hand_over(name);
+            continue;
+          }
           if (!t.system.empty()) {
             tell(runtime::ActorAddress{t.system, "trainer"},
                  StopTrainer{options_.job_id, "drained"});
           }
           trainer_gone(name, "drained");
-          ++leaving;
+          if (finished_) break;
         }
         auto node = nodes_.find(drain->node);
         if (node != nodes_.end()) node->second.alive = false;  // place nothing more there

@@ -105,6 +105,9 @@ class AspSchedulerActor : public runtime::Actor {
   void on_trainer_exited(const TrainerExited& exited);
   // Fencing: the shards to ask (live and listening), one round's asks, what a round settled.
   std::vector<std::int32_t> live_shards() const;
+  // A drained server: AspHandOver (it checkpoints at its last version and refuses every later
+  // push), then it is stopped and restarts elsewhere from that checkpoint: nothing is lost.
+  void hand_over(const std::string& name);
   void send_fence(const asp::FenceAsk& ask);
   void on_settled(const std::vector<asp::SettledBatch>& settled);
   Trainer* worker_trainer(asp::WorkerId worker);

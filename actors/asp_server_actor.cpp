@@ -39,11 +39,12 @@ asp::ServerCore make_core(const AspServerConfig& config, std::size_t storage, bo
 }  // namespace
 
 AspServerActor::AspServerActor(AspServerConfig config, std::span<float> parameters, ApplyFn apply,
-                               AfterApplyFn after_apply)
+                               AfterApplyFn after_apply, SaveFn save)
     : config_(std::move(config)),
       parameters_(parameters),
       apply_(std::move(apply)),
       after_apply_(std::move(after_apply)),
+      save_(std::move(save)),
       core_(make_core(config_, parameters.size(), static_cast<bool>(apply_),
                       [this](double scale, std::span<const float> gradient) {
                         apply_(applying_version_, scale, gradient);
@@ -59,6 +60,8 @@ void AspServerActor::on_message(const runtime::Envelope& message) {
     on_push(message);
   } else if (message.kind == runtime::kind_of<AspFence>()) {
     on_fence(message);
+  } else if (message.kind == runtime::kind_of<AspHandOver>()) {
+    on_hand_over(message);
   } else if (message.correlation != 0) {
     reply(message, runtime::ErrorReply{"bad-request", "a parameter server takes pulls and pushes"});
   }
@@ -115,6 +118,14 @@ void AspServerActor::on_push(const runtime::Envelope& message) {
         message.attachments.empty()
             ? ""
             : fmt::format(", the first {} bytes", message.attachments[0].size()));
+    reply(message, r);
+    return;
+  }
+  if (handed_over_) {
+    r.error = fmt::format(
+        "shard {} is moving to another node (its node is drained) and took its last checkpoint: "
+        "nothing applied; the batch is dealt again for this shard",
+        config_.shard);
     reply(message, r);
     return;
   }
@@ -178,6 +189,39 @@ void AspServerActor::on_fence(const runtime::Envelope& message) {
   const asp::Version v = core_.pull();
   r.incarnation = v.incarnation;
   r.version = v.number;
+  if (message.correlation != 0) reply(message, r);
+}
+
+void AspServerActor::on_hand_over(const runtime::Envelope& message) {
+  AspHandOverReply r;
+  r.shard = config_.shard;
+  const auto hand_over = runtime::unpack_payload<AspHandOver>(message.payload);
+  if (!hand_over || hand_over->shard != config_.shard || hand_over->job_id != config_.job) {
+    r.error = hand_over ? fmt::format("a hand-over of shard {} of job {} reached shard {} of job {}",
+                                      hand_over->shard, hand_over->job_id, config_.shard,
+                                      config_.job)
+                        : fmt::format("a hand-over to shard {} did not decode", config_.shard);
+    if (message.correlation != 0) reply(message, r);
+    return;
+  }
+  // First closed, then saved: nothing the checkpoint misses is applied (pushes and this message
+  // run in the actor's turns, one at a time).
+  handed_over_ = true;
+  const asp::Version v = core_.pull();
+  r.incarnation = v.incarnation;
+  r.version = v.number;
+  if (!save_) {
+    r.error = "this server cannot write a checkpoint";
+  } else {
+    try {
+      r.checkpoint = save_(core_);
+      r.ok = true;
+    } catch (const std::exception& e) {
+      r.error = fmt::format("the hand-over checkpoint failed: {}", e.what());
+      spdlog::error("server {}: {}", config_.trainer, r.error);
+    }
+  }
+  if (r.ok) report(r.checkpoint);  // its bytes to the head before the answer
   if (message.correlation != 0) reply(message, r);
 }
 

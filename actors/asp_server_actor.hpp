@@ -9,6 +9,8 @@
 //   kRejected with what was wrong, and changes nothing;
 // - AspFence (from the scheduler): the worker's batches through an id refused from now on,
 //   answered AspFenceReply with those of them the shard took (asp::ServerCore::fence);
+// - AspHandOver (from the scheduler, its node drained): every later push refused (kRejected),
+//   a checkpoint written now through `save` and reported, then AspHandOverReply;
 // - after the reply: the after-apply hook (the trainer checkpoints there), then an
 //   AspServerReport to the scheduler when a checkpoint was written, updates_lost moved or a
 //   push was refused as fenced.
@@ -61,12 +63,15 @@ class AspServerActor : public runtime::Actor {
   // it wrote at core.pull() (reported to the scheduler), or "" for none. Must not throw on a
   // failed write (the trainer logs it and goes on serving); a throw is logged the same way.
   using AfterApplyFn = std::function<std::string(const asp::ServerCore& core)>;
+  // Writes a checkpoint at core.pull() whatever the version (a hand-over); returns its path.
+  // Throws when it cannot (the hand-over reply says why).
+  using SaveFn = std::function<std::string(const asp::ServerCore& core)>;
 
   // `parameters` is the shard's storage, slice.size floats; it must outlive the actor (the
   // caller usually keeps its owner alive through `apply`). Throws std::invalid_argument when
   // the sizes disagree or `apply` is empty (and what asp::ServerCore throws).
   AspServerActor(AspServerConfig config, std::span<float> parameters, ApplyFn apply,
-                 AfterApplyFn after_apply = {});
+                 AfterApplyFn after_apply = {}, SaveFn save = {});
 
   // Before spawn only (afterwards the actor's turns own the core): what the trainer tells the
   // scheduler in AspServerReady.
@@ -79,12 +84,15 @@ class AspServerActor : public runtime::Actor {
   void on_pull(const runtime::Envelope& message);
   void on_push(const runtime::Envelope& message);
   void on_fence(const runtime::Envelope& message);
+  void on_hand_over(const runtime::Envelope& message);
   void report(const std::string& checkpoint);
 
   AspServerConfig config_;
   std::span<float> parameters_;
   ApplyFn apply_;
   AfterApplyFn after_apply_;
+  SaveFn save_;
+  bool handed_over_ = false;  // drained: no push is applied any more
   std::int64_t applying_version_ = 0;  // the version the push being applied moves on from
   asp::ServerCore core_;               // after apply_ and applying_version_: its callback uses them
   std::int64_t reported_lost_ = 0;

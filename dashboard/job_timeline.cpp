@@ -35,7 +35,7 @@ std::string category_of(const std::string& kind, const Json& e) {
   }
   if (kind == "generation" || kind == "generation_formed") return "generation";
   if (kind == "plan") return "plan";
-  if (kind == "drain") return "leave";
+  if (kind == "drain" || kind == "server_handed_over") return "leave";
   if (kind == "trainer_exited") return integer(e, "exit_code", -1) == 0 ? "leave" : "death";
   if (kind == "trainer_gone" || kind == "server_gone") return "death";
   if (kind == "recovered" || kind == "server_recovered" || kind == "batch_fenced") return "recovery";
@@ -79,6 +79,13 @@ std::string describe(const std::string& kind, const Json& e) {
     return fmt::format("shard {} serving again from version {} ({}), {} updates lost",
                        integer(e, "shard"), integer(e, "resumed_at"), text(e, "resumed_from"),
                        integer(e, "updates_lost"));
+  }
+  if (kind == "server_handed_over") {
+    return e.value("ok", false)
+               ? fmt::format("shard {} handed over at version {} (its node drained)",
+                             integer(e, "shard"), integer(e, "version"))
+               : fmt::format("shard {} did not hand over: {}", integer(e, "shard"),
+                             text(e, "error"));
   }
   if (kind == "batch_fenced") {
     return fmt::format("batch {} of worker {} ({} samples) fenced off the servers: {}",

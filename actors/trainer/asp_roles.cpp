@@ -253,6 +253,12 @@ int run_asp_server(AspRoleContext& c) {
       return "";
     }
   };
+  // A hand-over (the node drained): now, whatever the version; a failure throws to the actor,
+  // whose reply says why.
+  auto save = [state](const asp::ServerCore& core) -> std::string {
+    save_shard(*state, core.checkpoint());
+    return state->checkpoint_path;
+  };
   std::string resumed_from;
   if (c.hello.incarnation > 0) {
     // A restart: from the newer of the head's copy of the shard's last checkpoint and this
@@ -301,7 +307,7 @@ int run_asp_server(AspRoleContext& c) {
   // the pointer stays valid for as long as `state` (held by the callbacks) lives.
   auto actor = std::make_unique<AspServerActor>(
       std::move(server), std::span<float>(s.params.data_ptr<float>(), s.slice.size), apply,
-      checkpoint);
+      checkpoint, save);
   const asp::Version version = actor->version();
   const std::int64_t updates_lost = actor->updates_lost();
 

@@ -57,7 +57,8 @@ class AspServer : public ::testing::TestWithParam<int> {
 
   // Starts shard s of `shards` (SGD at kLr in `apply`); `after` is its after-apply hook.
   void start(int shards, AspServerActor::AfterApplyFn after = {},
-             std::optional<asp::ServerCheckpoint> resume = std::nullopt) {
+             std::optional<asp::ServerCheckpoint> resume = std::nullopt,
+             AspServerActor::SaveFn save = {}) {
     const asp::ShardLayout layout(kParameters, shards);
     for (int s = 0; s < shards; ++s) {
       Shard shard;
@@ -89,7 +90,7 @@ class AspServer : public ::testing::TestWithParam<int> {
       shard.system = std::make_unique<runtime::ActorSystem>();
       shard.endpoint = shard.system->listen("tcp://127.0.0.1:0");
       auto actor = std::make_unique<AspServerActor>(config, std::span<float>(*shard.parameters),
-                                                    apply, after);
+                                                    apply, after, save);
       const asp::Version v = actor->version();
       EXPECT_EQ(v.incarnation, resume ? resume->incarnation + 1 : 0);
       EXPECT_EQ(v.number, resume ? resume->version : 0);
@@ -343,6 +344,58 @@ TEST_P(AspServer, CheckpointsAndLostUpdatesAreReported) {
     EXPECT_EQ(report->version, 8);
     EXPECT_EQ(report->updates_lost, 4);
     EXPECT_EQ(report->checkpoint, "") << "a report of lost updates alone names no checkpoint";
+  }
+}
+
+// A drained node's server: AspHandOver closes the shard first and checkpoints at its last
+// version (reported, bytes and all, before the answer); every later push is refused and
+// changes nothing, while pulls still serve the final parameters.
+TEST_P(AspServer, HandOverCheckpointsTheLastVersionAndRefusesEveryLaterPush) {
+  const int shards = GetParam();
+  start(shards, {}, std::nullopt, [](const asp::ServerCore& core) {
+    return "hand-over-" + std::to_string(core.pull().number);
+  });
+  for (int s = 0; s < shards; ++s) {
+    ASSERT_EQ(push(s, asp::Version{0, 0}, {gradient_view(s)}).status, AspPushReply::kApplied);
+    ASSERT_EQ(push(s, asp::Version{0, 1}, {gradient_view(s)}).status, AspPushReply::kApplied);
+    const auto before = pull(s);
+    auto result = worker.ask_envelope(to_server(s, runtime::kind_of<AspHandOver>(),
+                                                runtime::pack_payload(AspHandOver{"job-1", s})),
+                                      5s)
+                      .get();
+    auto r = result.as<AspHandOverReply>();
+    ASSERT_TRUE(r) << result.error;
+    EXPECT_TRUE(r->ok) << r->error;
+    EXPECT_EQ(r->shard, s);
+    EXPECT_EQ(r->version, 2);
+    EXPECT_EQ(r->checkpoint, "hand-over-2");
+    auto report = scheduler.queue->pop_as<AspServerReport>(5s);
+    ASSERT_TRUE(report) << "the hand-over's checkpoint is reported";
+    EXPECT_EQ(report->checkpoint, "hand-over-2");
+    EXPECT_EQ(report->version, 2);
+
+    const AspPushReply refused = push(s, asp::Version{0, 2}, {gradient_view(s)});
+    EXPECT_EQ(refused.status, AspPushReply::kRejected);
+    EXPECT_NE(refused.error.find("moving to another node"), std::string::npos) << refused.error;
+    const auto after = pull(s);
+    EXPECT_EQ(after.reply.version, 2);
+    EXPECT_EQ(after.values, before.values) << "a refused push changed the shard";
+  }
+}
+
+TEST_P(AspServer, HandOverWithoutASaveSaysSoAndStillCloses) {
+  const int shards = GetParam();
+  start(shards);
+  for (int s = 0; s < shards; ++s) {
+    auto result = worker.ask_envelope(to_server(s, runtime::kind_of<AspHandOver>(),
+                                                runtime::pack_payload(AspHandOver{"job-1", s})),
+                                      5s)
+                      .get();
+    auto r = result.as<AspHandOverReply>();
+    ASSERT_TRUE(r) << result.error;
+    EXPECT_FALSE(r->ok);
+    EXPECT_NE(r->error.find("cannot write a checkpoint"), std::string::npos) << r->error;
+    EXPECT_EQ(push(s, asp::Version{0, 0}, {gradient_view(s)}).status, AspPushReply::kRejected);
   }
 }
 

@@ -11,6 +11,8 @@
 //   counts the updates lost; kill -9 of the node hosting it: restarted on the other node.
 // - A worker node's agent frozen while its trainer keeps pushing: the worker's batches are
 //   fenced off the server before they are dealt again; nothing it pushes later is applied.
+// - Drain of the server's node: the shard is handed over (a checkpoint at its last version) and
+//   restarts on the other node without losing an update.
 // - A worker joining mid-job pushes soon after its hello (measured from the events; the bound
 //   asserted is generous, the figure printed).
 // No timing is asserted beyond generous bounds; every process is cleaned up by JobTest.
@@ -409,6 +411,59 @@ TEST_F(JobAsp, AFrozenAgentWhoseWorkerKeepsPushingChangesNothingAfterItsFence) {
       15s))
       << "trainers (the frozen node's included) still running after the job ended:\n"
       << describe(left);
+}
+
+// `omnilearn drain` of the node hosting the only server, with no periodic checkpoints: the
+// server hands its shard over (refuses every later push, checkpoints at its last version) and
+// restarts on the other node from that checkpoint, so not one update is lost, where a restart
+// without the hand-over would begin again from the initial parameters.
+TEST_F(JobAsp, DrainOfTheServersNodeHandsTheShardOverWithoutLosingAnUpdate) {
+  ASSERT_NO_FATAL_FAILURE(start({"w1", "w2"}, {{"--slowdown", "4"}, {"--slowdown", "4"}}));
+  constexpr int kEpochs = 60;
+  auto run = submit("drain", job("asp-drain", "asp", "epochs = " + std::to_string(kEpochs),
+                                 "\n[asp]\nservers = 1\n", 1, 2, "0.01"));
+  auto server = run->wait_for_event("spawn", 30s,
+                                    [](const Json& e) { return e.value("role", "") == "server"; });
+  ASSERT_TRUE(server) << run->describe();
+  const std::string victim = server->at("node");
+  ASSERT_TRUE(run->wait_for_event("asp_interval", 90s, [](const Json& e) {
+    return e.value("step", 0) >= 200;
+  })) << run->describe();
+  auto drain = run_omnilearn({"drain", victim, "--address", cluster().address()}, 20s);
+  ASSERT_EQ(drain.status.code, 0) << drain.out << drain.err;
+
+  auto handed = run->wait_for_event("server_handed_over", 30s);
+  ASSERT_TRUE(handed) << run->describe();
+  EXPECT_TRUE(handed->at("ok").get<bool>()) << handed->dump();
+  const auto version = handed->at("version").get<std::int64_t>();
+  EXPECT_GE(version, 200) << handed->dump();
+  auto recovered = run->wait_for_event("server_recovered", 90s);
+  ASSERT_TRUE(recovered) << run->describe();
+  EXPECT_EQ(recovered->at("resumed_at").get<std::int64_t>(), version) << recovered->dump();
+  EXPECT_EQ(recovered->at("updates_lost").get<std::int64_t>(), 0) << recovered->dump();
+  const auto restarted = run->wait_for_event(
+      "server_ready", 1s, [](const Json& e) { return e.value("incarnation", 0) > 0; });
+  ASSERT_TRUE(restarted) << run->describe();
+  EXPECT_NE(restarted->at("node"), victim) << "placed on the drained node";
+
+  auto summary = run->wait_finished(240s);
+  ASSERT_TRUE(summary) << run->describe();
+  SCOPED_TRACE(summary->dump(2));
+  ASSERT_EQ(summary->at("status"), "succeeded");
+  const auto updates = summary->at("updates").get<std::int64_t>();
+  const auto& shard = summary->at("servers")[0];
+  EXPECT_EQ(shard.at("restarts"), 1);
+  EXPECT_EQ(summary->at("updates_lost"), 0);
+  // The restart went on from the hand-over's version, so the final version counts every update.
+  EXPECT_EQ(shard.at("version").get<std::int64_t>(), updates);
+  EXPECT_EQ(summary->at("sampling").at("samples_accepted"), kEpochs * 1024);
+  EXPECT_EQ(summary->at("sampling").at("duplicates"), 0);
+  std::printf("drain of the server's node: handed over at version %lld in %.3f s, resumed from "
+              "%s; %lld updates, at most %lld lost\n",
+              static_cast<long long>(version), handed->at("seconds").get<double>(),
+              recovered->at("resumed_from").get<std::string>().c_str(),
+              static_cast<long long>(updates),
+              static_cast<long long>(summary->at("updates_lost_at_most").get<std::int64_t>()));
 }
 
 TEST_F(JobAsp, AWorkerJoiningMidJobPushesSoonAfterItsHello) {
