@@ -211,9 +211,11 @@ int run_asp_server(AspRoleContext& c) {
   s.checkpoint_every = c.spec.checkpoint.every;
   std::error_code ec;
   std::filesystem::create_directories(c.hello.checkpoint_dir, ec);
-  s.checkpoint_path =
-      (std::filesystem::path(c.hello.checkpoint_dir) / fmt::format("server-shard{}.pt", s.shard))
-          .string();
+  // One file per incarnation: a server declared dead that still runs (its agent froze) and
+  // writes a checkpoint must not overwrite its successor's, which a later restart resumes from.
+  s.checkpoint_path = (std::filesystem::path(c.hello.checkpoint_dir) /
+                       fmt::format("server-shard{}-i{}.pt", s.shard, c.hello.incarnation))
+                          .string();
   const runtime::ActorAddress scheduler{c.head, c.scheduler};
 
   AspServerConfig server;

@@ -11,6 +11,8 @@
 //   counts the updates lost; kill -9 of the node hosting it: restarted on the other node.
 // - A worker node's agent frozen while its trainer keeps pushing: the worker's batches are
 //   fenced off the server before they are dealt again; nothing it pushes later is applied.
+// - A server's agent frozen while the server keeps serving: replaced on the other node, the
+//   job finishes, and the stale server is gone once its agent thaws.
 // - Drain of the server's node: the shard is handed over (a checkpoint at its last version) and
 //   restarts on the other node without losing an update.
 // - A worker joining mid-job pushes soon after its hello (measured from the events; the bound
@@ -324,7 +326,7 @@ TEST_F(JobAsp, KillOfTheNodeHostingTheServerRestartsItOnTheOtherNodeFromTheHeads
   // The victim's checkpoints are on its "disk" only; the survivor's disk has none of its own
   // before the restart.
   EXPECT_TRUE(std::filesystem::exists(scratch_->path() / ("disk-" + victim) /
-                                      "node-local-checkpoints" / "server-shard0.pt"));
+                                      "node-local-checkpoints" / "server-shard0-i0.pt"));
   auto summary = run->wait_finished(180s);
   ASSERT_TRUE(summary) << run->describe();
   ASSERT_EQ(summary->at("status"), "succeeded") << run->describe();
@@ -410,6 +412,62 @@ TEST_F(JobAsp, AFrozenAgentWhoseWorkerKeepsPushingChangesNothingAfterItsFence) {
       },
       15s))
       << "trainers (the frozen node's included) still running after the job ended:\n"
+      << describe(left);
+}
+
+// The agent of the node hosting the only server frozen while the server keeps running: the
+// node is declared dead, the shard restarts on the other node from its last checkpoint, and
+// the old server, still serving whoever had its endpoint, must not disturb the job: pushes it
+// took after the restart are counted as lost, never applied to the new incarnation, and its
+// checkpoints go to its own file. The job finishes with every sample accepted once, and the
+// stale server is gone once its agent thaws.
+TEST_F(JobAsp, AFrozenAgentWhoseServerKeepsServingIsReplacedAndTheJobFinishes) {
+  ASSERT_NO_FATAL_FAILURE(start({"w1", "w2"}, {{"--slowdown", "4"}, {"--slowdown", "4"}}));
+  constexpr int kEpochs = 60;
+  auto run = submit("zombie", job("asp-zombie", "asp", "epochs = " + std::to_string(kEpochs),
+                                  "\n[asp]\nservers = 1\n\n[checkpoint]\nevery = 20\n", 1, 2,
+                                  "0.01"));
+  auto server = run->wait_for_event("spawn", 30s,
+                                    [](const Json& e) { return e.value("role", "") == "server"; });
+  ASSERT_TRUE(server) << run->describe();
+  const std::string victim = server->at("node");
+  ASSERT_TRUE(run->wait_for_event("checkpoint", 90s)) << run->describe();
+  const auto servers = trainer_processes(cluster().address(), run->id() + "-" + victim + "-s");
+  ASSERT_EQ(servers.size(), 1u) << describe(servers);
+
+  auto& agent = cluster().worker(victim);
+  ASSERT_TRUE(agent.send_signal(SIGSTOP, /*whole_group=*/false));
+  const auto frozen_at = std::chrono::steady_clock::now();
+  auto recovered = run->wait_for_event("server_recovered", 60s);
+  ASSERT_TRUE(recovered) << run->describe();
+  EXPECT_EQ(::kill(servers[0].pid, 0), 0) << "the server died with its agent frozen";
+  const auto restarted = run->wait_for_event(
+      "server_ready", 1s, [](const Json& e) { return e.value("incarnation", 0) > 0; });
+  ASSERT_TRUE(restarted) << run->describe();
+  EXPECT_NE(restarted->at("node"), victim);
+  std::this_thread::sleep_until(frozen_at + 4s);
+  ASSERT_TRUE(agent.send_signal(SIGCONT, /*whole_group=*/false));
+
+  auto summary = run->wait_finished(240s);
+  ASSERT_TRUE(summary) << run->describe();
+  SCOPED_TRACE(summary->dump(2));
+  ASSERT_EQ(summary->at("status"), "succeeded");
+  EXPECT_EQ(summary->at("servers")[0].at("restarts"), 1);
+  EXPECT_EQ(summary->at("sampling").at("samples_accepted"), kEpochs * 1024);
+  EXPECT_EQ(summary->at("sampling").at("duplicates"), 0);
+  EXPECT_TRUE(summary->at("final_train_loss").is_number());
+  std::printf("frozen agent of the server's node: resumed at %lld, %lld..%lld updates lost\n",
+              static_cast<long long>(recovered->at("resumed_at").get<std::int64_t>()),
+              static_cast<long long>(summary->at("updates_lost").get<std::int64_t>()),
+              static_cast<long long>(summary->at("updates_lost_at_most").get<std::int64_t>()));
+  std::vector<ProcessInfo> left;
+  EXPECT_TRUE(wait_until(
+      [&] {
+        left = job_trainer_processes(run->id());
+        return left.empty();
+      },
+      30s))
+      << "trainers (the stale server included) still running after the job ended:\n"
       << describe(left);
 }
 
