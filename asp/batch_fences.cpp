@@ -45,7 +45,7 @@ FenceStart BatchFences::start(EpochDealer& dealer, Round round, std::uint64_t th
     if (s >= 0 && s < shards_) round.waiting.insert(s);
   }
   if (round.waiting.empty()) {
-    out.settled = settle(dealer, round);
+    out.settled = settle(dealer, round, /*asked=*/false);
     return out;
   }
   const std::uint64_t id = next_round_++;
@@ -76,10 +76,24 @@ std::vector<SettledBatch> BatchFences::answer(EpochDealer& dealer, std::uint64_t
   Round done = std::move(round);
   rounds_.erase(it);
   for (const std::uint64_t b : done.batches) fencing_.erase(b);
-  return settle(dealer, done);
+  return settle(dealer, done, /*asked=*/true);
 }
 
-std::vector<SettledBatch> BatchFences::settle(EpochDealer& dealer, const Round& round) {
+std::vector<SettledBatch> BatchFences::shard_gone(EpochDealer& dealer, std::int32_t shard) {
+  std::vector<std::uint64_t> waiting;
+  for (const auto& [id, round] : rounds_) {
+    if (round.waiting.count(shard) > 0) waiting.push_back(id);
+  }
+  std::vector<SettledBatch> out;
+  for (const std::uint64_t id : waiting) {
+    auto settled = answer(dealer, id, shard, std::nullopt);
+    out.insert(out.end(), settled.begin(), settled.end());
+  }
+  return out;
+}
+
+std::vector<SettledBatch> BatchFences::settle(EpochDealer& dealer, const Round& round,
+                                              bool asked) {
   std::vector<SettledBatch> out;
   for (const std::uint64_t b : round.batches) {
     SettledBatch s;
@@ -92,6 +106,7 @@ std::vector<SettledBatch> BatchFences::settle(EpochDealer& dealer, const Round& 
                                                          : taken->second,
                               shards_);
     s.applied = round.dropped.count(b) == 0;
+    s.asked = asked;
     out.push_back(s);
   }
   return out;

@@ -11,8 +11,9 @@
 // So the scheduler fences first. It asks every live shard to refuse the batch from now on
 // (asp::ServerCore::fence) and to say whether it took it already. Only when every asked shard
 // has answered does it settle the batch with the dealer (EpochDealer::settle): accepted if every
-// shard took it, dealt again for the others otherwise. A shard that gives no answer (dead, or
-// past the ask's bound) counts as not having taken the batch.
+// shard took it, dealt again for the others otherwise. A live shard silent past the ask's bound
+// is asked again (it may still apply a late push before it reads the fence); only a shard
+// declared gone (shard_gone) counts as not having taken the batch.
 //
 // Pure: the scheduler actor sends the asks and feeds the answers in; asp_fence_simulation_test
 // drives it in virtual time against lost, late and zombie pushes.
@@ -48,6 +49,9 @@ struct SettledBatch {
   EpochDealer::Settled outcome = EpochDealer::Settled::kNotOutstanding;
   // kAccepted: no shard dropped it as too stale (the push is an update; otherwise a dropped push).
   bool applied = false;
+  // Some shard was asked (false: settled at once, every shard having answered the push or being
+  // gone: nothing was fenced).
+  bool asked = false;
 };
 
 struct FenceStart {
@@ -79,6 +83,12 @@ class BatchFences {
   std::vector<SettledBatch> answer(EpochDealer& dealer, std::uint64_t round, std::int32_t shard,
                                    const std::optional<std::vector<TakenBatch>>& taken);
 
+  // `shard`'s incarnation is gone (declared dead, drained): it answers no fence it was asked,
+  // so every round waiting for it takes that as no answer. Returns the batches that settle.
+  // An ask that times out while its shard lives is to be sent again, not answered nullopt: the
+  // shard may still apply a push of the batch before it reads the fence.
+  std::vector<SettledBatch> shard_gone(EpochDealer& dealer, std::int32_t shard);
+
   // Rounds still waiting for an answer.
   std::size_t pending() const { return rounds_.size(); }
   // Whether `batch` waits in some round (its samples are neither accepted nor dealt again yet).
@@ -95,7 +105,7 @@ class BatchFences {
 
   FenceStart start(EpochDealer& dealer, Round round, std::uint64_t through,
                    const std::vector<std::int32_t>& ask);
-  std::vector<SettledBatch> settle(EpochDealer& dealer, const Round& round);
+  std::vector<SettledBatch> settle(EpochDealer& dealer, const Round& round, bool asked);
 
   std::int32_t shards_;
   std::uint64_t next_round_ = 1;

@@ -111,7 +111,11 @@ class ServerCore {
   std::vector<TakenBatch> fence(WorkerId worker, std::uint64_t through);
   bool fenced(WorkerId worker, std::uint64_t batch_id) const;
   std::int64_t fenced_pushes() const { return fenced_pushes_; }
-  static constexpr std::size_t kTakenKept = 16;
+  // Per worker (16 bytes each). A fence concerns a batch the worker pushed before the fence
+  // reached this shard; the worker goes on pushing meanwhile (a push given up on does not stop
+  // it), and a fence to a slow shard is asked again until it is answered, so the history must
+  // outlast many pushes: with 16, asp_fence_simulation_test found samples taken twice.
+  static constexpr std::size_t kTakenKept = 1024;
 
   ServerCheckpoint checkpoint() const { return state_; }
 

@@ -34,6 +34,7 @@ TEST(BatchFences, AGoneWorkersPushEveryShardTookCountsAndIsNotDealtAgain) {
   ASSERT_EQ(settled.size(), 1u);
   EXPECT_EQ(settled[0].outcome, EpochDealer::Settled::kAccepted);
   EXPECT_TRUE(settled[0].applied);
+  EXPECT_TRUE(settled[0].asked);
   EXPECT_EQ(settled[0].samples, 4);
   EXPECT_EQ(fences.pending(), 0u);
   EXPECT_FALSE(fences.fencing(a.id));
@@ -55,6 +56,40 @@ TEST(BatchFences, WhatOneShardTookIsDealtAgainForTheOthersOnlyAndSilenceIsNotTak
   const auto again = dealer.pull(2, 8);
   EXPECT_EQ(again.indices, a.indices);
   EXPECT_EQ(again.shards_done, (std::vector<std::int32_t>{2}));
+}
+
+TEST(BatchFences, AGoneShardAnswersNothingInEveryRoundThatWaitsForIt) {
+  EpochDealer dealer(32, 1, /*max_epochs=*/1);
+  BatchFences fences(2);
+  const auto a = dealer.pull(1, 4);
+  const auto b = dealer.pull(2, 4);
+  const FenceStart first = fences.worker_gone(dealer, 1, {0, 1});
+  const FenceStart second = fences.worker_gone(dealer, 2, {0, 1});
+  ASSERT_TRUE(first.ask && second.ask);
+  // Shard 0 answers both; shard 1 stays silent (slow: asked again, not settled) ...
+  EXPECT_TRUE(fences.answer(dealer, first.ask->round, 0, Taken{{a.id, true}}).empty());
+  EXPECT_TRUE(fences.answer(dealer, second.ask->round, 0, Taken{}).empty());
+  EXPECT_EQ(fences.pending(), 2u);
+  // ... until it is declared gone: both rounds settle, as not taken by shard 1.
+  const auto settled = fences.shard_gone(dealer, 1);
+  ASSERT_EQ(settled.size(), 2u);
+  for (const auto& s : settled) EXPECT_EQ(s.outcome, EpochDealer::Settled::kDealtAgain);
+  EXPECT_EQ(fences.pending(), 0u);
+  EXPECT_FALSE(fences.fencing(a.id));
+  EXPECT_FALSE(fences.fencing(b.id));
+  // a went to shard 0 already: dealt again for shard 1 only.
+  bool a_again = false;
+  for (int i = 0; i < 2; ++i) {
+    const auto again = dealer.pull(3, 4);
+    if (again.indices == a.indices) {
+      a_again = true;
+      EXPECT_EQ(again.shards_done, (std::vector<std::int32_t>{0}));
+    }
+  }
+  EXPECT_TRUE(a_again);
+  EXPECT_TRUE(fences.shard_gone(dealer, 1).empty()) << "nothing waits any more";
+  // A late answer of the gone shard changes nothing.
+  EXPECT_TRUE(fences.answer(dealer, first.ask->round, 1, Taken{{a.id, true}}).empty());
 }
 
 TEST(BatchFences, AFailedPushAsksTheSilentShardsAndSettlesOnce) {
@@ -95,6 +130,7 @@ TEST(BatchFences, WithNoShardToAskTheBatchesSettleAtOnce) {
   ASSERT_EQ(start.settled.size(), 1u);
   EXPECT_EQ(start.settled[0].batch, a.id);
   EXPECT_EQ(start.settled[0].outcome, EpochDealer::Settled::kDealtAgain);
+  EXPECT_FALSE(start.settled[0].asked) << "no shard to ask: nothing was fenced";
   // A failed push whose silent shards are all gone: dealt again for them, the others kept.
   const auto b = dealer.pull(2, 4);
   const FenceStart failed = fences.push_failed(dealer, 2, b.id, {1}, false, {});
