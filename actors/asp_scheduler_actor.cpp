@@ -118,7 +118,8 @@ std::int64_t AspSchedulerActor::live_workers() const {
 }
 
 bool AspSchedulerActor::servers_ready() const {
-  return std::all_of(shards_.begin(), shards_.end(), [](const Shard& s) { return s.ready; });
+  return std::all_of(shards_.begin(), shards_.end(),
+                     [](const Shard& s) { return s.ready && !s.handing_over; });
 }
 
 void AspSchedulerActor::spawn(const std::string& node_id, bool server, std::int32_t shard) {
@@ -691,6 +692,7 @@ void AspSchedulerActor::trainer_gone(const std::string& name, const std::string&
     if (shard.trainer == name) {
       shard.trainer.clear();
       shard.ready = false;
+      shard.handing_over = false;
       shard.endpoint.clear();
       ++shard.restarts;
       shard.incarnation = t.incarnation + 1;
@@ -705,7 +707,11 @@ void AspSchedulerActor::trainer_gone(const std::string& name, const std::string&
       if (shard.restarts > kMaxServerRestarts) {
         fail(fmt::format("parameter server shard {} died {} times (last: {})", t.shard,
                          shard.restarts, why));
+        return;
       }
+      // Fences it was asked and did not answer: it cannot answer any more (counted as not
+      // having taken their batches).
+      if (fences_ && dealer_) on_settled(fences_->shard_gone(*dealer_, t.shard));
     }
     return;
   }
@@ -740,20 +746,26 @@ void AspSchedulerActor::hand_over(const std::string& name) {
   const std::int64_t incarnation = t.incarnation;
   const std::string system = t.system;
   const auto asked_at = Clock::now();
+  // Deals wait until the shard serves again elsewhere: every push to it would be refused.
+  shards_[static_cast<std::size_t>(s)].handing_over = true;
   ask(runtime::ActorAddress{system, kAspServerActor}, AspHandOver{options_.job_id, s},
       kHandOverTimeout,
       [this, name, s, incarnation, system, asked_at](runtime::AskResult result) {
         if (finished_) return;
         const auto r = result.as<AspHandOverReply>();
         auto& shard = shards_[static_cast<std::size_t>(s)];
+        // Only while it is still the shard's live incarnation: if its node died meanwhile, a
+        // successor already resumed from an older checkpoint, and this one's file must not be
+        // taken for the shard's newest.
+        const bool current = shard.trainer == name && shard.incarnation == incarnation;
         if (r && r->ok) {
           shard.ledger.replied(r->incarnation, r->version);
-          if (r->incarnation == shard.incarnation) {
+          if (current && r->incarnation == incarnation) {
             shard.version = std::max(shard.version, r->version);
-          }
-          if (r->version >= shard.checkpoint_version) {  // its report usually came first
-            shard.checkpoint = r->checkpoint;
-            shard.checkpoint_version = r->version;
+            if (r->version >= shard.checkpoint_version) {  // its report usually came first
+              shard.checkpoint = r->checkpoint;
+              shard.checkpoint_version = r->version;
+            }
           }
         } else {
           spdlog::warn("job {}: shard {} did not hand over ({}): it restarts from its last "
@@ -771,6 +783,7 @@ void AspSchedulerActor::hand_over(const std::string& name) {
         if (t == trainers_.end() || t->second.gone || t->second.incarnation != incarnation) return;
         tell(runtime::ActorAddress{system, "trainer"}, StopTrainer{options_.job_id, "drained"});
         trainer_gone(name, "drained");
+        if (!finished_) place();  // its restart, now rather than at its exit
       });
 }
 
@@ -787,40 +800,52 @@ std::vector<std::int32_t> AspSchedulerActor::live_shards() const {
 
 void AspSchedulerActor::send_fence(const asp::FenceAsk& fence) {
   ++fence_counters_.rounds;
-  for (const std::int32_t s : fence.shards) {
-    const auto& shard = shards_[static_cast<std::size_t>(s)];
-    const auto server = trainers_.find(shard.trainer);
-    const std::int64_t incarnation = shard.incarnation;
-    if (server == trainers_.end() || server->second.system.empty()) {
-      ++fence_counters_.no_answer;  // nobody to ask: counted as not having taken it
-      on_settled(fences_->answer(*dealer_, fence.round, s, std::nullopt));
-      continue;
-    }
-    ask(runtime::ActorAddress{server->second.system, kAspServerActor},
-        AspFence{options_.job_id, s, fence.worker, fence.through}, kFenceTimeout,
-        [this, round = fence.round, s, incarnation](runtime::AskResult result) {
-          if (finished_ || !fences_ || !dealer_) return;
-          std::optional<std::vector<asp::TakenBatch>> taken;
-          const auto r = result.as<AspFenceReply>();
-          auto& shard = shards_[static_cast<std::size_t>(s)];
-          if (r && r->ok && r->taken.size() == r->applied.size()) {
-            taken.emplace();
-            for (std::size_t i = 0; i < r->taken.size(); ++i) {
-              taken->push_back(asp::TakenBatch{r->taken[i], r->applied[i]});
-            }
-            shard.ledger.replied(r->incarnation, r->version);
-          } else {
-            // Dead or unreachable: counted as not having taken it. A push it applied before it
-            // died lies past its checkpoint or in it; the ledger bounds the first, and the
-            // second is the case docs/ARCHITECTURE.md lists as still giving samples twice.
-            ++fence_counters_.no_answer;
-            shard.ledger.unanswered(incarnation);
-            spdlog::warn("job {}: shard {} did not answer a fence: {}", options_.job_id, s,
-                         r ? r->error : result.error);
-          }
-          on_settled(fences_->answer(*dealer_, round, s, taken));
-        });
+  for (const std::int32_t s : fence.shards) fence_shard(fence.round, s, fence.worker, fence.through);
+}
+
+void AspSchedulerActor::fence_shard(std::uint64_t round, std::int32_t s, asp::WorkerId worker,
+                                    std::uint64_t through) {
+  const auto& shard = shards_[static_cast<std::size_t>(s)];
+  const auto server = trainers_.find(shard.trainer);
+  const std::int64_t incarnation = shard.incarnation;
+  if (!shard.ready || server == trainers_.end() || server->second.system.empty()) {
+    ++fence_counters_.no_answer;  // nobody to ask: counted as not having taken it
+    on_settled(fences_->answer(*dealer_, round, s, std::nullopt));
+    return;
   }
+  ask(runtime::ActorAddress{server->second.system, kAspServerActor},
+      AspFence{options_.job_id, s, worker, through}, kFenceTimeout,
+      [this, round, s, worker, through, incarnation](runtime::AskResult result) {
+        if (finished_ || !fences_ || !dealer_) return;
+        auto& shard = shards_[static_cast<std::size_t>(s)];
+        const auto r = result.as<AspFenceReply>();
+        if (r && r->ok && r->taken.size() == r->applied.size()) {
+          std::vector<asp::TakenBatch> taken;
+          for (std::size_t i = 0; i < r->taken.size(); ++i) {
+            taken.push_back(asp::TakenBatch{r->taken[i], r->applied[i]});
+          }
+          shard.ledger.replied(r->incarnation, r->version);
+          on_settled(fences_->answer(*dealer_, round, s, taken));
+          return;
+        }
+        ++fence_counters_.no_answer;
+        spdlog::warn("job {}: shard {} did not answer a fence: {}", options_.job_id, s,
+                     r ? r->error : result.error);
+        if (!r && shard.incarnation == incarnation && shard.ready) {
+          // Slow, not gone (a long checkpoint write, a loaded machine): its turns run in order,
+          // so a push of the batch it still holds would be applied before the fence and said
+          // taken in the answer. Counting it as not taken now could deal the samples twice:
+          // ask again. When the shard is declared gone, trainer_gone answers for it.
+          fence_shard(round, s, worker, through);
+          return;
+        }
+        if (shard.incarnation == incarnation) shard.ledger.unanswered(incarnation);
+        // Answered with an error (a misaddressed fence), or its incarnation is gone (then
+        // trainer_gone answered already and this changes nothing): not taken. A push it
+        // applied before it died lies past its checkpoint or in it; the ledger bounds the first,
+        // and the second is the case docs/ARCHITECTURE.md lists as still giving samples twice.
+        on_settled(fences_->answer(*dealer_, round, s, std::nullopt));
+      });
 }
 
 AspSchedulerActor::Trainer* AspSchedulerActor::worker_trainer(asp::WorkerId worker) {
@@ -836,7 +861,7 @@ void AspSchedulerActor::on_settled(const std::vector<asp::SettledBatch>& settled
     const bool taken = b.outcome == asp::EpochDealer::Settled::kAccepted;
     if (taken) {
       // Every shard took it before its fence: the push counts, as if its worker had said so.
-      ++fence_counters_.taken;
+      if (b.asked) ++fence_counters_.taken;
       ++pushes_;
       if (b.applied) {
         ++updates_;
@@ -846,9 +871,10 @@ void AspSchedulerActor::on_settled(const std::vector<asp::SettledBatch>& settled
       } else {
         ++dropped_stale_;
       }
-    } else {
+    } else if (b.asked) {
       ++fence_counters_.dealt_again;
     }
+    if (!b.asked) continue;  // nothing was fenced: every shard had answered, or was gone
     emit(Json{{"event", "batch_fenced"},
               {"worker", b.worker},
               {"batch", b.batch},

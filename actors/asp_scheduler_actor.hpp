@@ -72,6 +72,7 @@ class AspSchedulerActor : public runtime::Actor {
     std::string endpoint;
     std::int64_t incarnation = 0;
     bool ready = false;
+    bool handing_over = false;  // its node drained: deals wait until it serves elsewhere
     std::string checkpoint;  // the newest checkpoint any incarnation reported
     std::int64_t checkpoint_version = 0;
     // The head's copy of it (head_copy_path), written from the report's bytes: what a restart
@@ -109,6 +110,9 @@ class AspSchedulerActor : public runtime::Actor {
   // push), then it is stopped and restarts elsewhere from that checkpoint: nothing is lost.
   void hand_over(const std::string& name);
   void send_fence(const asp::FenceAsk& ask);
+  // One shard's part of fence round `round`; asked again while the shard stays live and silent.
+  void fence_shard(std::uint64_t round, std::int32_t shard, asp::WorkerId worker,
+                   std::uint64_t through);
   void on_settled(const std::vector<asp::SettledBatch>& settled);
   Trainer* worker_trainer(asp::WorkerId worker);
   void trainer_gone(const std::string& name, const std::string& why);

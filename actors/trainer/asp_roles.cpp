@@ -537,6 +537,9 @@ int run_asp_worker(AspRoleContext& c) {
       request.versions = versions;
       request.unanswered = std::move(unanswered);
       request.failed_batch = deal->batch_id;
+      // A shard that dropped it as too stale took it without an update: if the batch is then
+      // accepted (the others took it too), it counts as a dropped push, not an update.
+      request.dropped = any_dropped;
       continue;
     }
     // As a BSP trainer reports each step: the agent's heartbeats carry this worker's timings
