@@ -13,6 +13,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "runtime/actor_system.hpp"
@@ -141,6 +142,16 @@ class AspServer : public ::testing::TestWithParam<int> {
     auto r = result.as<AspPushReply>();
     EXPECT_TRUE(r) << "shard " << s << ": " << result.error;
     return r.value_or(AspPushReply{});
+  }
+
+  std::optional<AspHandOverReply> hand_over(int s) {
+    auto result = worker.ask_envelope(to_server(s, runtime::kind_of<AspHandOver>(),
+                                                runtime::pack_payload(AspHandOver{"job-1", s})),
+                                      5s)
+                      .get();
+    auto r = result.as<AspHandOverReply>();
+    EXPECT_TRUE(r) << "shard " << s << ": " << result.error;
+    return r;
   }
 
   // The gradient for shard s as the worker sends it: a view into one shared buffer.
@@ -359,12 +370,8 @@ TEST_P(AspServer, HandOverCheckpointsTheLastVersionAndRefusesEveryLaterPush) {
     ASSERT_EQ(push(s, asp::Version{0, 0}, {gradient_view(s)}).status, AspPushReply::kApplied);
     ASSERT_EQ(push(s, asp::Version{0, 1}, {gradient_view(s)}).status, AspPushReply::kApplied);
     const auto before = pull(s);
-    auto result = worker.ask_envelope(to_server(s, runtime::kind_of<AspHandOver>(),
-                                                runtime::pack_payload(AspHandOver{"job-1", s})),
-                                      5s)
-                      .get();
-    auto r = result.as<AspHandOverReply>();
-    ASSERT_TRUE(r) << result.error;
+    const auto r = hand_over(s);
+    ASSERT_TRUE(r);
     EXPECT_TRUE(r->ok) << r->error;
     EXPECT_EQ(r->shard, s);
     EXPECT_EQ(r->version, 2);
@@ -387,12 +394,8 @@ TEST_P(AspServer, HandOverWithoutASaveSaysSoAndStillCloses) {
   const int shards = GetParam();
   start(shards);
   for (int s = 0; s < shards; ++s) {
-    auto result = worker.ask_envelope(to_server(s, runtime::kind_of<AspHandOver>(),
-                                                runtime::pack_payload(AspHandOver{"job-1", s})),
-                                      5s)
-                      .get();
-    auto r = result.as<AspHandOverReply>();
-    ASSERT_TRUE(r) << result.error;
+    const auto r = hand_over(s);
+    ASSERT_TRUE(r);
     EXPECT_FALSE(r->ok);
     EXPECT_NE(r->error.find("cannot write a checkpoint"), std::string::npos) << r->error;
     EXPECT_EQ(push(s, asp::Version{0, 0}, {gradient_view(s)}).status, AspPushReply::kRejected);

@@ -100,6 +100,28 @@ class JobAsp : public JobTest {
       ASSERT_TRUE(cluster.wait_worker_joined(w, 20s)) << cluster.worker(w).describe();
     }
   }
+  // The node the job's (first) server was spawned on.
+  static std::string server_node(JobRun& run) {
+    auto server = run.wait_for_event("spawn", 30s,
+                                     [](const Json& e) { return e.value("role", "") == "server"; });
+    if (!server) {
+      ADD_FAILURE() << "no server spawned\n" << run.describe();
+      return "";
+    }
+    return server->at("node");
+  }
+  // No trainer of the job is left once it ended (`which` says who could have been).
+  static void expect_trainers_gone(const JobRun& run, const char* which,
+                                   std::chrono::seconds within) {
+    std::vector<ProcessInfo> left;
+    EXPECT_TRUE(wait_until(
+        [&] {
+          left = job_trainer_processes(run.id());
+          return left.empty();
+        },
+        within))
+        << "trainers (" << which << ") still running after the job ended:\n" << describe(left);
+  }
   static std::int64_t latest_step(const JobRun& run) {
     std::int64_t step = 0;
     for (const auto& e : run.events()) {
@@ -346,10 +368,9 @@ TEST_F(JobAsp, AFrozenAgentWhoseWorkerKeepsPushingChangesNothingAfterItsFence) {
   constexpr int kEpochs = 60;
   auto run = submit("freeze", job("asp-freeze", "asp", "epochs = " + std::to_string(kEpochs),
                                   "\n[asp]\nservers = 1\n", 1, 2, "0.01"));
-  auto server = run->wait_for_event("spawn", 30s,
-                                    [](const Json& e) { return e.value("role", "") == "server"; });
-  ASSERT_TRUE(server) << run->describe();
-  const std::string victim = server->at("node") == "w1" ? "w2" : "w1";
+  const std::string server = server_node(*run);
+  ASSERT_FALSE(server.empty());
+  const std::string victim = server == "w1" ? "w2" : "w1";
   // Both workers push before the freeze.
   ASSERT_TRUE(run->wait_for_event("asp_interval", 90s, [](const Json& e) {
     return e.value("step", 0) >= 40;
@@ -404,15 +425,7 @@ TEST_F(JobAsp, AFrozenAgentWhoseWorkerKeepsPushingChangesNothingAfterItsFence) {
               static_cast<long long>(fences.at("batches_taken").get<std::int64_t>()),
               static_cast<long long>(fences.at("batches_dealt_again").get<std::int64_t>()),
               static_cast<long long>(shard.at("pushes_fenced").get<std::int64_t>()));
-  std::vector<ProcessInfo> left;
-  EXPECT_TRUE(wait_until(
-      [&] {
-        left = job_trainer_processes(run->id());
-        return left.empty();
-      },
-      15s))
-      << "trainers (the frozen node's included) still running after the job ended:\n"
-      << describe(left);
+  expect_trainers_gone(*run, "the frozen node's included", 15s);
 }
 
 // The agent of the node hosting the only server frozen while the server keeps running: the
@@ -427,10 +440,8 @@ TEST_F(JobAsp, AFrozenAgentWhoseServerKeepsServingIsReplacedAndTheJobFinishes) {
   auto run = submit("zombie", job("asp-zombie", "asp", "epochs = " + std::to_string(kEpochs),
                                   "\n[asp]\nservers = 1\n\n[checkpoint]\nevery = 20\n", 1, 2,
                                   "0.01"));
-  auto server = run->wait_for_event("spawn", 30s,
-                                    [](const Json& e) { return e.value("role", "") == "server"; });
-  ASSERT_TRUE(server) << run->describe();
-  const std::string victim = server->at("node");
+  const std::string victim = server_node(*run);
+  ASSERT_FALSE(victim.empty());
   ASSERT_TRUE(run->wait_for_event("checkpoint", 90s)) << run->describe();
   const auto servers = trainer_processes(cluster().address(), run->id() + "-" + victim + "-s");
   ASSERT_EQ(servers.size(), 1u) << describe(servers);
@@ -460,15 +471,7 @@ TEST_F(JobAsp, AFrozenAgentWhoseServerKeepsServingIsReplacedAndTheJobFinishes) {
               static_cast<long long>(recovered->at("resumed_at").get<std::int64_t>()),
               static_cast<long long>(summary->at("updates_lost").get<std::int64_t>()),
               static_cast<long long>(summary->at("updates_lost_at_most").get<std::int64_t>()));
-  std::vector<ProcessInfo> left;
-  EXPECT_TRUE(wait_until(
-      [&] {
-        left = job_trainer_processes(run->id());
-        return left.empty();
-      },
-      30s))
-      << "trainers (the stale server included) still running after the job ended:\n"
-      << describe(left);
+  expect_trainers_gone(*run, "the stale server included", 30s);
 }
 
 // `omnilearn drain` of the node hosting the only server, with no periodic checkpoints: the
@@ -480,10 +483,8 @@ TEST_F(JobAsp, DrainOfTheServersNodeHandsTheShardOverWithoutLosingAnUpdate) {
   constexpr int kEpochs = 60;
   auto run = submit("drain", job("asp-drain", "asp", "epochs = " + std::to_string(kEpochs),
                                  "\n[asp]\nservers = 1\n", 1, 2, "0.01"));
-  auto server = run->wait_for_event("spawn", 30s,
-                                    [](const Json& e) { return e.value("role", "") == "server"; });
-  ASSERT_TRUE(server) << run->describe();
-  const std::string victim = server->at("node");
+  const std::string victim = server_node(*run);
+  ASSERT_FALSE(victim.empty());
   ASSERT_TRUE(run->wait_for_event("asp_interval", 90s, [](const Json& e) {
     return e.value("step", 0) >= 200;
   })) << run->describe();
