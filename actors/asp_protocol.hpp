@@ -214,7 +214,13 @@ struct AspHandOverReply {
   std::int64_t incarnation = 0;
   std::int64_t version = 0;  // the checkpoint's: the last version this incarnation made
   std::string checkpoint;    // its path on the server's node
-  MSGPACK_DEFINE(ok, error, shard, incarnation, version, checkpoint);
+  // Every batch it took (applied or dropped), all in the checkpoint: its successor inherits
+  // them, so a batch whose push this incarnation took is never dealt to the shard again.
+  std::vector<std::int64_t> taken_workers;
+  std::vector<std::uint64_t> taken_batches;
+  std::vector<bool> taken_applied;
+  MSGPACK_DEFINE(ok, error, shard, incarnation, version, checkpoint, taken_workers,
+                 taken_batches, taken_applied);
 };
 
 // a restarted server -> scheduler (ask): the newest copy of the shard's checkpoint.

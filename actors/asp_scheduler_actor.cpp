@@ -453,6 +453,7 @@ void AspSchedulerActor::on_deal(const runtime::Envelope& message, const AspDealR
     // A shard that gave no answer may still apply the push late: the live incarnations among
     // them are fenced first, and the batch settles once they answered (on_settled).
     std::vector<std::int32_t> taken, ask;
+    bool dropped = request.dropped;
     for (std::size_t s = 0; s < request.incarnations.size() && s < shards_.size(); ++s) {
       if (request.incarnations[s] >= 0) taken.push_back(static_cast<std::int32_t>(s));
     }
@@ -466,12 +467,21 @@ void AspSchedulerActor::on_deal(const runtime::Envelope& message, const AspDealR
         if (request.unanswered[s] < 0) continue;
         if (request.unanswered[s] == shards_[s].incarnation && shards_[s].ready) {
           ask.push_back(static_cast<std::int32_t>(s));
-        } else {
-          shards_[s].ledger.unanswered(request.unanswered[s]);  // its incarnation is gone
+          continue;
         }
+        // Its incarnation is gone; if it was drained, it handed over what it took.
+        bool inherited = false;
+        for (const asp::TakenBatch& b :
+             with_inherited(static_cast<std::int32_t>(s), worker, {})) {
+          if (b.batch != request.failed_batch) continue;
+          inherited = true;
+          taken.push_back(static_cast<std::int32_t>(s));
+          dropped = dropped || !b.applied;
+        }
+        if (!inherited) shards_[s].ledger.unanswered(request.unanswered[s]);
       }
       const asp::FenceStart fence = fences_->push_failed(*dealer_, worker, request.failed_batch,
-                                                         taken, request.dropped, ask);
+                                                         taken, dropped, ask);
       if (fence.ask) send_fence(*fence.ask);
       on_settled(fence.settled);
       if (finished_) return;
@@ -711,7 +721,10 @@ void AspSchedulerActor::trainer_gone(const std::string& name, const std::string&
       }
       // Fences it was asked and did not answer: it cannot answer any more (counted as not
       // having taken their batches).
-      if (fences_ && dealer_) on_settled(fences_->shard_gone(*dealer_, t.shard));
+      if (fences_ && dealer_) {
+        on_settled(fences_->shard_gone(*dealer_, t.shard, shard.inherited));
+        if (finished_) return;
+      }
     }
     return;
   }
@@ -761,6 +774,12 @@ void AspSchedulerActor::hand_over(const std::string& name) {
         if (r && r->ok) {
           shard.ledger.replied(r->incarnation, r->version);
           if (current && r->incarnation == incarnation) {
+            const std::size_t n = std::min({r->taken_workers.size(), r->taken_batches.size(),
+                                            r->taken_applied.size()});
+            for (std::size_t i = 0; i < n; ++i) {
+              shard.inherited[r->taken_workers[i]].push_back(
+                  asp::TakenBatch{r->taken_batches[i], r->taken_applied[i]});
+            }
             shard.version = std::max(shard.version, r->version);
             if (r->version >= shard.checkpoint_version) {  // its report usually came first
               shard.checkpoint = r->checkpoint;
@@ -809,8 +828,8 @@ void AspSchedulerActor::fence_shard(std::uint64_t round, std::int32_t s, asp::Wo
   const auto server = trainers_.find(shard.trainer);
   const std::int64_t incarnation = shard.incarnation;
   if (!shard.ready || server == trainers_.end() || server->second.system.empty()) {
-    ++fence_counters_.no_answer;  // nobody to ask: counted as not having taken it
-    on_settled(fences_->answer(*dealer_, round, s, std::nullopt));
+    ++fence_counters_.no_answer;  // nobody to ask: what it inherited, else not taken
+    on_settled(fences_->answer(*dealer_, round, s, with_inherited(s, worker, {})));
     return;
   }
   ask(runtime::ActorAddress{server->second.system, kAspServerActor},
@@ -825,7 +844,7 @@ void AspSchedulerActor::fence_shard(std::uint64_t round, std::int32_t s, asp::Wo
             taken.push_back(asp::TakenBatch{r->taken[i], r->applied[i]});
           }
           shard.ledger.replied(r->incarnation, r->version);
-          on_settled(fences_->answer(*dealer_, round, s, taken));
+          on_settled(fences_->answer(*dealer_, round, s, with_inherited(s, worker, taken)));
           return;
         }
         ++fence_counters_.no_answer;
@@ -844,8 +863,17 @@ void AspSchedulerActor::fence_shard(std::uint64_t round, std::int32_t s, asp::Wo
         // trainer_gone answered already and this changes nothing): not taken. A push it
         // applied before it died lies past its checkpoint or in it; the ledger bounds the first,
         // and the second is the case docs/ARCHITECTURE.md lists as still giving samples twice.
-        on_settled(fences_->answer(*dealer_, round, s, std::nullopt));
+        on_settled(fences_->answer(*dealer_, round, s, with_inherited(s, worker, {})));
       });
+}
+
+std::vector<asp::TakenBatch> AspSchedulerActor::with_inherited(
+    std::int32_t s, asp::WorkerId worker, std::vector<asp::TakenBatch> taken) const {
+  const auto& inherited = shards_[static_cast<std::size_t>(s)].inherited;
+  if (const auto it = inherited.find(worker); it != inherited.end()) {
+    taken.insert(taken.end(), it->second.begin(), it->second.end());
+  }
+  return taken;
 }
 
 AspSchedulerActor::Trainer* AspSchedulerActor::worker_trainer(asp::WorkerId worker) {

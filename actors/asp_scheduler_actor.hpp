@@ -73,6 +73,9 @@ class AspSchedulerActor : public runtime::Actor {
     std::int64_t incarnation = 0;
     bool ready = false;
     bool handing_over = false;  // its node drained: deals wait until it serves elsewhere
+    // What drained incarnations handed over as taken (in the checkpoint the lineage resumed
+    // from), per worker: part of every later answer about the shard's taken batches.
+    std::map<asp::WorkerId, std::vector<asp::TakenBatch>> inherited;
     std::string checkpoint;  // the newest checkpoint any incarnation reported
     std::int64_t checkpoint_version = 0;
     // The head's copy of it (head_copy_path), written from the report's bytes: what a restart
@@ -110,6 +113,10 @@ class AspSchedulerActor : public runtime::Actor {
   // push), then it is stopped and restarts elsewhere from that checkpoint: nothing is lost.
   void hand_over(const std::string& name);
   void send_fence(const asp::FenceAsk& ask);
+  // `taken` (a fence's answer, or nothing) with what `shard` inherited from drained
+  // incarnations for `worker`.
+  std::vector<asp::TakenBatch> with_inherited(std::int32_t shard, asp::WorkerId worker,
+                                              std::vector<asp::TakenBatch> taken) const;
   // One shard's part of fence round `round`; asked again while the shard stays live and silent.
   void fence_shard(std::uint64_t round, std::int32_t shard, asp::WorkerId worker,
                    std::uint64_t through);

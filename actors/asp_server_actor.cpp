@@ -210,6 +210,13 @@ void AspServerActor::on_hand_over(const runtime::Envelope& message) {
   const asp::Version v = core_.pull();
   r.incarnation = v.incarnation;
   r.version = v.number;
+  for (const auto& [worker, batches] : core_.taken()) {
+    for (const asp::TakenBatch& t : batches) {
+      r.taken_workers.push_back(worker);
+      r.taken_batches.push_back(t.batch);
+      r.taken_applied.push_back(t.applied);
+    }
+  }
   if (!save_) {
     r.error = "this server cannot write a checkpoint";
   } else {

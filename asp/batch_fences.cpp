@@ -79,14 +79,18 @@ std::vector<SettledBatch> BatchFences::answer(EpochDealer& dealer, std::uint64_t
   return settle(dealer, done, /*asked=*/true);
 }
 
-std::vector<SettledBatch> BatchFences::shard_gone(EpochDealer& dealer, std::int32_t shard) {
-  std::vector<std::uint64_t> waiting;
+std::vector<SettledBatch> BatchFences::shard_gone(
+    EpochDealer& dealer, std::int32_t shard,
+    const std::map<WorkerId, std::vector<TakenBatch>>& known) {
+  std::vector<std::pair<std::uint64_t, WorkerId>> waiting;
   for (const auto& [id, round] : rounds_) {
-    if (round.waiting.count(shard) > 0) waiting.push_back(id);
+    if (round.waiting.count(shard) > 0) waiting.emplace_back(id, round.worker);
   }
   std::vector<SettledBatch> out;
-  for (const std::uint64_t id : waiting) {
-    auto settled = answer(dealer, id, shard, std::nullopt);
+  for (const auto& [id, worker] : waiting) {
+    const auto it = known.find(worker);
+    auto settled = answer(dealer, id, shard,
+                          it == known.end() ? std::vector<TakenBatch>{} : it->second);
     out.insert(out.end(), settled.begin(), settled.end());
   }
   return out;

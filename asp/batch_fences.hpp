@@ -83,11 +83,13 @@ class BatchFences {
   std::vector<SettledBatch> answer(EpochDealer& dealer, std::uint64_t round, std::int32_t shard,
                                    const std::optional<std::vector<TakenBatch>>& taken);
 
-  // `shard`'s incarnation is gone (declared dead, drained): it answers no fence it was asked,
-  // so every round waiting for it takes that as no answer. Returns the batches that settle.
-  // An ask that times out while its shard lives is to be sent again, not answered nullopt: the
-  // shard may still apply a push of the batch before it reads the fence.
-  std::vector<SettledBatch> shard_gone(EpochDealer& dealer, std::int32_t shard);
+  // `shard`'s incarnation is gone: it answers no fence it was asked, so every round waiting for
+  // it takes `known` as its answer: what the incarnation is known to have taken, per worker
+  // (a drained server hands that over with its checkpoint), or nothing (one that died).
+  // Returns the batches that settle. An ask that times out while its shard lives is to be sent
+  // again instead: the shard may still apply a push of the batch before it reads the fence.
+  std::vector<SettledBatch> shard_gone(EpochDealer& dealer, std::int32_t shard,
+                                       const std::map<WorkerId, std::vector<TakenBatch>>& known);
 
   // Rounds still waiting for an answer.
   std::size_t pending() const { return rounds_.size(); }

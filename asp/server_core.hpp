@@ -110,6 +110,9 @@ class ServerCore {
   // scheduler fences a restarted server's gone workers again when it listens.
   std::vector<TakenBatch> fence(WorkerId worker, std::uint64_t through);
   bool fenced(WorkerId worker, std::uint64_t batch_id) const;
+  // Every batch this incarnation took, per worker (the newest kTakenKept each), fencing nothing:
+  // what a drained server hands over with its checkpoint.
+  const std::map<WorkerId, std::deque<TakenBatch>>& taken() const { return taken_; }
   std::int64_t fenced_pushes() const { return fenced_pushes_; }
   // Per worker (16 bytes each). A fence concerns a batch the worker pushed before the fence
   // reached this shard; the worker goes on pushing meanwhile (a push given up on does not stop

@@ -71,7 +71,7 @@ TEST(BatchFences, AGoneShardAnswersNothingInEveryRoundThatWaitsForIt) {
   EXPECT_TRUE(fences.answer(dealer, second.ask->round, 0, Taken{}).empty());
   EXPECT_EQ(fences.pending(), 2u);
   // ... until it is declared gone: both rounds settle, as not taken by shard 1.
-  const auto settled = fences.shard_gone(dealer, 1);
+  const auto settled = fences.shard_gone(dealer, 1, {});
   ASSERT_EQ(settled.size(), 2u);
   for (const auto& s : settled) EXPECT_EQ(s.outcome, EpochDealer::Settled::kDealtAgain);
   EXPECT_EQ(fences.pending(), 0u);
@@ -87,9 +87,24 @@ TEST(BatchFences, AGoneShardAnswersNothingInEveryRoundThatWaitsForIt) {
     }
   }
   EXPECT_TRUE(a_again);
-  EXPECT_TRUE(fences.shard_gone(dealer, 1).empty()) << "nothing waits any more";
+  EXPECT_TRUE(fences.shard_gone(dealer, 1, {}).empty()) << "nothing waits any more";
   // A late answer of the gone shard changes nothing.
   EXPECT_TRUE(fences.answer(dealer, first.ask->round, 1, Taken{{a.id, true}}).empty());
+}
+
+// A drained shard hands over what it took: its pending rounds settle on that, not on silence.
+TEST(BatchFences, AHandedOverShardsKnownTakenBatchesAnswerItsPendingRounds) {
+  EpochDealer dealer(32, 1, /*max_epochs=*/1);
+  BatchFences fences(1);
+  const auto a = dealer.pull(1, 4);
+  const FenceStart start = fences.worker_gone(dealer, 1, {0});
+  ASSERT_TRUE(start.ask);
+  const auto settled =
+      fences.shard_gone(dealer, 0, {{1, {TakenBatch{a.id, true}}}, {2, {TakenBatch{99, true}}}});
+  ASSERT_EQ(settled.size(), 1u);
+  EXPECT_EQ(settled[0].outcome, EpochDealer::Settled::kAccepted) << "in the hand-over checkpoint";
+  EXPECT_TRUE(settled[0].applied);
+  EXPECT_EQ(dealer.reissue_backlog(), 0);
 }
 
 TEST(BatchFences, AFailedPushAsksTheSilentShardsAndSettlesOnce) {
