@@ -100,6 +100,15 @@ class JobAsp : public JobTest {
       ASSERT_TRUE(cluster.wait_worker_joined(w, 20s)) << cluster.worker(w).describe();
     }
   }
+  // The fault tests' job: two nodes slowed x4 (so that a fault lands mid-job), one to two
+  // workers, kFaultEpochs epochs; `extra` follows [elastic] ([asp], [checkpoint]).
+  static constexpr int kFaultEpochs = 60;
+  std::unique_ptr<JobRun> start_fault_job(const std::string& name, const std::string& extra) {
+    start({"w1", "w2"}, {{"--slowdown", "4"}, {"--slowdown", "4"}});
+    if (::testing::Test::HasFatalFailure()) return nullptr;
+    return submit(name, job("asp-" + name, "asp", "epochs = " + std::to_string(kFaultEpochs),
+                            extra, 1, 2, "0.01"));
+  }
   // The node the job's (first) server was spawned on.
   static std::string server_node(JobRun& run) {
     auto server = run.wait_for_event("spawn", 30s,
@@ -364,10 +373,8 @@ TEST_F(JobAsp, KillOfTheNodeHostingTheServerRestartsItOnTheOtherNodeFromTheHeads
 // exactly once per epoch. Without the fence its late push would be applied and its samples
 // dealt to another worker too (asp_fence_simulation_test shows both on 5,000 schedules).
 TEST_F(JobAsp, AFrozenAgentWhoseWorkerKeepsPushingChangesNothingAfterItsFence) {
-  ASSERT_NO_FATAL_FAILURE(start({"w1", "w2"}, {{"--slowdown", "4"}, {"--slowdown", "4"}}));
-  constexpr int kEpochs = 60;
-  auto run = submit("freeze", job("asp-freeze", "asp", "epochs = " + std::to_string(kEpochs),
-                                  "\n[asp]\nservers = 1\n", 1, 2, "0.01"));
+  auto run = start_fault_job("freeze", "\n[asp]\nservers = 1\n");
+  ASSERT_TRUE(run);
   const std::string server = server_node(*run);
   ASSERT_FALSE(server.empty());
   const std::string victim = server == "w1" ? "w2" : "w1";
@@ -410,8 +417,8 @@ TEST_F(JobAsp, AFrozenAgentWhoseWorkerKeepsPushingChangesNothingAfterItsFence) {
       << "a push the scheduler did not count was applied (or one counted was not)";
   EXPECT_EQ(summary->at("pushes").get<std::int64_t>(), updates);
   const auto& sampling = summary->at("sampling");
-  EXPECT_EQ(sampling.at("epochs_completed"), kEpochs);
-  EXPECT_EQ(sampling.at("samples_accepted"), kEpochs * 1024);
+  EXPECT_EQ(sampling.at("epochs_completed"), kFaultEpochs);
+  EXPECT_EQ(sampling.at("samples_accepted"), kFaultEpochs * 1024);
   EXPECT_EQ(sampling.at("duplicates"), 0);
   const auto& fences = summary->at("fences");
   EXPECT_GE(fences.at("rounds").get<std::int64_t>(), 1);
@@ -435,11 +442,8 @@ TEST_F(JobAsp, AFrozenAgentWhoseWorkerKeepsPushingChangesNothingAfterItsFence) {
 // checkpoints go to its own file. The job finishes with every sample accepted once, and the
 // stale server is gone once its agent thaws.
 TEST_F(JobAsp, AFrozenAgentWhoseServerKeepsServingIsReplacedAndTheJobFinishes) {
-  ASSERT_NO_FATAL_FAILURE(start({"w1", "w2"}, {{"--slowdown", "4"}, {"--slowdown", "4"}}));
-  constexpr int kEpochs = 60;
-  auto run = submit("zombie", job("asp-zombie", "asp", "epochs = " + std::to_string(kEpochs),
-                                  "\n[asp]\nservers = 1\n\n[checkpoint]\nevery = 20\n", 1, 2,
-                                  "0.01"));
+  auto run = start_fault_job("zombie", "\n[asp]\nservers = 1\n\n[checkpoint]\nevery = 20\n");
+  ASSERT_TRUE(run);
   const std::string victim = server_node(*run);
   ASSERT_FALSE(victim.empty());
   ASSERT_TRUE(run->wait_for_event("checkpoint", 90s)) << run->describe();
@@ -464,7 +468,7 @@ TEST_F(JobAsp, AFrozenAgentWhoseServerKeepsServingIsReplacedAndTheJobFinishes) {
   SCOPED_TRACE(summary->dump(2));
   ASSERT_EQ(summary->at("status"), "succeeded");
   EXPECT_EQ(summary->at("servers")[0].at("restarts"), 1);
-  EXPECT_EQ(summary->at("sampling").at("samples_accepted"), kEpochs * 1024);
+  EXPECT_EQ(summary->at("sampling").at("samples_accepted"), kFaultEpochs * 1024);
   EXPECT_EQ(summary->at("sampling").at("duplicates"), 0);
   EXPECT_TRUE(summary->at("final_train_loss").is_number());
   std::printf("frozen agent of the server's node: resumed at %lld, %lld..%lld updates lost\n",
@@ -479,10 +483,8 @@ TEST_F(JobAsp, AFrozenAgentWhoseServerKeepsServingIsReplacedAndTheJobFinishes) {
 // restarts on the other node from that checkpoint, so not one update is lost, where a restart
 // without the hand-over would begin again from the initial parameters.
 TEST_F(JobAsp, DrainOfTheServersNodeHandsTheShardOverWithoutLosingAnUpdate) {
-  ASSERT_NO_FATAL_FAILURE(start({"w1", "w2"}, {{"--slowdown", "4"}, {"--slowdown", "4"}}));
-  constexpr int kEpochs = 60;
-  auto run = submit("drain", job("asp-drain", "asp", "epochs = " + std::to_string(kEpochs),
-                                 "\n[asp]\nservers = 1\n", 1, 2, "0.01"));
+  auto run = start_fault_job("drain", "\n[asp]\nservers = 1\n");
+  ASSERT_TRUE(run);
   const std::string victim = server_node(*run);
   ASSERT_FALSE(victim.empty());
   ASSERT_TRUE(run->wait_for_event("asp_interval", 90s, [](const Json& e) {
@@ -515,7 +517,7 @@ TEST_F(JobAsp, DrainOfTheServersNodeHandsTheShardOverWithoutLosingAnUpdate) {
   EXPECT_EQ(summary->at("updates_lost"), 0);
   // The restart went on from the hand-over's version, so the final version counts every update.
   EXPECT_EQ(shard.at("version").get<std::int64_t>(), updates);
-  EXPECT_EQ(summary->at("sampling").at("samples_accepted"), kEpochs * 1024);
+  EXPECT_EQ(summary->at("sampling").at("samples_accepted"), kFaultEpochs * 1024);
   EXPECT_EQ(summary->at("sampling").at("duplicates"), 0);
   std::printf("drain of the server's node: handed over at version %lld in %.3f s, resumed from "
               "%s; %lld updates, at most %lld lost\n",
