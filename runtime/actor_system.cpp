@@ -657,6 +657,7 @@ ActorSystem::ActorSystem(SystemOptions options) : impl_(std::make_unique<Impl>()
   transport_options.system_id = impl_->id;
   transport_options.limits = impl_->options.limits;
   transport_options.credentials = impl_->options.credentials;
+  transport_options.inline_takeover = impl_->options.inline_takeover;
   impl_->transport = std::make_unique<Transport>(
       transport_options, [impl = impl_.get()](Envelope&& e) { impl->dispatch(std::move(e)); },
       [impl = impl_.get()](const Envelope& e, const std::string& why) {

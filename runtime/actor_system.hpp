@@ -28,6 +28,10 @@ struct SystemOptions {
   // Threads that run the actors' turns (runtime/actor_scheduler.hpp); 0: max(2, cores). Any
   // number of actors share them.
   std::size_t actor_threads = 0;
+  // How long an actor's turn may run on the I/O thread before the standby takes the sockets
+  // over (TransportOptions::inline_takeover); that actor's turns then go to the pool for a
+  // while. A thread preempted on a loaded machine looks like a long turn too.
+  std::chrono::milliseconds inline_takeover{2};
 };
 
 // Counters beyond the transport's.
