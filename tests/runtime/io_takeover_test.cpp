@@ -83,9 +83,10 @@ class IoTakeover : public ::testing::Test {
 
 TEST(IoTakeoverInline, AnIdleActorHandlesANetworkMessageOnTheThreadThatReadIt) {
   // With the default 2 ms limit, a turn whose thread a loaded machine preempts for 2 ms is taken
-  // over, and the echo's turns then go to the pool for a second: on a busy CI machine that sent
-  // 146 of 200 turns there. What this test checks is where an idle actor's turn runs when
-  // nothing runs long, so the limit here is one no preemption reaches.
+  // over, and the echo's turns then go to the pool for a second: under ASan beside a job test
+  // on a 2-core machine that sent 146 of 200 turns there. What this test checks is where an
+  // idle actor's turn runs when nothing runs long, so the limit here is one no preemption
+  // reaches.
   ActorSystem a;
   SystemOptions options;
   options.inline_takeover = std::chrono::milliseconds(60'000);
