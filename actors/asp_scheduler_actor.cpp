@@ -322,6 +322,13 @@ void AspSchedulerActor::on_server_ready(const runtime::Envelope& message,
     tell(runtime::ActorAddress{message.from.system, kAspServerActor},
          AspFence{options_.job_id, ready.shard, worker, asp::kWholeWorker});
   }
+  // Fence rounds its dead predecessor never answered (or that found the shard down) are asked
+  // of it: resumed from a checkpoint, it answers for the batches the checkpoint holds.
+  if (fences_ && dealer_) {
+    for (const asp::FenceAsk& again : fences_->waiting_on(ready.shard)) {
+      fence_shard(again.round, ready.shard, again.worker, again.through);
+    }
+  }
   emit(Json{{"event", "server_ready"},
             {"trainer", ready.trainer},
             {"node", nodes_[it->second.node].name},
@@ -469,7 +476,9 @@ void AspSchedulerActor::on_deal(const runtime::Envelope& message, const AspDealR
           ask.push_back(static_cast<std::int32_t>(s));
           continue;
         }
-        // Its incarnation is gone; if it was drained, it handed over what it took.
+        // Its incarnation is gone; if it was drained, it handed over what it took. Otherwise
+        // the incarnation that resumes the shard is asked (at once, or when it listens): its
+        // checkpoint may hold the push.
         bool inherited = false;
         for (const asp::TakenBatch& b :
              with_inherited(static_cast<std::int32_t>(s), worker, {})) {
@@ -478,7 +487,10 @@ void AspSchedulerActor::on_deal(const runtime::Envelope& message, const AspDealR
           taken.push_back(static_cast<std::int32_t>(s));
           dropped = dropped || !b.applied;
         }
-        if (!inherited) shards_[s].ledger.unanswered(request.unanswered[s]);
+        if (!inherited) {
+          shards_[s].ledger.unanswered(request.unanswered[s]);
+          ask.push_back(static_cast<std::int32_t>(s));
+        }
       }
       const asp::FenceStart fence = fences_->push_failed(*dealer_, worker, request.failed_batch,
                                                          taken, dropped, ask);
@@ -719,12 +731,10 @@ void AspSchedulerActor::trainer_gone(const std::string& name, const std::string&
                          shard.restarts, why));
         return;
       }
-      // Fences it was asked and did not answer: it cannot answer any more (counted as not
-      // having taken their batches).
-      if (fences_ && dealer_) {
-        on_settled(fences_->shard_gone(*dealer_, t.shard, shard.inherited));
-        if (finished_) return;
-      }
+      // Fences it was asked and did not answer stay open: its restart, resumed from a
+      // checkpoint, answers them for what that checkpoint holds (on_server_ready asks again).
+      // Its silence is not "not taken": a batch it took before the checkpoint it resumes from
+      // would be dealt to it twice.
     }
     return;
   }
@@ -735,7 +745,7 @@ void AspSchedulerActor::trainer_gone(const std::string& name, const std::string&
   if (dealer_ && t.worker_id > 0) {
     held = dealer_->outstanding_samples(t.worker_id);
     gone_workers_.insert(t.worker_id);
-    fence = fences_->worker_gone(*dealer_, t.worker_id, live_shards());
+    fence = fences_->worker_gone(*dealer_, t.worker_id);
   }
   if (t.ready) membership_log_.push_back("-" + name);
   emit(Json{{"event", "trainer_gone"},
@@ -806,17 +816,6 @@ void AspSchedulerActor::hand_over(const std::string& name) {
       });
 }
 
-std::vector<std::int32_t> AspSchedulerActor::live_shards() const {
-  std::vector<std::int32_t> live;
-  for (std::size_t s = 0; s < shards_.size(); ++s) {
-    const auto t = trainers_.find(shards_[s].trainer);
-    if (shards_[s].ready && t != trainers_.end() && !t->second.system.empty()) {
-      live.push_back(static_cast<std::int32_t>(s));
-    }
-  }
-  return live;
-}
-
 void AspSchedulerActor::send_fence(const asp::FenceAsk& fence) {
   ++fence_counters_.rounds;
   for (const std::int32_t s : fence.shards) fence_shard(fence.round, s, fence.worker, fence.through);
@@ -828,9 +827,7 @@ void AspSchedulerActor::fence_shard(std::uint64_t round, std::int32_t s, asp::Wo
   const auto server = trainers_.find(shard.trainer);
   const std::int64_t incarnation = shard.incarnation;
   if (!shard.ready || server == trainers_.end() || server->second.system.empty()) {
-    ++fence_counters_.no_answer;  // nobody to ask: what it inherited, else not taken
-    on_settled(fences_->answer(*dealer_, round, s, with_inherited(s, worker, {})));
-    return;
+    return;  // down: on_server_ready asks the incarnation that resumes it
   }
   ask(runtime::ActorAddress{server->second.system, kAspServerActor},
       AspFence{options_.job_id, s, worker, through}, kFenceTimeout,
@@ -850,19 +847,16 @@ void AspSchedulerActor::fence_shard(std::uint64_t round, std::int32_t s, asp::Wo
         ++fence_counters_.no_answer;
         spdlog::warn("job {}: shard {} did not answer a fence: {}", options_.job_id, s,
                      r ? r->error : result.error);
-        if (!r && shard.incarnation == incarnation && shard.ready) {
+        if (!r) {
           // Slow, not gone (a long checkpoint write, a loaded machine): its turns run in order,
           // so a push of the batch it still holds would be applied before the fence and said
           // taken in the answer. Counting it as not taken now could deal the samples twice:
-          // ask again. When the shard is declared gone, trainer_gone answers for it.
-          fence_shard(round, s, worker, through);
+          // ask again. Gone: the incarnation that resumes it is asked when it listens
+          // (on_server_ready), or was asked already if it listens now.
+          if (shard.incarnation == incarnation && shard.ready) fence_shard(round, s, worker, through);
           return;
         }
-        if (shard.incarnation == incarnation) shard.ledger.unanswered(incarnation);
-        // Answered with an error (a misaddressed fence), or its incarnation is gone (then
-        // trainer_gone answered already and this changes nothing): not taken. A push it
-        // applied before it died lies past its checkpoint or in it; the ledger bounds the first,
-        // and the second is the case docs/ARCHITECTURE.md lists as still giving samples twice.
+        // Answered with an error (a misaddressed fence): not taken.
         on_settled(fences_->answer(*dealer_, round, s, with_inherited(s, worker, {})));
       });
 }

@@ -93,7 +93,8 @@ class AspSchedulerActor : public runtime::Actor {
   // What fencing settled (asp::BatchFences), for the summary.
   struct FenceCounters {
     std::int64_t rounds = 0;
-    std::int64_t no_answer = 0;     // shards that gave none (counted as not having taken it)
+    std::int64_t no_answer = 0;     // asks that got no answer in time (asked again; a dead
+                                    // shard's, of its restart) or an error (not taken)
     std::int64_t taken = 0;         // batches every shard had taken: counted as pushed
     std::int64_t dealt_again = 0;   // batches dealt again (to the shards that had not)
   };
@@ -107,17 +108,17 @@ class AspSchedulerActor : public runtime::Actor {
   std::string head_copy_path(std::int32_t shard) const;
   void on_finished(const runtime::Envelope& message, const AspFinished& finished);
   void on_trainer_exited(const TrainerExited& exited);
-  // Fencing: the shards to ask (live and listening), one round's asks, what a round settled.
-  std::vector<std::int32_t> live_shards() const;
   // A drained server: AspHandOver (it checkpoints at its last version and refuses every later
   // push), then it is stopped and restarts elsewhere from that checkpoint: nothing is lost.
   void hand_over(const std::string& name);
+  // Fencing: one round's asks (a shard that is down is asked when it listens again).
   void send_fence(const asp::FenceAsk& ask);
   // `taken` (a fence's answer, or nothing) with what `shard` inherited from drained
   // incarnations for `worker`.
   std::vector<asp::TakenBatch> with_inherited(std::int32_t shard, asp::WorkerId worker,
                                               std::vector<asp::TakenBatch> taken) const;
-  // One shard's part of fence round `round`; asked again while the shard stays live and silent.
+  // One shard's part of fence round `round`; asked again while the shard stays live and silent,
+  // and of the incarnation that resumes it if it dies (on_server_ready).
   void fence_shard(std::uint64_t round, std::int32_t shard, asp::WorkerId worker,
                    std::uint64_t through);
   void on_settled(const std::vector<asp::SettledBatch>& settled);

@@ -12,14 +12,15 @@ BatchFences::BatchFences(std::int32_t shards) : shards_(shards) {
   }
 }
 
-FenceStart BatchFences::worker_gone(EpochDealer& dealer, WorkerId worker,
-                                    const std::vector<std::int32_t>& live) {
+FenceStart BatchFences::worker_gone(EpochDealer& dealer, WorkerId worker) {
   Round round;
   round.worker = worker;
   for (const std::uint64_t id : dealer.outstanding_ids(worker)) {
     if (!fencing(id)) round.batches.push_back(id);
   }
-  return start(dealer, std::move(round), kWholeWorker, live);
+  std::vector<std::int32_t> all;
+  for (std::int32_t s = 0; s < shards_; ++s) all.push_back(s);
+  return start(dealer, std::move(round), kWholeWorker, all);
 }
 
 FenceStart BatchFences::push_failed(EpochDealer& dealer, WorkerId worker, std::uint64_t batch,
@@ -41,6 +42,7 @@ FenceStart BatchFences::push_failed(EpochDealer& dealer, WorkerId worker, std::u
 FenceStart BatchFences::start(EpochDealer& dealer, Round round, std::uint64_t through,
                               const std::vector<std::int32_t>& ask) {
   FenceStart out;
+  round.through = through;
   for (const std::int32_t s : ask) {
     if (s >= 0 && s < shards_) round.waiting.insert(s);
   }
@@ -79,19 +81,10 @@ std::vector<SettledBatch> BatchFences::answer(EpochDealer& dealer, std::uint64_t
   return settle(dealer, done, /*asked=*/true);
 }
 
-std::vector<SettledBatch> BatchFences::shard_gone(
-    EpochDealer& dealer, std::int32_t shard,
-    const std::map<WorkerId, std::vector<TakenBatch>>& known) {
-  std::vector<std::pair<std::uint64_t, WorkerId>> waiting;
+std::vector<FenceAsk> BatchFences::waiting_on(std::int32_t shard) const {
+  std::vector<FenceAsk> out;
   for (const auto& [id, round] : rounds_) {
-    if (round.waiting.count(shard) > 0) waiting.emplace_back(id, round.worker);
-  }
-  std::vector<SettledBatch> out;
-  for (const auto& [id, worker] : waiting) {
-    const auto it = known.find(worker);
-    auto settled = answer(dealer, id, shard,
-                          it == known.end() ? std::vector<TakenBatch>{} : it->second);
-    out.insert(out.end(), settled.begin(), settled.end());
+    if (round.waiting.count(shard) > 0) out.push_back(FenceAsk{id, round.worker, round.through, {shard}});
   }
   return out;
 }

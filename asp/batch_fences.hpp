@@ -12,11 +12,16 @@
 // (asp::ServerCore::fence) and to say whether it took it already. Only when every asked shard
 // has answered does it settle the batch with the dealer (EpochDealer::settle): accepted if every
 // shard took it, dealt again for the others otherwise. A live shard silent past the ask's bound
-// is asked again (it may still apply a late push before it reads the fence); only a shard
-// declared gone (shard_gone) counts as not having taken the batch.
+// is asked again (it may still apply a late push before it reads the fence). A shard that died
+// is asked again once it restarts (waiting_on): resumed from its checkpoint, it answers for what
+// the checkpoint holds (ServerCheckpoint::taken), and a push it took after the checkpoint is
+// lost with the restart, so "not taken" is then the truth for the shard that serves on. Taking
+// the dead shard's silence for "not taken" instead deals a batch again to a shard whose
+// checkpoint holds it.
 //
 // Pure: the scheduler actor sends the asks and feeds the answers in; asp_fence_simulation_test
-// drives it in virtual time against lost, late and zombie pushes.
+// drives it in virtual time against lost, late and zombie pushes and shards that die and resume
+// from their checkpoints.
 //
 // Not thread-safe: one owner (an actor) calls it.
 
@@ -49,14 +54,14 @@ struct SettledBatch {
   EpochDealer::Settled outcome = EpochDealer::Settled::kNotOutstanding;
   // kAccepted: no shard dropped it as too stale (the push is an update; otherwise a dropped push).
   bool applied = false;
-  // Some shard was asked (false: settled at once, every shard having answered the push or being
-  // gone: nothing was fenced).
+  // Some shard was asked (false: settled at once, every shard having answered the push:
+  // nothing was fenced).
   bool asked = false;
 };
 
 struct FenceStart {
   std::optional<FenceAsk> ask;        // send it
-  std::vector<SettledBatch> settled;  // settled at once: there was no live shard to ask
+  std::vector<SettledBatch> settled;  // settled at once: there was no shard to ask
 };
 
 class BatchFences {
@@ -65,14 +70,14 @@ class BatchFences {
   explicit BatchFences(std::int32_t shards);
 
   // `worker` was declared gone: every batch it holds (not already being fenced) is fenced on
-  // the `live` shards, and the worker as a whole (kWholeWorker), so that nothing it pushes later
-  // is applied. With no live shard the batches settle at once (dealt again).
-  FenceStart worker_gone(EpochDealer& dealer, WorkerId worker,
-                         const std::vector<std::int32_t>& live);
+  // every shard, and the worker as a whole (kWholeWorker), so that nothing it pushes later is
+  // applied. A shard that is down is asked when it restarts (waiting_on).
+  FenceStart worker_gone(EpochDealer& dealer, WorkerId worker);
 
   // `worker`'s push of `batch` failed: the shards in `taken` answered that they took it
-  // (`dropped`: one of them dropped it as too stale); those in `ask` (live, same incarnation)
-  // gave no answer and are fenced through `batch`. The others count as not having taken it.
+  // (`dropped`: one of them dropped it as too stale); those in `ask` gave no answer and are
+  // fenced through `batch` (the incarnation pushed to, or, if it died, the one that resumes the
+  // shard). The others (answered, not taken) count as not having taken it.
   FenceStart push_failed(EpochDealer& dealer, WorkerId worker, std::uint64_t batch,
                          const std::vector<std::int32_t>& taken, bool dropped,
                          const std::vector<std::int32_t>& ask);
@@ -83,13 +88,9 @@ class BatchFences {
   std::vector<SettledBatch> answer(EpochDealer& dealer, std::uint64_t round, std::int32_t shard,
                                    const std::optional<std::vector<TakenBatch>>& taken);
 
-  // `shard`'s incarnation is gone: it answers no fence it was asked, so every round waiting for
-  // it takes `known` as its answer: what the incarnation is known to have taken, per worker
-  // (a drained server hands that over with its checkpoint), or nothing (one that died).
-  // Returns the batches that settle. An ask that times out while its shard lives is to be sent
-  // again instead: the shard may still apply a push of the batch before it reads the fence.
-  std::vector<SettledBatch> shard_gone(EpochDealer& dealer, std::int32_t shard,
-                                       const std::map<WorkerId, std::vector<TakenBatch>>& known);
+  // The asks of every round still waiting for `shard` (one shard each): what to send again when
+  // a shard restarts, since the incarnation that was asked cannot answer any more.
+  std::vector<FenceAsk> waiting_on(std::int32_t shard) const;
 
   // Rounds still waiting for an answer.
   std::size_t pending() const { return rounds_.size(); }
@@ -99,6 +100,7 @@ class BatchFences {
  private:
   struct Round {
     WorkerId worker = 0;
+    std::uint64_t through = 0;
     std::vector<std::uint64_t> batches;
     std::set<std::int32_t> waiting;
     std::map<std::uint64_t, std::vector<std::int32_t>> taken;  // by batch: the shards that did

@@ -8,20 +8,44 @@
 namespace omnilearn::asp {
 namespace {
 
-constexpr char kMagic[8] = {'O', 'L', 'A', 'S', 'P', 'C', 'K', '1'};
-constexpr std::size_t kFixedWords = 7;  // incarnation .. rejected, then the pair count
+constexpr char kMagicV1[8] = {'O', 'L', 'A', 'S', 'P', 'C', 'K', '1'};
+constexpr char kMagic[8] = {'O', 'L', 'A', 'S', 'P', 'C', 'K', '2'};
+constexpr std::size_t kCounters = 6;  // incarnation .. rejected
 
 void put(std::vector<std::uint8_t>& out, std::int64_t value) {
   auto u = static_cast<std::uint64_t>(value);
   for (int i = 0; i < 8; ++i) out.push_back(static_cast<std::uint8_t>(u >> (8 * i)));
 }
 
-std::int64_t get(std::span<const std::uint8_t> bytes, std::size_t word) {
-  std::uint64_t u = 0;
-  const std::size_t at = sizeof(kMagic) + 8 * word;
-  for (int i = 0; i < 8; ++i) u |= static_cast<std::uint64_t>(bytes[at + i]) << (8 * i);
-  return static_cast<std::int64_t>(u);
-}
+// Reads 64-bit words in order; once a read runs past the end, every later one fails too.
+class WordReader {
+ public:
+  explicit WordReader(std::span<const std::uint8_t> bytes) : bytes_(bytes) {}
+  bool next(std::uint64_t* out) {
+    if (at_ > bytes_.size() || bytes_.size() - at_ < 8) return false;
+    std::uint64_t u = 0;
+    for (int i = 0; i < 8; ++i) u |= static_cast<std::uint64_t>(bytes_[at_ + i]) << (8 * i);
+    at_ += 8;
+    *out = u;
+    return true;
+  }
+  bool next(std::int64_t* out) {
+    std::uint64_t u = 0;
+    if (!next(&u)) return false;
+    *out = static_cast<std::int64_t>(u);
+    return true;
+  }
+  // A count of `width`-word entries that fits in what is left (so no huge allocation follows).
+  bool count(std::int64_t* out, std::size_t width) {
+    if (!next(out) || *out < 0) return false;
+    return static_cast<std::uint64_t>(*out) <= (bytes_.size() - at_) / (8 * width);
+  }
+  bool done() const { return at_ == bytes_.size(); }
+
+ private:
+  std::span<const std::uint8_t> bytes_;
+  std::size_t at_ = sizeof(kMagic);
+};
 
 }  // namespace
 
@@ -35,35 +59,55 @@ std::vector<std::uint8_t> encode_checkpoint(const ServerCheckpoint& c) {
     put(out, worker);
     put(out, n);
   }
+  put(out, static_cast<std::int64_t>(c.taken.size()));
+  for (const auto& [worker, batches] : c.taken) {
+    put(out, worker);
+    put(out, static_cast<std::int64_t>(batches.size()));
+    for (const TakenBatch& b : batches) {
+      put(out, static_cast<std::int64_t>(b.batch));
+      put(out, b.applied ? 1 : 0);
+    }
+  }
   return out;
 }
 
 std::optional<ServerCheckpoint> decode_checkpoint(std::span<const std::uint8_t> bytes) {
-  const std::size_t fixed = sizeof(kMagic) + 8 * kFixedWords;
-  if (bytes.size() < fixed || std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) {
-    return std::nullopt;
-  }
-  const std::int64_t pairs = get(bytes, kFixedWords - 1);
-  if (pairs < 0 || static_cast<std::uint64_t>(pairs) != (bytes.size() - fixed) / 16 ||
-      (bytes.size() - fixed) % 16 != 0) {
-    return std::nullopt;
-  }
+  if (bytes.size() < sizeof(kMagic)) return std::nullopt;
+  const bool v1 = std::memcmp(bytes.data(), kMagicV1, sizeof(kMagicV1)) == 0;
+  if (!v1 && std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) return std::nullopt;
+  WordReader in(bytes);
   ServerCheckpoint c;
-  c.incarnation = get(bytes, 0);
-  c.version = get(bytes, 1);
-  c.pushes = get(bytes, 2);
-  c.applied = get(bytes, 3);
-  c.dropped = get(bytes, 4);
-  c.rejected = get(bytes, 5);
-  for (std::int64_t v : {c.incarnation, c.version, c.pushes, c.applied, c.dropped, c.rejected}) {
-    if (v < 0) return std::nullopt;
+  std::int64_t* counters[kCounters] = {&c.incarnation, &c.version, &c.pushes,
+                                       &c.applied,     &c.dropped, &c.rejected};
+  for (std::int64_t* v : counters) {
+    if (!in.next(v) || *v < 0) return std::nullopt;
   }
   if (c.applied > c.version || c.applied + c.dropped != c.pushes) return std::nullopt;
+  std::int64_t pairs = 0;
+  if (!in.count(&pairs, 2)) return std::nullopt;
   for (std::int64_t p = 0; p < pairs; ++p) {
-    const WorkerId worker = get(bytes, kFixedWords + 2 * static_cast<std::size_t>(p));
-    const std::int64_t n = get(bytes, kFixedWords + 2 * static_cast<std::size_t>(p) + 1);
+    std::int64_t worker = 0, n = 0;
+    if (!in.next(&worker) || !in.next(&n)) return std::nullopt;
     if (n < 0 || !c.updates.emplace(worker, n).second) return std::nullopt;
   }
+  if (!v1) {
+    std::int64_t workers = 0;
+    if (!in.count(&workers, 2)) return std::nullopt;
+    for (std::int64_t w = 0; w < workers; ++w) {
+      std::int64_t worker = 0, n = 0;
+      if (!in.next(&worker) || !in.count(&n, 2)) return std::nullopt;
+      if (n > static_cast<std::int64_t>(ServerCore::kTakenKept)) return std::nullopt;
+      auto [batches, fresh] = c.taken.try_emplace(worker);
+      if (!fresh) return std::nullopt;
+      for (std::int64_t i = 0; i < n; ++i) {
+        std::uint64_t batch = 0, applied = 0;
+        if (!in.next(&batch) || !in.next(&applied)) return std::nullopt;
+        if (batch == 0 || applied > 1) return std::nullopt;
+        batches->second.push_back(TakenBatch{batch, applied == 1});
+      }
+    }
+  }
+  if (!in.done()) return std::nullopt;
   return c;
 }
 
@@ -107,7 +151,7 @@ std::vector<TakenBatch> ServerCore::fence(WorkerId worker, std::uint64_t through
   auto& mark = fenced_through_[worker];
   mark = std::max(mark, through);
   std::vector<TakenBatch> out;
-  if (const auto it = taken_.find(worker); it != taken_.end()) {
+  if (const auto it = state_.taken.find(worker); it != state_.taken.end()) {
     for (const auto& t : it->second) {
       if (t.batch <= through) out.push_back(t);
     }
@@ -164,7 +208,7 @@ PushOutcome ServerCore::push(WorkerId worker, Version pulled, std::int64_t batch
   ++state_.pushes;
   stats_.record(worker, out.staleness, decision.apply);
   if (batch_id != 0) {
-    auto& taken = taken_[worker];
+    auto& taken = state_.taken[worker];
     taken.push_back(TakenBatch{batch_id, decision.apply});
     if (taken.size() > kTakenKept) taken.pop_front();
   }

@@ -66,11 +66,19 @@ struct ServerCheckpoint {
   std::int64_t dropped = 0;
   std::int64_t rejected = 0;
   std::map<WorkerId, std::int64_t> updates;  // applied per worker
+  // The batches this state took, per worker (the newest ServerCore::kTakenKept each), so that a
+  // shard restarted from the checkpoint answers a fence for what the checkpoint holds: a batch
+  // taken before the checkpoint and never confirmed to the scheduler must not be dealt again
+  // to it.
+  std::map<WorkerId, std::deque<TakenBatch>> taken;
   friend bool operator==(const ServerCheckpoint&, const ServerCheckpoint&) = default;
 };
 
-// A fixed little-endian layout ("OLASPCK1", then the fields as 64-bit words, then one
-// (worker, updates) pair per worker). Decoding is total: anything else gives nullopt.
+// A fixed little-endian layout of 64-bit words: "OLASPCK2", the six counters, the count of
+// (worker, updates) pairs and the pairs, then the count of workers with taken batches and per
+// worker its id, its count and one (batch, applied) pair per batch. "OLASPCK1" (no taken
+// batches, written before they were kept) still decodes. Decoding is total: anything else gives
+// nullopt.
 std::vector<std::uint8_t> encode_checkpoint(const ServerCheckpoint& checkpoint);
 std::optional<ServerCheckpoint> decode_checkpoint(std::span<const std::uint8_t> bytes);
 
@@ -104,15 +112,18 @@ class ServerCore {
   // Fencing, so that a batch the scheduler deals again is never applied twice: from now on a
   // push of `worker`'s batch with id <= `through` is answered kFenced and changes nothing
   // (kWholeWorker: every push of the worker). Returns the batches <= `through` of `worker` this
-  // incarnation took, among the last kTakenKept it took: a push that arrived before the fence
+  // state took (see taken()), among the last kTakenKept: a push that arrived before the fence
   // counts as made, and the scheduler deals its samples again only for the shards that did not
-  // take it. Fences only rise. Neither fences nor taken batches are checkpointed: the
-  // scheduler fences a restarted server's gone workers again when it listens.
+  // take it. Fences only rise. Taken batches are checkpointed (a restarted shard answers for
+  // what its checkpoint holds: the scheduler waits for it rather than count a dead shard's
+  // silence as "not taken"); fences are not: the scheduler fences a restarted server's gone
+  // workers again when it listens.
   std::vector<TakenBatch> fence(WorkerId worker, std::uint64_t through);
   bool fenced(WorkerId worker, std::uint64_t batch_id) const;
-  // Every batch this incarnation took, per worker (the newest kTakenKept each), fencing nothing:
-  // what a drained server hands over with its checkpoint.
-  const std::map<WorkerId, std::deque<TakenBatch>>& taken() const { return taken_; }
+  // Every batch this state took (this incarnation, and those in the checkpoint it resumed
+  // from), per worker (the newest kTakenKept each), fencing nothing: what a drained server
+  // hands over with its checkpoint.
+  const std::map<WorkerId, std::deque<TakenBatch>>& taken() const { return state_.taken; }
   std::int64_t fenced_pushes() const { return fenced_pushes_; }
   // Per worker (16 bytes each). A fence concerns a batch the worker pushed before the fence
   // reached this shard; the worker goes on pushing meanwhile (a push given up on does not stop
@@ -144,7 +155,6 @@ class ServerCore {
   std::int64_t lost_ = 0;
   StalenessStats stats_;
   std::map<WorkerId, std::uint64_t> fenced_through_;
-  std::map<WorkerId, std::deque<TakenBatch>> taken_;  // the newest kTakenKept per worker
   std::int64_t fenced_pushes_ = 0;
 };
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <vector>
 
@@ -18,7 +19,7 @@ TEST(BatchFences, AGoneWorkersPushEveryShardTookCountsAndIsNotDealtAgain) {
   EpochDealer dealer(8, 1, /*max_epochs=*/1);
   BatchFences fences(2);
   const auto a = dealer.pull(1, 4);
-  const FenceStart start = fences.worker_gone(dealer, 1, {0, 1});
+  const FenceStart start = fences.worker_gone(dealer, 1);
   ASSERT_TRUE(start.ask);
   EXPECT_TRUE(start.settled.empty());
   EXPECT_EQ(start.ask->worker, 1);
@@ -46,7 +47,7 @@ TEST(BatchFences, WhatOneShardTookIsDealtAgainForTheOthersOnlyAndSilenceIsNotTak
   EpochDealer dealer(16, 1, /*max_epochs=*/1);
   BatchFences fences(3);
   const auto a = dealer.pull(1, 4);
-  const FenceStart start = fences.worker_gone(dealer, 1, {0, 1, 2});
+  const FenceStart start = fences.worker_gone(dealer, 1);
   ASSERT_TRUE(start.ask);
   fences.answer(dealer, start.ask->round, 2, Taken{{a.id, false}});  // dropped it
   fences.answer(dealer, start.ask->round, 1, std::nullopt);         // no answer
@@ -58,53 +59,56 @@ TEST(BatchFences, WhatOneShardTookIsDealtAgainForTheOthersOnlyAndSilenceIsNotTak
   EXPECT_EQ(again.shards_done, (std::vector<std::int32_t>{2}));
 }
 
-TEST(BatchFences, AGoneShardAnswersNothingInEveryRoundThatWaitsForIt) {
+// A shard that died answers nothing; its rounds wait and are asked again of the incarnation that
+// resumes it from its checkpoint, which answers for what the checkpoint holds.
+TEST(BatchFences, ADeadShardsRoundsWaitAndAreAskedAgainOfItsRestart) {
   EpochDealer dealer(32, 1, /*max_epochs=*/1);
   BatchFences fences(2);
   const auto a = dealer.pull(1, 4);
   const auto b = dealer.pull(2, 4);
-  const FenceStart first = fences.worker_gone(dealer, 1, {0, 1});
-  const FenceStart second = fences.worker_gone(dealer, 2, {0, 1});
+  const FenceStart first = fences.worker_gone(dealer, 1);
+  const FenceStart second = fences.worker_gone(dealer, 2);
   ASSERT_TRUE(first.ask && second.ask);
-  // Shard 0 answers both; shard 1 stays silent (slow: asked again, not settled) ...
+  // Shard 0 took both and says so; shard 1 dies without answering.
   EXPECT_TRUE(fences.answer(dealer, first.ask->round, 0, Taken{{a.id, true}}).empty());
-  EXPECT_TRUE(fences.answer(dealer, second.ask->round, 0, Taken{}).empty());
-  EXPECT_EQ(fences.pending(), 2u);
-  // ... until it is declared gone: both rounds settle, as not taken by shard 1.
-  const auto settled = fences.shard_gone(dealer, 1, {});
-  ASSERT_EQ(settled.size(), 2u);
-  for (const auto& s : settled) EXPECT_EQ(s.outcome, EpochDealer::Settled::kDealtAgain);
+  EXPECT_TRUE(fences.answer(dealer, second.ask->round, 0, Taken{{b.id, true}}).empty());
+  EXPECT_TRUE(fences.waiting_on(0).empty());
+  const auto again = fences.waiting_on(1);
+  ASSERT_EQ(again.size(), 2u);
+  EXPECT_EQ(again[0].round, first.ask->round);
+  EXPECT_EQ(again[0].worker, 1);
+  EXPECT_EQ(again[0].through, kWholeWorker);
+  EXPECT_EQ(again[0].shards, (std::vector<std::int32_t>{1}));
+  EXPECT_EQ(again[1].round, second.ask->round);
+  EXPECT_EQ(again[1].worker, 2);
+  EXPECT_EQ(fences.pending(), 2u) << "a dead shard's silence settles nothing";
+  EXPECT_TRUE(fences.fencing(a.id));
+  EXPECT_TRUE(fences.fencing(b.id));
+  // Shard 1 took both batches; a went into its checkpoint, b came after it and was lost with
+  // the restart.
+  ServerCore shard(1, StalenessConfig{StalenessMode::kNone, 0, LrScaling::kNone},
+                   [](double, std::span<const float>) {});
+  const std::vector<float> g{1.0f};
+  shard.push(1, shard.pull(), 4, g, a.id);
+  const ServerCheckpoint saved = shard.checkpoint();
+  shard.push(2, shard.pull(), 4, g, b.id);
+  ServerCore restarted = ServerCore::resume(saved, 1, shard.config(),
+                                            [](double, std::span<const float>) {});
+  const auto by_a = fences.answer(dealer, again[0].round, 1,
+                                  restarted.fence(again[0].worker, again[0].through));
+  ASSERT_EQ(by_a.size(), 1u);
+  EXPECT_EQ(by_a[0].outcome, EpochDealer::Settled::kAccepted) << "in the checkpoint it resumed";
+  const auto by_b = fences.answer(dealer, again[1].round, 1,
+                                  restarted.fence(again[1].worker, again[1].through));
+  ASSERT_EQ(by_b.size(), 1u);
+  EXPECT_EQ(by_b[0].outcome, EpochDealer::Settled::kDealtAgain) << "lost with the restart";
   EXPECT_EQ(fences.pending(), 0u);
-  EXPECT_FALSE(fences.fencing(a.id));
-  EXPECT_FALSE(fences.fencing(b.id));
-  // a went to shard 0 already: dealt again for shard 1 only.
-  bool a_again = false;
-  for (int i = 0; i < 2; ++i) {
-    const auto again = dealer.pull(3, 4);
-    if (again.indices == a.indices) {
-      a_again = true;
-      EXPECT_EQ(again.shards_done, (std::vector<std::int32_t>{0}));
-    }
-  }
-  EXPECT_TRUE(a_again);
-  EXPECT_TRUE(fences.shard_gone(dealer, 1, {}).empty()) << "nothing waits any more";
-  // A late answer of the gone shard changes nothing.
+  const auto b_again = dealer.pull(3, 4);
+  EXPECT_EQ(b_again.indices, b.indices);
+  EXPECT_EQ(b_again.shards_done, (std::vector<std::int32_t>{0})) << "shard 1 only";
+  // A late answer of the dead incarnation changes nothing.
   EXPECT_TRUE(fences.answer(dealer, first.ask->round, 1, Taken{{a.id, true}}).empty());
-}
-
-// A drained shard hands over what it took: its pending rounds settle on that, not on silence.
-TEST(BatchFences, AHandedOverShardsKnownTakenBatchesAnswerItsPendingRounds) {
-  EpochDealer dealer(32, 1, /*max_epochs=*/1);
-  BatchFences fences(1);
-  const auto a = dealer.pull(1, 4);
-  const FenceStart start = fences.worker_gone(dealer, 1, {0});
-  ASSERT_TRUE(start.ask);
-  const auto settled =
-      fences.shard_gone(dealer, 0, {{1, {TakenBatch{a.id, true}}}, {2, {TakenBatch{99, true}}}});
-  ASSERT_EQ(settled.size(), 1u);
-  EXPECT_EQ(settled[0].outcome, EpochDealer::Settled::kAccepted) << "in the hand-over checkpoint";
-  EXPECT_TRUE(settled[0].applied);
-  EXPECT_EQ(dealer.reissue_backlog(), 0);
+  EXPECT_TRUE(fences.waiting_on(1).empty());
 }
 
 TEST(BatchFences, AFailedPushAsksTheSilentShardsAndSettlesOnce) {
@@ -136,22 +140,24 @@ TEST(BatchFences, AFailedPushAsksTheSilentShardsAndSettlesOnce) {
   EXPECT_TRUE(dealer.pull(2, 8).shards_done.empty());
 }
 
-TEST(BatchFences, WithNoShardToAskTheBatchesSettleAtOnce) {
+TEST(BatchFences, AFailedPushWithNoShardToAskSettlesAtOnce) {
   EpochDealer dealer(16, 1, /*max_epochs=*/1);
   BatchFences fences(2);
-  const auto a = dealer.pull(1, 4);
-  const FenceStart start = fences.worker_gone(dealer, 1, {});
-  EXPECT_FALSE(start.ask);
-  ASSERT_EQ(start.settled.size(), 1u);
-  EXPECT_EQ(start.settled[0].batch, a.id);
-  EXPECT_EQ(start.settled[0].outcome, EpochDealer::Settled::kDealtAgain);
-  EXPECT_FALSE(start.settled[0].asked) << "no shard to ask: nothing was fenced";
-  // A failed push whose silent shards are all gone: dealt again for them, the others kept.
+  // Every shard answered the push, one took it: dealt again for the other, nothing fenced.
   const auto b = dealer.pull(2, 4);
   const FenceStart failed = fences.push_failed(dealer, 2, b.id, {1}, false, {});
+  EXPECT_FALSE(failed.ask);
   ASSERT_EQ(failed.settled.size(), 1u);
   EXPECT_EQ(failed.settled[0].outcome, EpochDealer::Settled::kDealtAgain);
+  EXPECT_FALSE(failed.settled[0].asked) << "no shard to ask: nothing was fenced";
   EXPECT_EQ(dealer.counters().partial_pushes, 1);
+  // A worker gone with nothing held is still fenced off every shard (a zombie's later pushes).
+  const FenceStart gone = fences.worker_gone(dealer, 3);
+  ASSERT_TRUE(gone.ask);
+  EXPECT_EQ(gone.ask->shards, (std::vector<std::int32_t>{0, 1}));
+  EXPECT_TRUE(fences.answer(dealer, gone.ask->round, 0, Taken{}).empty());
+  EXPECT_TRUE(fences.answer(dealer, gone.ask->round, 1, Taken{}).empty()) << "no batch to settle";
+  EXPECT_EQ(fences.pending(), 0u);
   // An answer for a round that does not exist changes nothing.
   EXPECT_TRUE(fences.answer(dealer, 99, 0, Taken{}).empty());
   EXPECT_THROW(BatchFences(0), std::invalid_argument);
@@ -164,7 +170,7 @@ TEST(BatchFences, AWorkerGoneWhileItsFailedBatchIsFencedIsNotFencedForItTwice) {
   const auto b = dealer.pull(1, 4);
   const FenceStart failed = fences.push_failed(dealer, 1, a.id, {}, false, {0});
   ASSERT_TRUE(failed.ask);
-  const FenceStart gone = fences.worker_gone(dealer, 1, {0});
+  const FenceStart gone = fences.worker_gone(dealer, 1);
   ASSERT_TRUE(gone.ask);
   EXPECT_EQ(fences.pending(), 2u);
   // The gone round settles b only; a settles with its own round.

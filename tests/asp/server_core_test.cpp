@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <stdexcept>
 #include <vector>
 
@@ -130,7 +131,9 @@ TEST(ServerCore, ARestartedServerResumesFromItsCheckpointAndCountsTheLostUpdates
 }
 
 TEST(ServerCore, CheckpointsRoundTripAndDecodingIsTotal) {
-  ServerCheckpoint c{2, 40, 45, 40, 5, 1, {{0, 30}, {7, 10}}};
+  ServerCheckpoint c{2, 40, 45, 40, 5, 1, {{0, 30}, {7, 10}}, {}};
+  c.taken[0] = {{3, true}, {8, false}};
+  c.taken[7] = {{4, true}};
   const auto bytes = encode_checkpoint(c);
   EXPECT_EQ(decode_checkpoint(bytes), c);
   EXPECT_FALSE(decode_checkpoint(std::span(bytes).first(bytes.size() - 1)));
@@ -143,11 +146,57 @@ TEST(ServerCore, CheckpointsRoundTripAndDecodingIsTotal) {
   auto bad_counts = c;
   bad_counts.pushes = 44;  // applied + dropped != pushes
   EXPECT_FALSE(decode_checkpoint(encode_checkpoint(bad_counts)));
+  auto no_batch = c;
+  no_batch.taken[7].push_back({0, true});  // batch ids start at 1
+  EXPECT_FALSE(decode_checkpoint(encode_checkpoint(no_batch)));
+  auto flag = bytes;
+  flag[flag.size() - 8] = 2;  // the last entry's applied flag: 0 or 1
+  EXPECT_FALSE(decode_checkpoint(flag));
+  auto huge = encode_checkpoint(ServerCheckpoint{});
+  huge[huge.size() - 1] = 0x7f;  // a count of taken workers far beyond the bytes
+  EXPECT_FALSE(decode_checkpoint(huge));
   EXPECT_FALSE(decode_checkpoint({}));
   // Every truncation of a valid checkpoint is refused, never a crash.
   for (std::size_t n = 0; n < bytes.size(); ++n) {
     EXPECT_FALSE(decode_checkpoint(std::span(bytes).first(n))) << n;
   }
+}
+
+// Checkpoints written before taken batches were kept ("OLASPCK1") still resume, with none.
+TEST(ServerCore, AVersionOneCheckpointDecodesWithNoTakenBatches) {
+  std::vector<std::uint8_t> v1 = {'O', 'L', 'A', 'S', 'P', 'C', 'K', '1'};
+  for (std::int64_t word : {2, 40, 45, 40, 5, 1, 1, 7, 40}) {  // counters, 1 pair: worker 7, 40
+    for (int i = 0; i < 8; ++i) v1.push_back(static_cast<std::uint8_t>(word >> (8 * i)));
+  }
+  const auto c = decode_checkpoint(v1);
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->version, 40);
+  EXPECT_EQ(c->updates.at(7), 40);
+  EXPECT_TRUE(c->taken.empty());
+  v1.push_back(0);
+  EXPECT_FALSE(decode_checkpoint(v1));
+}
+
+// A shard resumed from a checkpoint answers a fence for the batches the checkpoint holds, and
+// not for those its dead incarnation took after it (lost with the restart).
+TEST(ServerCore, ARestartedShardAnswersFencesForTheBatchesItsCheckpointHolds) {
+  FakeOptimizer opt;
+  const StalenessConfig none{StalenessMode::kNone, 0, LrScaling::kNone};
+  ServerCore server(3, none, opt.fn());
+  server.push(4, server.pull(), 1, kGrad, 1);
+  server.push(4, server.pull(), 1, kGrad, 2);
+  const auto bytes = encode_checkpoint(server.checkpoint());
+  server.push(4, server.pull(), 1, kGrad, 3);  // lost with the restart
+  const auto saved = decode_checkpoint(bytes);
+  ASSERT_TRUE(saved);
+  FakeOptimizer opt2;
+  ServerCore restarted = ServerCore::resume(*saved, 3, none, opt2.fn());
+  EXPECT_EQ(restarted.fence(4, kWholeWorker), (std::vector<TakenBatch>{{1, true}, {2, true}}));
+  EXPECT_EQ(restarted.push(4, restarted.pull(), 1, kGrad, 3).status, PushStatus::kFenced);
+  // What it takes next joins the record it resumed with.
+  restarted.push(5, restarted.pull(), 1, kGrad, 9);
+  EXPECT_EQ(restarted.taken().at(5).size(), 1u);
+  EXPECT_EQ(restarted.checkpoint().taken.at(4).size(), 2u);
 }
 
 TEST(ServerCore, AFencedBatchIsRefusedAndTheFenceSaysWhichOfItsBatchesWereTaken) {
