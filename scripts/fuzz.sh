@@ -20,7 +20,9 @@ cmake --build "$build_dir" -j "${OMNILEARN_JOBS:-2}" --target "${targets[@]}"
 work="$(mktemp -d "${TMPDIR:-/tmp}/omnilearn-fuzz.XXXXXX")"
 echo "fuzz: scratch corpora, logs and crashing inputs under $work"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
-failed=0
+# The targets fuzz side by side (one process each: libFuzzer runs one thread), so the whole run
+# takes FUZZ_SECONDS rather than FUZZ_SECONDS per target on CI's two cores.
+declare -A pids
 for target in "${targets[@]}"; do
   name="${target%_fuzz}"
   mkdir -p "$work/$name/corpus" "$work/$name/artifacts"
@@ -28,11 +30,18 @@ for target in "${targets[@]}"; do
   dict=()
   if [[ -f "tests/fuzz/$name.dict" ]]; then dict=("-dict=$repo/tests/fuzz/$name.dict"); fi
   echo "fuzz: $target for ${seconds}s"
-  rc=0
   "$build_dir/tests/fuzz/$target" "$work/$name/corpus" "${dict[@]}" \
     -max_total_time="$seconds" -timeout=5 -rss_limit_mb=2048 -max_len=65536 \
     -print_final_stats=1 -artifact_prefix="$work/$name/artifacts/" \
-    >"$work/$name/log" 2>&1 || rc=$?
+    >"$work/$name/log" 2>&1 &
+  pids[$target]=$!
+done
+failed=0
+for target in "${targets[@]}"; do
+  name="${target%_fuzz}"
+  rc=0
+  wait "${pids[$target]}" || rc=$?
+  echo "fuzz: $target:"
   grep -E '^(#[0-9]+[[:space:]]+DONE|stat::number_of_executed_units|stat::peak_rss_mb)' "$work/$name/log" || true
   if [[ $rc -ne 0 ]]; then
     failed=1
