@@ -280,6 +280,7 @@ void AspSchedulerActor::on_hello(const runtime::Envelope& message, const Trainer
     reply.shard = t.shard;
     reply.incarnation = t.incarnation;
     reply.resume_checkpoint = t.incarnation > 0 ? shard.checkpoint : "";
+    reply.resume_version = reply.resume_checkpoint.empty() ? -1 : shard.checkpoint_version;
   } else {
     reply.role = "worker";
     if (t.worker_id == 0) t.worker_id = next_worker_id_++;
@@ -473,6 +474,10 @@ void AspSchedulerActor::on_deal(const runtime::Envelope& message, const AspDealR
       for (std::size_t s = 0; s < shards_.size() && s < request.unanswered.size(); ++s) {
         if (request.unanswered[s] < 0) continue;
         if (request.unanswered[s] == shards_[s].incarnation && shards_[s].ready) {
+          // Counted even though it lives: if it dies before answering and its restart resumes
+          // from a checkpoint without the push, the push may have been an update lost with it
+          // (the ledger counts only incarnations since restarted).
+          shards_[s].ledger.unanswered(request.unanswered[s]);
           ask.push_back(static_cast<std::int32_t>(s));
           continue;
         }
@@ -841,6 +846,10 @@ void AspSchedulerActor::fence_shard(std::uint64_t round, std::int32_t s, asp::Wo
             taken.push_back(asp::TakenBatch{r->taken[i], r->applied[i]});
           }
           shard.ledger.replied(r->incarnation, r->version);
+          // An incarnation declared gone since (dead, or cut off and still serving) answers for
+          // a state the shard no longer serves with: the one that resumes it is asked instead
+          // (on_server_ready), and answers for its checkpoint.
+          if (r->incarnation != shard.incarnation) return;
           on_settled(fences_->answer(*dealer_, round, s, with_inherited(s, worker, taken)));
           return;
         }

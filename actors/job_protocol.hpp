@@ -138,8 +138,11 @@ struct TrainerHelloReply {
   std::int64_t incarnation = 0;
   std::string resume_checkpoint;
   std::int64_t worker_id = 0;
+  // The version the scheduler recorded for `resume_checkpoint` (-1: none): a file that holds
+  // another one was rewritten since, by an incarnation declared gone, and is not loaded.
+  std::int64_t resume_version = -1;
   MSGPACK_DEFINE(accepted, error, job_toml, source_name, checkpoint_dir, collective_timeout_ms,
-                 role, shard, shards, incarnation, resume_checkpoint, worker_id);
+                 role, shard, shards, incarnation, resume_checkpoint, worker_id, resume_version);
 };
 
 // scheduler -> every trainer of a generation, and to those of the previous one that are not

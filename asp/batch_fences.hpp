@@ -8,7 +8,7 @@
 //   or it pushed and died before it asked again;
 // - a push whose reply did not come within the worker's bound may be applied late.
 // Dealing such a batch again at once would give a shard the gradient of the same samples twice.
-// So the scheduler fences first. It asks every live shard to refuse the batch from now on
+// So the scheduler fences first. It asks every shard to refuse the batch from now on
 // (asp::ServerCore::fence) and to say whether it took it already. Only when every asked shard
 // has answered does it settle the batch with the dealer (EpochDealer::settle): accepted if every
 // shard took it, dealt again for the others otherwise. A live shard silent past the ask's bound

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <set>
 #include <stdexcept>
 #include <string>
 
@@ -82,7 +83,10 @@ std::optional<ServerCheckpoint> decode_checkpoint(std::span<const std::uint8_t> 
   for (std::int64_t* v : counters) {
     if (!in.next(v) || *v < 0) return std::nullopt;
   }
-  if (c.applied > c.version || c.applied + c.dropped != c.pushes) return std::nullopt;
+  // (Compared so that no sum of two counters can overflow.)
+  if (c.applied > c.version || c.applied > c.pushes || c.dropped != c.pushes - c.applied) {
+    return std::nullopt;
+  }
   std::int64_t pairs = 0;
   if (!in.count(&pairs, 2)) return std::nullopt;
   for (std::int64_t p = 0; p < pairs; ++p) {
@@ -91,20 +95,34 @@ std::optional<ServerCheckpoint> decode_checkpoint(std::span<const std::uint8_t> 
     if (n < 0 || !c.updates.emplace(worker, n).second) return std::nullopt;
   }
   if (!v1) {
+    // What the encoder writes of a real state, nothing else: at most kTakenWorkersKept workers,
+    // each with 1..kTakenKept distinct batches (ids from 1), no more entries than pushes weighed
+    // and no more applied ones per worker than its updates.
     std::int64_t workers = 0;
-    if (!in.count(&workers, 2)) return std::nullopt;
+    if (!in.count(&workers, 2) ||
+        workers > static_cast<std::int64_t>(ServerCore::kTakenWorkersKept)) {
+      return std::nullopt;
+    }
+    std::int64_t entries = 0;
     for (std::int64_t w = 0; w < workers; ++w) {
       std::int64_t worker = 0, n = 0;
       if (!in.next(&worker) || !in.count(&n, 2)) return std::nullopt;
-      if (n > static_cast<std::int64_t>(ServerCore::kTakenKept)) return std::nullopt;
+      if (n < 1 || n > static_cast<std::int64_t>(ServerCore::kTakenKept)) return std::nullopt;
+      entries += n;
+      if (entries > c.pushes) return std::nullopt;
       auto [batches, fresh] = c.taken.try_emplace(worker);
       if (!fresh) return std::nullopt;
+      std::set<std::uint64_t> seen;
+      std::int64_t applied_here = 0;
       for (std::int64_t i = 0; i < n; ++i) {
         std::uint64_t batch = 0, applied = 0;
         if (!in.next(&batch) || !in.next(&applied)) return std::nullopt;
-        if (batch == 0 || applied > 1) return std::nullopt;
+        if (batch == 0 || applied > 1 || !seen.insert(batch).second) return std::nullopt;
+        applied_here += static_cast<std::int64_t>(applied);
         batches->second.push_back(TakenBatch{batch, applied == 1});
       }
+      const auto updates = c.updates.find(worker);
+      if (applied_here > (updates == c.updates.end() ? 0 : updates->second)) return std::nullopt;
     }
   }
   if (!in.done()) return std::nullopt;
@@ -211,6 +229,18 @@ PushOutcome ServerCore::push(WorkerId worker, Version pulled, std::int64_t batch
     auto& taken = state_.taken[worker];
     taken.push_back(TakenBatch{batch_id, decision.apply});
     if (taken.size() > kTakenKept) taken.pop_front();
+    if (state_.taken.size() > kTakenWorkersKept) {
+      // The worker whose newest push came first (batch ids rise as they are dealt): gone long
+      // ago, its fences settled; the checkpoint stays bounded however many workers come and go.
+      auto oldest = state_.taken.end();
+      for (auto it = state_.taken.begin(); it != state_.taken.end(); ++it) {
+        if (it->first == worker) continue;
+        if (oldest == state_.taken.end() || it->second.back().batch < oldest->second.back().batch) {
+          oldest = it;
+        }
+      }
+      state_.taken.erase(oldest);
+    }
   }
   out.version = pull();
   return out;

@@ -66,10 +66,10 @@ struct ServerCheckpoint {
   std::int64_t dropped = 0;
   std::int64_t rejected = 0;
   std::map<WorkerId, std::int64_t> updates;  // applied per worker
-  // The batches this state took, per worker (the newest ServerCore::kTakenKept each), so that a
-  // shard restarted from the checkpoint answers a fence for what the checkpoint holds: a batch
-  // taken before the checkpoint and never confirmed to the scheduler must not be dealt again
-  // to it.
+  // The batches this state took, per worker (the newest ServerCore::kTakenKept each, for the
+  // newest kTakenWorkersKept workers), so that a shard restarted from the checkpoint answers a
+  // fence for what the checkpoint holds: a batch taken before the checkpoint and never
+  // confirmed to the scheduler must not be dealt again to it.
   std::map<WorkerId, std::deque<TakenBatch>> taken;
   friend bool operator==(const ServerCheckpoint&, const ServerCheckpoint&) = default;
 };
@@ -130,6 +130,11 @@ class ServerCore {
   // it), and a fence to a slow shard is asked again until it is answered, so the history must
   // outlast many pushes: with 16, asp_fence_simulation_test found samples taken twice.
   static constexpr std::size_t kTakenKept = 1024;
+  // Workers whose taken batches are kept (and checkpointed): past it, the worker whose newest
+  // push is oldest is forgotten. Its fences would then report nothing taken, so this must be
+  // far more workers than come and go while a fence is pending (seconds, or a shard's restart);
+  // it bounds the checkpoint's record at 256 x 1,024 x 16 bytes = 4 MiB (16 KiB per worker).
+  static constexpr std::size_t kTakenWorkersKept = 256;
 
   ServerCheckpoint checkpoint() const { return state_; }
 

@@ -90,9 +90,10 @@ void save_shard(const ShardState& s, const asp::ServerCheckpoint& checkpoint) {
 }
 
 // Restores parameters and optimizer state from `path` into `s`; returns the core's checkpoint.
-// Throws std::runtime_error when the file is not this shard's.
+// Throws std::runtime_error, changing nothing, when the file is not this shard's or, with
+// `version` >= 0, holds another version.
 asp::ServerCheckpoint load_shard(ShardState& s, const std::vector<char>& bytes,
-                                 const std::string& path) {
+                                 const std::string& path, std::int64_t version = -1) {
   const c10::IValue value = torch::jit::pickle_load(bytes);
   auto fail = [&](const std::string& what) {
     throw std::runtime_error("server checkpoint " + path + ": " + what);
@@ -113,6 +114,12 @@ asp::ServerCheckpoint load_shard(ShardState& s, const std::vector<char>& bytes,
   auto checkpoint = asp::decode_checkpoint(std::span<const std::uint8_t>(
       core.data_ptr<std::uint8_t>(), static_cast<std::size_t>(core.numel())));
   if (!checkpoint) fail("its server state does not decode");
+  if (version >= 0 && checkpoint->version != version) {
+    // Rewritten after the report the scheduler recorded: by an incarnation declared gone that
+    // still runs (cut off, on a shared disk). No fence answered for that state.
+    fail(fmt::format("holds version {}, the scheduler recorded version {} for it", checkpoint->version,
+                     version));
+  }
   const at::Tensor params = top.at("shard").toGenericDict().at("params").toTensor();
   if (params.numel() != s.slice.size) fail("its parameters have the wrong size");
   const auto saved = top.at("optimizer").toGenericDict();
@@ -264,15 +271,16 @@ int run_asp_server(AspRoleContext& c) {
   std::string resumed_from;
   if (c.hello.incarnation > 0) {
     // A restart: from the newer of the head's copy of the shard's last checkpoint and this
-    // node's own file (there when the shard ran here, or the disk is shared), or from the
-    // initial parameters (version 0) when neither loads; either way as incarnation
-    // hello.incarnation. load_shard checks everything before it changes anything.
+    // node's own file (there when the shard ran here, or the disk is shared; only at the
+    // version the scheduler recorded for it), or from the initial parameters (version 0) when
+    // neither loads; either way as incarnation hello.incarnation. load_shard checks everything
+    // before it changes anything.
     asp::ServerCheckpoint from;
     resumed_from = "initial";
     auto try_load = [&](const std::vector<char>& bytes, const std::string& what,
-                        const char* source) {
+                        const char* source, std::int64_t version) {
       try {
-        from = load_shard(s, bytes, what);
+        from = load_shard(s, bytes, what, version);
         resumed_from = source;
       } catch (const std::exception& e) {
         spdlog::warn("server {}: {}", c.trainer, e.what());
@@ -282,7 +290,9 @@ int run_asp_server(AspRoleContext& c) {
       std::ifstream in(c.hello.resume_checkpoint, std::ios::binary);
       std::vector<char> bytes((std::istreambuf_iterator<char>(in)),
                               std::istreambuf_iterator<char>());
-      if (in && !bytes.empty()) try_load(bytes, c.hello.resume_checkpoint, "local");
+      if (in && !bytes.empty()) {
+        try_load(bytes, c.hello.resume_checkpoint, "local", c.hello.resume_version);
+      }
     }
     const runtime::AskResult fetched =
         c.system.ask(scheduler, AspFetchCheckpoint{c.job, c.trainer, s.shard}, kSchedulerAskTimeout)
@@ -292,7 +302,7 @@ int run_asp_server(AspRoleContext& c) {
       if (copy->version > from.version) {
         const auto& frame = fetched.reply.attachments[0];
         try_load(std::vector<char>(frame.data(), frame.data() + frame.size()),
-                 "(the head's copy)", "head");
+                 "(the head's copy)", "head", -1);
       }
     } else {
       spdlog::info("server {}: no checkpoint copy from the head: {}", c.trainer,

@@ -198,7 +198,7 @@ class Simulation {
       EXPECT_EQ(dealer_.push(w, report.batch), Receipt::kAccepted) << "seed " << s_.seed;
     } else if (report.batch != 0) {
       if (s_.fencing) {
-        // The live incarnations among the unanswered shards are asked (all are live here).
+        // The unanswered shards are asked (a dead one when it restarts, as the actor does).
         handle(fences_.push_failed(dealer_, w, report.batch, report.taken, false,
                                    report.unanswered));
       } else {
@@ -259,8 +259,8 @@ class Simulation {
             ++taken_[static_cast<std::size_t>(batch.epoch)][static_cast<std::size_t>(s)]
                     [static_cast<std::size_t>(i)];
           }
-          if (o.status == PushStatus::kApplied &&
-              servers_[static_cast<std::size_t>(s)].checkpoint().applied % s_.checkpoint_every == 0) {
+          // (The version counts applied pushes: nothing is dropped here.)
+          if (o.status == PushStatus::kApplied && o.version.number % s_.checkpoint_every == 0) {
             save_checkpoint(s);
           }
         }
@@ -372,9 +372,12 @@ class Simulation {
       }
       auto taken = servers_[static_cast<std::size_t>(s)].fence(ask.worker, ask.through);
       std::uniform_real_distribution<double> back(0.0, 0.5);
-      at(now_ + back(rng_), [this, ask, s, taken, over] {
+      at(now_ + back(rng_), [this, ask, s, taken, over, incarnation] {
         if (*over) return;  // the ask timed out: its answer is dropped, as the actor's is
         *over = true;
+        // Answered, then died before the answer was read: the scheduler asks its restart (the
+        // actor drops an answer from an incarnation declared gone).
+        if (s_.ask_restart && shards_[static_cast<std::size_t>(s)].incarnation != incarnation) return;
         settled_ += static_cast<std::int64_t>(fences_.answer(dealer_, ask.round, s, taken).size());
       });
     });

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <limits>
 #include <stdexcept>
 #include <vector>
 
@@ -152,6 +153,18 @@ TEST(ServerCore, CheckpointsRoundTripAndDecodingIsTotal) {
   auto flag = bytes;
   flag[flag.size() - 8] = 2;  // the last entry's applied flag: 0 or 1
   EXPECT_FALSE(decode_checkpoint(flag));
+  auto twice = c;
+  twice.taken[7].push_back({4, false});  // a batch is taken once
+  EXPECT_FALSE(decode_checkpoint(encode_checkpoint(twice)));
+  auto empty = c;
+  empty.taken[9] = {};  // never written: a worker is recorded with its first batch
+  EXPECT_FALSE(decode_checkpoint(encode_checkpoint(empty)));
+  auto more_applied = c;
+  more_applied.updates[7] = 0;  // worker 7's applied batch is not among its updates
+  EXPECT_FALSE(decode_checkpoint(encode_checkpoint(more_applied)));
+  auto overflow = c;
+  overflow.dropped = std::numeric_limits<std::int64_t>::max();  // applied + dropped overflows
+  EXPECT_FALSE(decode_checkpoint(encode_checkpoint(overflow)));
   auto huge = encode_checkpoint(ServerCheckpoint{});
   huge[huge.size() - 1] = 0x7f;  // a count of taken workers far beyond the bytes
   EXPECT_FALSE(decode_checkpoint(huge));
@@ -231,6 +244,28 @@ TEST(ServerCore, AFencedBatchIsRefusedAndTheFenceSaysWhichOfItsBatchesWereTaken)
   EXPECT_EQ(server.push(7, server.pull(), 4, kGrad, 10).status, PushStatus::kFenced);
   EXPECT_EQ(server.fenced_pushes(), 3);
   EXPECT_EQ(opt.scales.size(), 3u);
+}
+
+// Workers come and go over a long job: the record (and so every checkpoint) keeps the newest
+// kTakenWorkersKept of them, forgetting the one whose newest push is oldest.
+TEST(ServerCore, TheTakenRecordKeepsTheWorkersThatPushedMostRecently) {
+  FakeOptimizer opt;
+  ServerCore server(3, StalenessConfig{StalenessMode::kNone, 0, LrScaling::kNone}, opt.fn());
+  std::uint64_t batch = 1;
+  server.push(0, server.pull(), 1, kGrad, batch++);  // worker 0 first ...
+  for (WorkerId w = 1; w < static_cast<WorkerId>(ServerCore::kTakenWorkersKept); ++w) {
+    server.push(w, server.pull(), 1, kGrad, batch++);
+  }
+  server.push(0, server.pull(), 1, kGrad, batch++);  // ... and again, so 1 is now the oldest
+  EXPECT_EQ(server.taken().size(), ServerCore::kTakenWorkersKept);
+  server.push(9999, server.pull(), 1, kGrad, batch++);
+  EXPECT_EQ(server.taken().size(), ServerCore::kTakenWorkersKept);
+  EXPECT_EQ(server.taken().count(1), 0u);
+  EXPECT_EQ(server.taken().count(0), 1u);
+  EXPECT_EQ(server.taken().count(9999), 1u);
+  EXPECT_TRUE(server.fence(1, kWholeWorker).empty());
+  // The bounded record round-trips.
+  EXPECT_EQ(decode_checkpoint(encode_checkpoint(server.checkpoint())), server.checkpoint());
 }
 
 TEST(ServerCore, AFenceReportsOnlyTheNewestTakenBatchesItKeeps) {
