@@ -430,14 +430,37 @@ std::vector<std::uint64_t> seeds(std::uint64_t count) {
   return out;
 }
 
+// The schedule of `seed`: 1-3 shards, the faults of Schedule's defaults.
+Schedule schedule(std::uint64_t seed) {
+  Schedule s;
+  s.seed = seed;
+  s.shards = 1 + static_cast<int>(seed % 3);
+  return s;
+}
+
+// Shards that die: 1-3 at random times, and in 5% of the fences' arrivals.
+Schedule with_dying_shards(Schedule s) {
+  s.crashes = 1 + static_cast<int>(s.seed % 3);
+  s.crash_on_fence = 0.05;
+  return s;
+}
+
+// How many of `count` schedules, each changed by `rule`, gave some shard a sample other than
+// once: the controls, rules that must break the invariant or the tests above prove nothing.
+std::int64_t broken_schedules(std::uint64_t count, const std::function<Schedule(Schedule)>& rule,
+                              std::size_t* ran) {
+  std::int64_t broken = 0;
+  const auto all = seeds(count);
+  for (const std::uint64_t seed : all) broken += Simulation(rule(schedule(seed))).run().violations > 0;
+  *ran = all.size();
+  return broken;
+}
+
 TEST(AspFenceSimulation, EveryShardTakesEverySampleOncePerEpochUnderLateLostAndZombiePushes) {
   std::int64_t fenced = 0, late = 0, zombie = 0, timeouts = 0;
   const auto all = seeds(5000);
   for (const std::uint64_t seed : all) {
-    Schedule s;
-    s.seed = seed;
-    s.shards = 1 + static_cast<int>(seed % 3);
-    const Outcome o = Simulation(s).run();
+    const Outcome o = Simulation(schedule(seed)).run();
     ASSERT_TRUE(o.finished) << "seed " << seed << " (ASP_FENCE_SEED=" << seed << " replays it)";
     ASSERT_EQ(o.violations, 0) << "seed " << seed << ": " << o.first_violation;
     fenced += o.fenced_pushes;
@@ -462,21 +485,16 @@ TEST(AspFenceSimulation, EveryShardTakesEverySampleOncePerEpochUnderLateLostAndZ
 // Taking the silence for "not taken" instead deals a batch again that a late push already gave
 // the slow shard.
 TEST(AspFenceSimulation, ASlowShardsSilenceTakenForNotTakenGivesSamplesTwice) {
-  std::int64_t broken = 0;
-  const auto all = seeds(500);
-  for (const std::uint64_t seed : all) {
-    Schedule s;
-    s.seed = seed;
-    s.shards = 1 + static_cast<int>(seed % 3);
+  std::size_t ran = 0;
+  const std::int64_t broken = broken_schedules(500, [](Schedule s) {
     s.ask_again = false;
     s.slow_fences = 0.5;
-    const Outcome o = Simulation(s).run();
-    broken += o.violations > 0 ? 1 : 0;
-  }
-  if (all.size() > 1) {
+    return s;
+  }, &ran);
+  if (ran > 1) {
     EXPECT_GT(broken, 0);
   }
-  std::cout << "silence taken for not taken: " << broken << " of " << all.size()
+  std::cout << "silence taken for not taken: " << broken << " of " << ran
             << " schedules gave some shard a sample twice\n";
 }
 
@@ -487,12 +505,7 @@ TEST(AspFenceSimulation, ShardsThatDieAndResumeFromTheirCheckpointsTakeNoSampleT
   std::int64_t restarts = 0, lost = 0, by_restart = 0;
   const auto all = seeds(3000);
   for (const std::uint64_t seed : all) {
-    Schedule s;
-    s.seed = seed;
-    s.shards = 1 + static_cast<int>(seed % 3);
-    s.crashes = 1 + static_cast<int>(seed % 3);
-    s.crash_on_fence = 0.05;
-    const Outcome o = Simulation(s).run();
+    const Outcome o = Simulation(with_dying_shards(schedule(seed))).run();
     ASSERT_TRUE(o.finished) << "seed " << seed << " (ASP_FENCE_SEED=" << seed << " replays it)";
     ASSERT_EQ(o.violations, 0) << "seed " << seed << ": " << o.first_violation;
     restarts += o.restarts;
@@ -512,40 +525,29 @@ TEST(AspFenceSimulation, ShardsThatDieAndResumeFromTheirCheckpointsTakeNoSampleT
 // The rule before: a dead shard's silence counted as "not taken", so a batch in the checkpoint
 // its restart resumed from was dealt to it again.
 TEST(AspFenceSimulation, ADeadShardsSilenceTakenForNotTakenGivesSamplesTwice) {
-  std::int64_t broken = 0;
-  const auto all = seeds(1000);
-  for (const std::uint64_t seed : all) {
-    Schedule s;
-    s.seed = seed;
-    s.shards = 1 + static_cast<int>(seed % 3);
-    s.crashes = 1 + static_cast<int>(seed % 3);
-    s.crash_on_fence = 0.05;
+  std::size_t ran = 0;
+  const std::int64_t broken = broken_schedules(1000, [](Schedule s) {
+    s = with_dying_shards(s);
     s.ask_restart = false;
-    const Outcome o = Simulation(s).run();
-    broken += o.violations > 0 ? 1 : 0;
-  }
-  if (all.size() > 1) {
+    return s;
+  }, &ran);
+  if (ran > 1) {
     EXPECT_GT(broken, 0);
   }
-  std::cout << "dead shard's silence taken for not taken: " << broken << " of " << all.size()
+  std::cout << "dead shard's silence taken for not taken: " << broken << " of " << ran
             << " schedules gave some shard a sample twice\n";
 }
 
 TEST(AspFenceSimulation, WithoutFencesTheSameSchedulesGiveShardsSamplesTwice) {
-  std::int64_t broken = 0;
-  const auto all = seeds(200);
-  for (const std::uint64_t seed : all) {
-    Schedule s;
-    s.seed = seed;
-    s.shards = 1 + static_cast<int>(seed % 3);
+  std::size_t ran = 0;
+  const std::int64_t broken = broken_schedules(200, [](Schedule s) {
     s.fencing = false;
-    const Outcome o = Simulation(s).run();
-    broken += o.violations > 0 ? 1 : 0;
+    return s;
+  }, &ran);
+  if (ran > 1) {
+    EXPECT_GT(broken, static_cast<std::int64_t>(ran) / 4);
   }
-  if (all.size() > 1) {
-    EXPECT_GT(broken, static_cast<std::int64_t>(all.size()) / 4);
-  }
-  std::cout << "without fences: " << broken << " of " << all.size()
+  std::cout << "without fences: " << broken << " of " << ran
             << " schedules gave some shard a sample twice (or never)\n";
 }
 
