@@ -226,7 +226,8 @@ void AspSchedulerActor::replan(const std::string& why) {
             {"workers", workers},
             {"batches", batches},
             {"compute_times", times},
-            {"predicted_step_time", plan.predicted_step_time}});
+            {"predicted_step_time", plan.predicted_step_time},
+            {"persisted", plan.persisted}});
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -99,7 +99,11 @@ class Section {
     auto value = *n->value<std::int64_t>();
     // The field's own type bounds the value too: `min_batch = 4294967297` must be an error, not
     // a silent 1 in an int.
-    max = std::min<std::int64_t>(max, static_cast<std::int64_t>(std::numeric_limits<Int>::max()));
+    // (An unsigned 64-bit field holds every non-negative int64: its max must not wrap to -1.)
+    if (static_cast<std::uint64_t>(std::numeric_limits<Int>::max()) <
+        static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+      max = std::min<std::int64_t>(max, static_cast<std::int64_t>(std::numeric_limits<Int>::max()));
+    }
     if (value < min || value > max) {
       if (max == std::numeric_limits<std::int64_t>::max()) {
         fail(key, fmt::format("expected an integer >= {}, got {}", min, value));
@@ -433,6 +437,8 @@ JobSpec parse_job_spec(std::string_view toml_text, const std::string& source, Fi
   controller.integer("interval", spec.controller.interval_steps, 1);
   controller.number("interval_s", spec.controller.interval_s, 0, 3600);
   controller.integer("cooldown", spec.controller.cooldown_steps, 0);
+  controller.integer("persist_rounds", config.persist_rounds, 0, 1000);
+  controller.number("persist_gain", config.persist_gain, 0, 0.99);
   if (config.min_batch > config.max_batch) {
     controller.fail("min_batch", fmt::format("min_batch ({}) is larger than max_batch ({})",
                                              config.min_batch, config.max_batch));

@@ -98,7 +98,8 @@ scheduler::GenerationPlan SchedulerActor::plan_for(const std::vector<std::string
   for (const auto& name : members) {
     if (!controller_.contains(name)) controller_.add_worker(name);
   }
-  auto plan = controller_.plan();  // throws InfeasibleBatchError with what to change
+  // Throws InfeasibleBatchError with what to change.
+  auto plan = controller_.plan(scheduler::PlanTrigger::kGeneration);
   scheduler::GenerationPlan out;
   for (const auto& name : members) out.batches.push_back(plan.batch_of(name));
   out.version = plan.version;
@@ -394,7 +395,8 @@ void SchedulerActor::maybe_replan() {
   emit(Json{{"time", unix_time()}, {"event", "plan"}, {"step", step_},
             {"generation", job_.generation()}, {"version", plan.version}, {"batches", batches},
             {"compute_times", times}, {"predicted_step_time", plan.predicted_step_time},
-            {"target_step_time", plan.target_step_time}, {"noise_gain", plan.noise_gain}}
+            {"target_step_time", plan.target_step_time}, {"noise_gain", plan.noise_gain},
+            {"persisted", plan.persisted}}
            .dump());
   spdlog::info("job {}: plan v{} at step {}: {}", options_.job_id, plan.version, step_,
                Json(batches).dump());

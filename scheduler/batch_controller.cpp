@@ -27,6 +27,7 @@ void ControllerConfig::validate() const {
   if (throughput_window < 1) fail("throughput_window must be at least 1 step");
   if (!(noise_z >= 0.0) || !std::isfinite(noise_z)) fail("noise_z must be >= 0");
   if (!(prior_noise >= 0.0 && prior_noise < 1.0)) fail("prior_noise must be in [0, 1)");
+  if (!(persist_gain >= 0.0 && persist_gain < 1.0)) fail("persist_gain must be in [0, 1)");
   affine.validate();
   try {
     change.validate();
@@ -164,7 +165,7 @@ std::optional<std::string> BatchController::infeasibility() const {
   return why;
 }
 
-BatchPlan BatchController::plan() {
+BatchPlan BatchController::plan(PlanTrigger trigger) {
   if (config_.policy == Policy::kAffine) {
     for (Worker& w : workers_) w.history.checkpoint();
   }
@@ -172,9 +173,30 @@ BatchPlan BatchController::plan() {
   std::size_t fewest = std::numeric_limits<std::size_t>::max();
   for (const Worker& w : workers_) fewest = std::min(fewest, w.seen);
   const double z = last_.provisional ? 0.0 : config_.noise_z;
-  const PlanDecision d =
-      decide_plan(v, PolicyParams{config_.policy, config_.global_batch, config_.deadband,
-                                  config_.gain, z});
+  PolicyParams params{config_.policy, config_.global_batch, config_.deadband, config_.gain, z};
+  PlanDecision d = decide_plan(v, params);
+  // Smoothing across rounds (ControllerConfig::persist_rounds): the deadband held a plan whose
+  // gain clears the gate by persist_gain; after enough such rounds in a row the plan goes to
+  // the target. Not under a provisional plan (the gate is off then: nothing says the gain is
+  // real). The test is decide_plan's (tolerance included) with a higher threshold, so the
+  // re-decision below, with the deadband lowered to persist_gain, changes the plan.
+  bool persisted = false;
+  if (trigger == PlanTrigger::kRound && !d.changed && !membership_changed_ &&
+      last_.version > 0 && z > 0.0 && config_.persist_rounds > 0 &&
+      config_.persist_gain < config_.deadband && d.current_step_time > 0.0 &&
+      d.target_step_time > 0.0) {
+    const double threshold = config_.persist_gain + d.noise_gain;
+    const bool real = d.current_step_time > (1.0 + threshold) * (1.0 + 1e-9) * d.target_step_time;
+    held_rounds_ = real ? held_rounds_ + 1 : 0;
+    if (held_rounds_ >= config_.persist_rounds) {
+      params.deadband = config_.persist_gain;
+      d = decide_plan(v, params);
+      persisted = d.changed;
+    }
+  } else {
+    held_rounds_ = 0;
+  }
+  if (d.changed) held_rounds_ = 0;
   BatchPlan p;
   p.keys.reserve(workers_.size());
   for (const Worker& w : workers_) p.keys.push_back(w.key);
@@ -184,6 +206,7 @@ BatchPlan BatchController::plan() {
   p.predicted_step_time = d.predicted_step_time;
   p.target_step_time = d.target_step_time;
   p.noise_gain = d.noise_gain;
+  p.persisted = persisted;
   p.provisional = p.changed ? fewest < config_.provisional_observations
                             : last_.provisional && fewest < config_.provisional_observations;
   for (std::size_t i = 0; i < workers_.size(); ++i) workers_[i].batch = p.batches[i];

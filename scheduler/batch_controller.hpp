@@ -41,11 +41,30 @@ struct ControllerConfig {
   // the ideal in a replay with 20% step noise). A worker's own speed changes do not make a plan
   // provisional: after one the gate weighs the reset window's error as usual.
   std::size_t provisional_observations = 3;
+  // Smoothing across rounds. The deadband holds a plan against any one round's gain up to it,
+  // which alone would keep a steady imbalance of up to the deadband for the whole job (one
+  // vCPU a few percent slower than its neighbour: 5-10% of every step under a deadband of
+  // 0.1). A predicted gain above the noise gate's threshold plus `persist_gain`, in
+  // `persist_rounds` control rounds in a row (PlanTrigger::kRound), replaces the plan all the
+  // same: one plan change costs about one step, a lasting imbalance a share of every step.
+  // The sum, not the larger of the two: consecutive rounds share most of their windows, so
+  // they are not independent evidence, and the larger alone chased noise in the simulator
+  // (docs/PERFORMANCE.md). The rounds need not name the same slow worker. Off with 0 rounds,
+  // with the gate off (noise_z = 0) and under a provisional plan; without effect when the
+  // deadband is at most persist_gain (the deadband alone decides then).
+  std::size_t persist_rounds = 3;
+  double persist_gain = 0.02;
 
   // Throws std::invalid_argument naming the first impossible setting (B < min_batch,
   // min_batch > max_batch, deadband or gain out of range, ...).
   void validate() const;
 };
+
+// What a plan() call is for. A periodic control round is one round of the smoothing across
+// rounds (ControllerConfig::persist_rounds); a plan for a new generation is not (it may come
+// with the same members and no new timings, after a broken group re-forms), and it restarts
+// the count.
+enum class PlanTrigger { kRound, kGeneration };
 
 // One plan: what every worker runs with until the next plan.
 struct BatchPlan {
@@ -57,6 +76,8 @@ struct BatchPlan {
   double target_step_time = 0.0;     // the policy's best plan under the same models
   double noise_gain = 0.0;           // the relative gain the noise could explain (the gate)
   bool provisional = false;          // made from too few observations (see ControllerConfig)
+  bool persisted = false;            // changed by the smoothing across rounds (persist_rounds),
+                                     // the deadband alone would have kept the plan
 
   // The batch of `key`; std::out_of_range when the plan does not contain it.
   int batch_of(const std::string& key) const;
@@ -104,7 +125,7 @@ class BatchController {
   // within [min_batch, min(max_batch, memory cap)]. Calling it again without new information
   // returns the same batches with changed == false. Throws InfeasibleBatchError (with what to
   // change) when the current workers cannot hold B; infeasibility() says so without throwing.
-  BatchPlan plan();
+  BatchPlan plan(PlanTrigger trigger = PlanTrigger::kRound);
 
   // Why the current workers cannot hold B, or nullopt when they can.
   std::optional<std::string> infeasibility() const;
@@ -142,6 +163,7 @@ class BatchController {
   std::unordered_map<std::string, std::size_t> index_;  // key -> position in workers_
   BatchPlan last_;
   bool membership_changed_ = false;
+  std::size_t held_rounds_ = 0;  // rounds in a row the deadband held a real gain (persist_*)
 };
 
 }  // namespace omnilearn::scheduler

@@ -207,7 +207,8 @@ PlanDecision decide_plan(std::span<const WorkerView> workers, const PolicyParams
     }
     const double threshold = std::max(params.deadband, out.noise_gain);
     // The relative 1e-9 keeps float noise between two fits of the same line from counting as
-    // an improvement when the deadband is 0.
+    // an improvement when the deadband is 0. (BatchController::plan's smoothing across rounds
+    // repeats this test; keep the two alike.)
     if (current <= (1.0 + threshold) * (1.0 + 1e-9) * out.target_step_time) {
       out.batches.clear();
       for (const WorkerView& w : workers) out.batches.push_back(*w.batch);

@@ -56,6 +56,7 @@ ControllerConfig controller_config(const SimulationConfig& s) {
   c.throughput_window = s.throughput_window;
   c.affine = s.affine;
   c.noise_z = s.noise_z;
+  c.persist_rounds = s.persist_rounds;
   return c;
 }
 

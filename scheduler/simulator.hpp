@@ -55,6 +55,7 @@ struct SimulationConfig {
   std::size_t throughput_window = ControllerConfig{}.throughput_window;
   CostFitConfig affine;
   double noise_z = ControllerConfig{}.noise_z;  // the controller's noise gate (0: off)
+  std::size_t persist_rounds = ControllerConfig{}.persist_rounds;  // smoothing across rounds
 
   // Throws std::invalid_argument with a one-line reason: speeds not positive, B below
   // n * min_batch or above n * max_batch at some round, an event naming an absent worker or a

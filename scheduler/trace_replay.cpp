@@ -306,10 +306,10 @@ ReplayResult replay(const Trace& trace, const ReplayConfig& config) {
   // Whether replacing plan `old` by `next` from step `from` on was worth it under the speeds
   // the recording really had over the next justify_steps steps (each worker's median recorded
   // per-sample time there, without the replay's extra noise): the new plan ends those steps more
-  // than the deadband sooner. A change that follows a real drift of the shared machine is
+  // than `threshold` (the deadband, or persist_gain for a persisted change) sooner. A change that follows a real drift of the shared machine is
   // justified; one that chases noise is not.
   auto justified = [&](const std::vector<int>& old, const std::vector<int>& next,
-                       std::int64_t from) {
+                       std::int64_t from, double threshold) {
     const std::int64_t to = std::min(last, from + config.justify_steps - 1);
     if (to < from) return false;
     double t_old = 0, t_next = 0;
@@ -321,7 +321,7 @@ ReplayResult replay(const Trace& trace, const ReplayConfig& config) {
       t_old = std::max(t_old, m.time(old[i]));
       t_next = std::max(t_next, m.time(next[i]));
     }
-    return t_old > (1.0 + cc.deadband) * t_next;
+    return t_old > (1.0 + threshold) * t_next;
   };
 
   const std::int64_t first = trace.first_step();
@@ -346,7 +346,7 @@ ReplayResult replay(const Trace& trace, const ReplayConfig& config) {
           if (!controller.contains(m)) controller.add_worker(m);
         }
         members = b.generation->members;
-        const BatchPlan p = controller.plan();
+        const BatchPlan p = controller.plan(PlanTrigger::kGeneration);
         std::vector<int> ordered;
         for (const auto& m : members) ordered.push_back(p.batch_of(m));
         batches.clear();
@@ -431,7 +431,11 @@ ReplayResult replay(const Trace& trace, const ReplayConfig& config) {
         if (steady && round_index > settle_until_round) {
           ++out.churn_changes;
           const std::vector<int>& old = pending_from >= 0 ? pending : batches;
-          if (!justified(old, ordered, step + 2)) ++out.unjustified_changes;
+          // A change the smoothing across rounds made (persisted) is worth its gain, not the
+          // deadband's: it is justified when the real speeds make it persist_gain faster.
+          const double threshold = p.persisted ? cc.persist_gain : cc.deadband;
+          if (p.persisted) ++out.persisted_changes;
+          if (!justified(old, ordered, step + 2, threshold)) ++out.unjustified_changes;
         }
         pending = ordered;
         pending_from = step + 2;

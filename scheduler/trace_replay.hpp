@@ -90,8 +90,9 @@ struct ReplayConfig {
   int settle_rounds = 3;
   // A plan change outside the settle rounds is justified when the speeds recorded over this
   // many steps from where it applies (without the extra noise) make the new plan faster than
-  // the old by more than the deadband: the shared machine's speeds drift for real, and
-  // following them is wanted, not churn.
+  // the old by more than the deadband (by more than persist_gain for a change the smoothing
+  // across rounds made): the shared machine's speeds drift for real, and following them is
+  // wanted, not churn.
   std::int64_t justify_steps = 30;
 };
 
@@ -129,6 +130,8 @@ struct ReplayResult {
   int churn_changes = 0;               // of those, outside any regime's settle rounds
   std::int64_t churn_steps = 0;        // steps outside the settle rounds (the churn's base)
   double changes_per_100_steps = 0;    // churn_changes per 100 churn_steps
+  int persisted_changes = 0;           // of churn_changes, those the smoothing across rounds
+                                       // made (judged against persist_gain, not the deadband)
   int unjustified_changes = 0;         // of churn_changes, those the recorded speeds did not
                                        // justify (ReplayConfig::justify_steps): noise chased
   double unjustified_per_100_steps = 0;  // unjustified_changes per 100 churn_steps

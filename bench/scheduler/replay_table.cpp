@@ -6,7 +6,9 @@
 // each regime (start, real speed change, join) took to be followed (worst).
 //
 //   scheduler_replay_table [--seeds 10] [--interval 10] [--z NOISE_Z] [--window N] [--follow TOLERANCE]
-//                          [--alpha] tests/data/trace_*.csv
+//                          [--deadband 0.05] [--alpha] tests/data/trace_*.csv
+// "noise-aware, per round" is the defaults without the smoothing across rounds
+// (persist_rounds = 0); "noise-aware, across rounds" the defaults.
 // --alpha: replay with the traces' fitted fixed cost per step (ReplayConfig::use_trace_alpha).
 #include <algorithm>
 #include <cstdio>
@@ -24,17 +26,21 @@ namespace {
 struct Variant {
   const char* name;
   bool filtered;
+  std::size_t persist_rounds;  // smoothing across rounds (0: off)
 };
 
 double noise_z = ControllerConfig{}.noise_z;
 double follow = ReplayConfig{}.follow_tolerance;
 std::size_t window = ControllerConfig{}.throughput_window;
 bool use_alpha = false;
+double deadband = 0.05;
 
-ReplayConfig make(bool filtered, Policy policy, double noise, int seed, int interval) {
+ReplayConfig make(const Variant& v, Policy policy, double noise, int seed, int interval) {
+  const bool filtered = v.filtered;
   ReplayConfig c;
   c.controller.min_batch = 8;
-  c.controller.deadband = 0.05;
+  c.controller.deadband = deadband;
+  c.controller.persist_rounds = v.persist_rounds;
   c.controller.policy = policy;
   c.rounds = ControlRoundsConfig{interval, 3, 6};
   c.step_noise = noise;
@@ -68,6 +74,8 @@ int main(int argc, char** argv) {
       window = static_cast<std::size_t>(std::atoi(argv[++i]));
     } else if (!std::strcmp(argv[i], "--z") && i + 1 < argc) {
       noise_z = std::atof(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--deadband") && i + 1 < argc) {
+      deadband = std::atof(argv[++i]);
     } else if (!std::strcmp(argv[i], "--interval") && i + 1 < argc) {
       interval = std::atoi(argv[++i]);
     } else {
@@ -75,7 +83,7 @@ int main(int argc, char** argv) {
     }
   }
   if (files.empty()) {
-    std::fprintf(stderr, "usage: %s [--seeds N] [--interval STEPS] [--z NOISE_Z] [--window N] [--follow TOLERANCE] [--alpha] TRACE.csv...\n",
+    std::fprintf(stderr, "usage: %s [--seeds N] [--interval STEPS] [--z NOISE_Z] [--window N] [--follow TOLERANCE] [--deadband D] [--alpha] TRACE.csv...\n",
                  argv[0]);
     return 2;
   }
@@ -91,13 +99,15 @@ int main(int argc, char** argv) {
     }
     const std::string name = file.substr(file.rfind('/') + 1);
     const Trace trace = parse_trace(in, name);
-    for (const Variant v : {Variant{"before", false}, Variant{"noise-aware", true}}) {
+    const std::size_t persist = ControllerConfig{}.persist_rounds;
+    for (const Variant v : {Variant{"before", false, 0}, Variant{"noise-aware, per round", true, 0},
+                            Variant{"noise-aware, across rounds", true, persist}}) {
       for (Policy policy : {Policy::kProportional, Policy::kAffine}) {
         for (double noise : {0.0, 0.2}) {
           std::vector<double> eff, churn, unjustified, speedup, ideal;
           std::vector<int> follow;
           for (int seed = 1; seed <= seeds; ++seed) {
-            const ReplayResult r = replay(trace, make(v.filtered, policy, noise, seed, interval));
+            const ReplayResult r = replay(trace, make(v, policy, noise, seed, interval));
             eff.push_back(r.efficiency);
             churn.push_back(r.changes_per_100_steps);
             unjustified.push_back(r.unjustified_per_100_steps);

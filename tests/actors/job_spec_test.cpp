@@ -54,6 +54,24 @@ TEST(JobSpecNumbers, AnIntegerBeyondTwoToThe53IsARangeErrorForAFloatField) {
   EXPECT_NE(error.find("lr"), std::string::npos) << error;
 }
 
+// Smoothing across rounds (issue 12): on by default, set or turned off from the job file, and a
+// value out of range is located.
+TEST(JobSpecController, PersistKeysParseDefaultAndAreLocatedWhenBad) {
+  auto spec = parse_job_spec(kBase, "job.toml");
+  EXPECT_EQ(spec.controller.config.persist_rounds, 3u);
+  EXPECT_DOUBLE_EQ(spec.controller.config.persist_gain, 0.02);
+  spec = parse_job_spec(kBase + "[controller]\npersist_rounds = 0\npersist_gain = 0.05\n",
+                        "job.toml");
+  EXPECT_EQ(spec.controller.config.persist_rounds, 0u);
+  EXPECT_DOUBLE_EQ(spec.controller.config.persist_gain, 0.05);
+  auto error = error_of(kBase + "[controller]\npersist_gain = 1.5\n");
+  EXPECT_NE(error.find("job.toml:12:"), std::string::npos) << error;
+  EXPECT_NE(error.find("persist_gain"), std::string::npos) << error;
+  error = error_of(kBase + "[controller]\npersist_rounds = -1\n");
+  EXPECT_NE(error.find("job.toml:12:"), std::string::npos) << error;
+  EXPECT_NE(error.find("persist_rounds"), std::string::npos) << error;
+}
+
 // Users' own models and data: the keys, where a bad value is located, relative paths, and what
 // `omnilearn submit` checks of the files on its own machine (FileChecks::kLocal).
 class JobSpecUserFiles : public ::testing::Test {

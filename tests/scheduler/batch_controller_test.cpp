@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <map>
 #include <numeric>
 #include <random>
@@ -279,6 +280,122 @@ TEST(BatchController, AProvisionalPlanIsReplacedWithoutTheNoiseGate) {
       EXPECT_GT(second.noise_gain, 0.1);
     }
   }
+}
+
+
+// Smoothing across rounds (issue 12): a deadband of 0.1 holds a plan against any one round's
+// gain up to 10%; an imbalance the gate calls real, seen persist_rounds rounds in a row, is
+// corrected all the same, once; with persist_rounds = 0 it is held for good.
+TEST(BatchController, AnImbalanceTheDeadbandHoldsIsCorrectedAfterPersistRounds) {
+  for (const std::size_t rounds : {std::size_t{3}, std::size_t{0}}) {
+    ControllerConfig cfg = config(256);
+    cfg.deadband = 0.1;
+    cfg.persist_rounds = rounds;
+    BatchController c(cfg);
+    std::map<std::string, double> speed{{"a", 1000}, {"b", 1000}, {"c", 1000}, {"d", 1000}};
+    for (const auto& [k, v] : speed) c.add_worker(k);
+    c.plan();
+    run_steps(c, speed, 10);
+    ASSERT_EQ(c.plan().batches, (std::vector<int>{64, 64, 64, 64}));
+    speed["a"] = 930;  // 7% slower: the plan's step is 5.7% longer than the target's
+    std::vector<int> changed_at;
+    for (int round = 1; round <= 20; ++round) {
+      run_steps(c, speed, 10);
+      const BatchPlan p = c.plan();
+      if (p.changed) {
+        changed_at.push_back(round);
+        EXPECT_TRUE(p.persisted);
+        EXPECT_LT(p.batches[0], 64);
+        EXPECT_NEAR(p.predicted_step_time, p.target_step_time, 1e-12);
+      } else {
+        EXPECT_FALSE(p.persisted);
+      }
+    }
+    if (rounds > 0) {
+      // Held while the gain is new (the change detector's rounds, then persist_rounds more),
+      // then corrected once and kept.
+      ASSERT_EQ(changed_at.size(), 1u);
+      EXPECT_GE(changed_at[0], static_cast<int>(rounds));
+      EXPECT_LE(changed_at[0], static_cast<int>(rounds) + 2);
+    } else {
+      EXPECT_TRUE(changed_at.empty());
+    }
+  }
+}
+
+// Noise seldom clears the gate round after round. Equal workers with +-10% step-time noise and
+// 5 steps per round (where the smoothing can act: persist_gain plus the gate, about 0.02 +
+// 0.05, is under the deadband, and consecutive rounds share most of the 24-step window, so
+// their estimates are alike), a thousand rounds: the smoothing adds at most a handful of
+// changes, and the churn goal (at most one change per 100 steps) holds with it.
+TEST(BatchController, NoiseAloneSeldomPersists) {
+  auto changes = [](std::size_t rounds, std::uint32_t seed) {
+    ControllerConfig cfg = config(256);
+    cfg.deadband = 0.1;
+    cfg.persist_rounds = rounds;
+    BatchController c(cfg);
+    const std::vector<std::string> keys{"a", "b", "c", "d"};
+    for (const auto& k : keys) c.add_worker(k);
+    c.plan();
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<double> noise(0.9, 1.1);
+    int changed = 0, persisted = 0;
+    double gate = 0.0;
+    for (int round = 0; round < 1000; ++round) {
+      const BatchPlan& p = c.last_plan();
+      for (int s = 0; s < 5; ++s) {
+        for (std::size_t i = 0; i < keys.size(); ++i) {
+          c.observe(keys[i], p.batches[i], noise(rng) * p.batches[i] / 1000.0);
+        }
+      }
+      const BatchPlan next = c.plan();
+      changed += next.changed ? 1 : 0;
+      persisted += next.persisted ? 1 : 0;
+      gate += next.noise_gain / 1000.0;
+    }
+    // The regime this test is for: the smoothing's threshold under the deadband.
+    EXPECT_LT(0.02 + gate, 0.1) << "mean gate " << gate;
+    return std::pair{changed, persisted};
+  };
+  for (std::uint32_t seed = 1; seed <= 5; ++seed) {
+    const auto [with, persisted] = changes(3, seed);
+    const auto [without, never] = changes(0, seed);
+    std::printf("seed %u: %d changes with smoothing (%d by it), %d without\n", seed, with,
+                persisted, without);
+    EXPECT_EQ(never, 0);
+    EXPECT_LE(persisted, 10) << "seed " << seed;        // of 1,000 rounds
+    EXPECT_LE(with, without + 10) << "seed " << seed;
+    EXPECT_LE(with, 50) << "seed " << seed;             // 5,000 steps: at most 1 per 100
+  }
+}
+
+// The count is of control rounds in a row: a plan for a new generation (PlanTrigger::
+// kGeneration, no new timings) restarts it, so the correction comes later than without it.
+TEST(BatchController, AGenerationPlanRestartsTheCount) {
+  auto first_change = [](int generation_at) {
+    ControllerConfig cfg = config(256);
+    cfg.deadband = 0.1;
+    BatchController c(cfg);
+    std::map<std::string, double> speed{{"a", 1000}, {"b", 1000}, {"c", 1000}, {"d", 1000}};
+    for (const auto& [k, v] : speed) c.add_worker(k);
+    c.plan();
+    run_steps(c, speed, 10);
+    c.plan();
+    speed["a"] = 930;
+    for (int round = 1; round <= 20; ++round) {
+      run_steps(c, speed, 10);
+      if (round == generation_at) {
+        EXPECT_FALSE(c.plan(PlanTrigger::kGeneration).changed);
+        continue;
+      }
+      if (c.plan().changed) return round;
+    }
+    return -1;
+  };
+  const int plain = first_change(-1);
+  ASSERT_GT(plain, 1);
+  const int restarted = first_change(plain - 1);
+  EXPECT_EQ(restarted, plain + 2) << "plain " << plain;
 }
 
 }  // namespace

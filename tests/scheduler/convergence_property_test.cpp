@@ -144,25 +144,44 @@ TEST(ConvergenceProperty, AffineUnderTenPercentNoiseIsNoWorseThanProportional) {
   }
 }
 
-// With 5% noise and deadband 0.1, once converged (round 5) plans stop changing: at most one
-// change per run (so nothing goes back and forth) and none at all in 99% of the runs.
+// With 5% noise and deadband 0.1, once converged (round 5) plans do not go back and forth.
+// The deadband alone stops them, holding whatever imbalance under 10% the first plans left;
+// the smoothing across rounds (persist_rounds) may still refine such a plan, but only where
+// the refinement is real: every later change raises the plan's noise-free efficiency, there
+// are few of them, and none at all without the smoothing in 99% of the runs. (Half the
+// clusters: four variants of 30 rounds each would take a minute.)
 TEST(ConvergenceProperty, NoOscillationWithFivePercentNoiseAndDeadbandTenPercent) {
+  const int clusters = kClusters / 2;
   for (Policy policy : {Policy::kProportional, Policy::kAffine}) {
-    std::mt19937_64 rng(5);
-    int runs_with_change = 0;
-    for (int k = 0; k < kClusters; ++k) {
-      auto s = simulation_of(random_cluster(rng), policy, 0.0, 0.05, k);
-      s.deadband = 0.1;
-      s.rounds = 30;
-      const SimulationResult r = simulate(s);
-      int changes = 0;
-      for (int i = 5; i < s.rounds; ++i) changes += r.rounds[i].changed ? 1 : 0;
-      ASSERT_LE(changes, 1) << to_string(policy) << " cluster " << k;
-      runs_with_change += changes > 0 ? 1 : 0;
+    for (const std::size_t persist : {std::size_t{0}, ControllerConfig{}.persist_rounds}) {
+      std::mt19937_64 rng(5);
+      int runs_with_change = 0, total_changes = 0;
+      double gained = 0.0;
+      for (int k = 0; k < clusters; ++k) {
+        auto s = simulation_of(random_cluster(rng), policy, 0.0, 0.05, k);
+        s.deadband = 0.1;
+        s.persist_rounds = persist;
+        s.rounds = 30;
+        const SimulationResult r = simulate(s);
+        int changes = 0;
+        for (int i = 5; i < s.rounds; ++i) {
+          if (!r.rounds[i].changed) continue;
+          ++changes;
+          const double before = r.rounds[i - 1].plan_efficiency;
+          const double after = r.rounds[i].plan_efficiency;
+          EXPECT_GT(after, before) << to_string(policy) << " cluster " << k << " round " << i;
+          gained += after - before;
+        }
+        ASSERT_LE(changes, persist > 0 ? 3 : 1) << to_string(policy) << " cluster " << k;
+        runs_with_change += changes > 0 ? 1 : 0;
+        total_changes += changes;
+      }
+      std::printf("%s, persist_rounds %zu: %d of %d runs changed a plan after round 5 (%d "
+                  "changes, plan efficiency +%.4f each on average)\n",
+                  std::string(to_string(policy)).c_str(), persist, runs_with_change, clusters,
+                  total_changes, total_changes > 0 ? gained / total_changes : 0.0);
+      if (persist == 0) EXPECT_LE(runs_with_change, clusters / 100) << to_string(policy);
     }
-    std::printf("%s: %d of %d runs changed a plan after round 5\n",
-                std::string(to_string(policy)).c_str(), runs_with_change, kClusters);
-    EXPECT_LE(runs_with_change, kClusters / 100) << to_string(policy);
   }
 }
 
