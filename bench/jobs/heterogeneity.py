@@ -20,6 +20,8 @@ compute-only efficiency B / sum(speed) / step time, and plan changes per 100 ste
 Usage (the reference configuration of shared/BENCHMARKING.md, and a larger batch):
   bench/jobs/heterogeneity.py --omnilearn build/bin/omnilearn --model mlp --repeats 3 \
       --global-batches 256,1024 --json /tmp/het.json
+A policy may carry extra [controller] keys and runs as its own column, e.g.
+  --policies ddp,uniform,proportional,proportional+persist_rounds=0
 """
 import argparse
 import json
@@ -50,7 +52,20 @@ MODELS = {
 }
 
 
-def job_toml(model, policy, steps, batch, seed):
+def split_variant(policy):
+    """"proportional+persist_rounds=0" -> ("proportional", {"persist_rounds": "0"}): a policy
+    with extra [controller] keys, run as its own column beside the others."""
+    name, *extra = policy.split("+")
+    keys = dict(kv.split("=", 1) for kv in extra)
+    fixed = {"policy", "deadband", "min_batch", "max_batch", "interval", "cooldown"}
+    if fixed & keys.keys():
+        sys.exit(f"{policy}: {sorted(fixed & keys.keys())} are set by the benchmark itself")
+    return name, keys
+
+
+def job_toml(model, policy, steps, batch, seed, deadband=0.1):
+    policy, extra = split_variant(policy)
+    extra_lines = "".join(f"{k} = {v}\n" for k, v in extra.items())
     return f"""[job]
 name = "bench-{model}-{policy}"
 {MODELS[model]}
@@ -68,12 +83,12 @@ threads = 1
 
 [controller]
 policy = "{policy}"
-deadband = 0.1
+deadband = {deadband}
 min_batch = 8
 max_batch = {batch}
 interval = 20
 cooldown = 3
-
+{extra_lines}
 [elastic]
 min_workers = 4
 max_workers = 4
@@ -87,10 +102,11 @@ def steady(steps_ev, key_time="time"):
     return (last[key_time] - first[key_time]) / max(1, last["step"] - first["step"])
 
 
-def run_omnilearn(omnilearn, model, policy, speeds, quotas, steps, batch, seed, workdir):
+def run_omnilearn(omnilearn, model, policy, speeds, quotas, steps, batch, seed, workdir,
+                  deadband=0.1):
     path = os.path.join(workdir, f"{model}-{policy}.toml")
     with open(path, "w") as f:
-        f.write(job_toml(model, policy, steps, batch, seed))
+        f.write(job_toml(model, policy, steps, batch, seed, deadband))
     run_dir = os.path.join(workdir, f"run-{model}-{policy}-{time.time_ns()}")
     cmd = [omnilearn, "run", path, "--local", "4", "--pin", "--run-dir", run_dir]
     if speeds:
@@ -118,18 +134,29 @@ def run_omnilearn(omnilearn, model, policy, speeds, quotas, steps, batch, seed, 
                      for i in range(n)]
     window = tail[-1]["step"] - tail[0]["step"]
     changes = sum(1 for p in plans if p["step"] >= tail[0]["step"])
+    persisted = sum(1 for p in plans  # by the smoothing across rounds, once steady
+                    if p.get("persisted") and p["step"] >= tail[0]["step"])
     # Where a step's wall time goes: the slowest worker's compute (the controller's balance plus
     # per-step jitter: the slowest of n noisy computes) and what follows it (the exchange's
     # exposed part, the optimizer, control), medians over the steady steps.
     slowest = statistics.median(max(w["compute_time_s"] for w in e["workers"]) for e in tail)
     mean_compute = statistics.median(statistics.mean(w["compute_time_s"] for w in e["workers"])
                                      for e in tail)
+    # The slowest minus the mean splits in two: the plan's own imbalance (one worker's compute
+    # is longer on every step: the split the controller keeps, within its deadband) and per-step
+    # jitter (which worker is slowest changes from step to step). The first is each worker's
+    # median compute over the steady steps, the largest of them against their mean.
+    per_worker = [statistics.median(e["workers"][i]["compute_time_s"] for e in tail)
+                  for i in range(n)]
+    imbalance = max(per_worker) - statistics.mean(per_worker)
     return {"step_time_s": steady(steps_ev),
             "reported_step_time_s": statistics.median(e["step_time_s"] for e in tail),
             "allreduce_s": statistics.median(e["allreduce_time_s"] for e in tail),
             "slowest_compute_s": slowest, "mean_compute_s": mean_compute,
+            "imbalance_s": imbalance, "worker_compute_s": per_worker,
             "batches": tail[-1]["batches"], "speeds": worker_speeds,
-            "plan_changes_per_100": 100.0 * changes / max(1, window)}
+            "plan_changes_per_100": 100.0 * changes / max(1, window),
+            "persisted_changes": persisted}
 
 
 def run_ddp(model, speeds, quotas, steps, batch, seed):
@@ -155,11 +182,18 @@ def main():
     ap.add_argument("--quota", type=float, default=0.4, help="CPU quota of every worker")
     ap.add_argument("--sets", default="HL1,HL2,HL4,HL8,Q4")
     ap.add_argument("--policies", default="ddp,uniform,proportional,affine")
+    ap.add_argument("--deadband", type=float, default=0.1,
+                    help="the controller's deadband (the reference configuration's is 0.1)")
     ap.add_argument("--json", default="")
+    ap.add_argument("--keep-runs", default="",
+                    help="write the runs' directories (events.jsonl, summary.json) here and keep them")
     args = ap.parse_args()
     policies = args.policies.split(",")
     results = {}
-    with tempfile.TemporaryDirectory() as workdir:
+    if args.keep_runs:
+        os.makedirs(args.keep_runs, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = args.keep_runs or tmp
         for batch in [int(b) for b in args.global_batches.split(",")]:
             for name in args.sets.split(","):
                 if name == QUOTA_SET[0]:
@@ -178,7 +212,7 @@ def main():
                         else:
                             runs[p].append(run_omnilearn(args.omnilearn, args.model, p, speeds,
                                                          quotas, args.steps, batch, args.seed,
-                                                         workdir))
+                                                         workdir, args.deadband))
                 # The ideal from the per-worker speeds measured in this session's uniform runs.
                 measured = [sum(u["speeds"]) / (len(u["speeds"]) * min(u["speeds"]))
                             for u in runs.get("uniform", [])]
@@ -209,6 +243,10 @@ def main():
                             x["slowest_compute_s"] for x in runs[p])
                         q["mean_compute_ms"] = 1000 * statistics.median(
                             x["mean_compute_s"] for x in runs[p])
+                        q["imbalance_ms"] = 1000 * statistics.median(x["imbalance_s"]
+                                                                     for x in runs[p])
+                        q["worker_compute_ms"] = [1000 * c for c in runs[p][-1]["worker_compute_s"]]
+                        q["persisted_changes"] = [x["persisted_changes"] for x in runs[p]]
                     res["policies"][p] = q
                 results[f"{name}/B{batch}"] = res
                 print(f"{args.model} {name} B={batch}: ideal {nominal:.2f}x nominal, {ideal:.2f}x "
@@ -228,7 +266,13 @@ def main():
                         line += f"  exposed all-reduce {q['allreduce_ms']:.1f} ms"
                         line += (f"  compute mean {q['mean_compute_ms']:.1f} / slowest "
                                  f"{q['slowest_compute_ms']:.1f} ms, after it "
-                                 f"{q['step_ms'] - q['slowest_compute_ms']:.1f} ms")
+                                 f"{q['step_ms'] - q['slowest_compute_ms']:.1f} ms; "
+                                 f"of the slowest's excess, plan imbalance "
+                                 f"{q['imbalance_ms']:.1f} ms")
+                        line += " (per worker " + ", ".join(
+                            f"{c:.1f}" for c in q["worker_compute_ms"]) + " ms)"
+                    if "persisted_changes" in q:
+                        line += f"  persisted changes per run {q['persisted_changes']}"
                     line += f"  batches {q['final_batches']}"
                     print(line, flush=True)
     if args.json:
