@@ -190,6 +190,7 @@ std::string ReplayResult::describe() const {
     << speedup_over_uniform << "x of ideal " << ideal_speedup << "x; " << rounds << " rounds, "
     << plan_changes << " plan changes, " << churn_changes << " outside settling ("
     << changes_per_100_steps << " per 100 steps over " << churn_steps << " steps, "
+    << persisted_changes << " by the smoothing across rounds, "
     << unjustified_changes << " not justified by the recorded speeds: "
     << unjustified_per_100_steps << " per 100 steps)\n";
   for (const auto& r : regimes) {
