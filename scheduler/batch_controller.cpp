@@ -178,15 +178,15 @@ BatchPlan BatchController::plan(PlanTrigger trigger) {
   // Smoothing across rounds (ControllerConfig::persist_rounds): the deadband held a plan whose
   // gain clears the gate by persist_gain; after enough such rounds in a row the plan goes to
   // the target. Not under a provisional plan (the gate is off then: nothing says the gain is
-  // real). The test is decide_plan's (tolerance included) with a higher threshold, so the
+  // real). The test is decide_plan's (gain_exceeds) with a higher threshold, so the
   // re-decision below, with the deadband lowered to persist_gain, changes the plan.
   bool persisted = false;
   if (trigger == PlanTrigger::kRound && !d.changed && !membership_changed_ &&
       last_.version > 0 && z > 0.0 && config_.persist_rounds > 0 &&
       config_.persist_gain < config_.deadband && d.current_step_time > 0.0 &&
       d.target_step_time > 0.0) {
-    const double threshold = config_.persist_gain + d.noise_gain;
-    const bool real = d.current_step_time > (1.0 + threshold) * (1.0 + 1e-9) * d.target_step_time;
+    const bool real = gain_exceeds(d.current_step_time, d.target_step_time,
+                                   config_.persist_gain + d.noise_gain);
     held_rounds_ = real ? held_rounds_ + 1 : 0;
     if (held_rounds_ >= config_.persist_rounds) {
       params.deadband = config_.persist_gain;

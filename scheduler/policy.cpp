@@ -143,6 +143,10 @@ std::vector<double> policy_targets(std::span<const WorkerView> workers,
   throw std::invalid_argument("unknown policy");
 }
 
+bool gain_exceeds(double current, double target, double threshold) {
+  return current > (1.0 + threshold) * (1.0 + 1e-9) * target;
+}
+
 PlanDecision decide_plan(std::span<const WorkerView> workers, const PolicyParams& params) {
   if (!(params.deadband >= 0.0 && params.deadband < 1.0)) {
     throw std::invalid_argument("deadband must be in [0, 1)");
@@ -205,11 +209,7 @@ PlanDecision decide_plan(std::span<const WorkerView> workers, const PolicyParams
       out.noise_gain = params.noise_z *
                        std::sqrt(e * e + sum_sq / (static_cast<double>(n) * static_cast<double>(n)));
     }
-    const double threshold = std::max(params.deadband, out.noise_gain);
-    // The relative 1e-9 keeps float noise between two fits of the same line from counting as
-    // an improvement when the deadband is 0. (BatchController::plan's smoothing across rounds
-    // repeats this test; keep the two alike.)
-    if (current <= (1.0 + threshold) * (1.0 + 1e-9) * out.target_step_time) {
+    if (!gain_exceeds(current, out.target_step_time, std::max(params.deadband, out.noise_gain))) {
       out.batches.clear();
       for (const WorkerView& w : workers) out.batches.push_back(*w.batch);
     }

@@ -101,4 +101,10 @@ struct PlanDecision {
 // impossible.
 PlanDecision decide_plan(std::span<const WorkerView> workers, const PolicyParams& params);
 
+// Whether a plan predicted to end steps at `target` s is worth leaving one predicted at
+// `current` s for: more than `threshold` (relative) sooner. The relative 1e-9 keeps float noise
+// between two fits of the same line from counting as an improvement when the threshold is 0.
+// decide_plan's test, and the smoothing across rounds' (BatchController::plan).
+bool gain_exceeds(double current, double target, double threshold);
+
 }  // namespace omnilearn::scheduler

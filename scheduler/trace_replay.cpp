@@ -307,8 +307,8 @@ ReplayResult replay(const Trace& trace, const ReplayConfig& config) {
   // Whether replacing plan `old` by `next` from step `from` on was worth it under the speeds
   // the recording really had over the next justify_steps steps (each worker's median recorded
   // per-sample time there, without the replay's extra noise): the new plan ends those steps more
-  // than `threshold` (the deadband, or persist_gain for a persisted change) sooner. A change that follows a real drift of the shared machine is
-  // justified; one that chases noise is not.
+  // than `threshold` (the deadband, or persist_gain for a persisted change) sooner. A change
+  // that follows a real drift of the shared machine is justified; one that chases noise is not.
   auto justified = [&](const std::vector<int>& old, const std::vector<int>& next,
                        std::int64_t from, double threshold) {
     const std::int64_t to = std::min(last, from + config.justify_steps - 1);

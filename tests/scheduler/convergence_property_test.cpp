@@ -180,7 +180,9 @@ TEST(ConvergenceProperty, NoOscillationWithFivePercentNoiseAndDeadbandTenPercent
                   "changes, plan efficiency +%.4f each on average)\n",
                   std::string(to_string(policy)).c_str(), persist, runs_with_change, clusters,
                   total_changes, total_changes > 0 ? gained / total_changes : 0.0);
-      if (persist == 0) EXPECT_LE(runs_with_change, clusters / 100) << to_string(policy);
+      if (persist == 0) {
+        EXPECT_LE(runs_with_change, clusters / 100) << to_string(policy);
+      }
     }
   }
 }
