@@ -108,10 +108,14 @@ struct AspPullReply {
   std::int64_t version = 0;
   std::int64_t offset = 0;  // the slice of the flat vector
   std::int64_t size = 0;
-  MSGPACK_DEFINE(ok, error, shard, incarnation, version, offset, size);
+  // Shard 0 of a model with buffers (BatchNorm statistics): their count, sent as a second
+  // attachment after the slice; 0: none.
+  std::int64_t buffers = 0;
+  MSGPACK_DEFINE(ok, error, shard, incarnation, version, offset, size, buffers);
 };
 
-// worker -> server (ask), with the gradient for the shard attached.
+// worker -> server (ask), with the gradient for the shard attached; to shard 0 of a model with
+// buffers also how the batch's forward moved them (after - pulled), as a second attachment.
 struct AspPush {
   std::string job_id;
   std::int32_t shard = 0;

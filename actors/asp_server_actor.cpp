@@ -85,12 +85,17 @@ void AspServerActor::on_pull(const runtime::Envelope& message) {
   r.version = v.number;
   r.offset = config_.slice.offset;
   r.size = config_.slice.size;
+  r.buffers = static_cast<std::int64_t>(config_.buffers.size());
   auto envelope =
       reply_envelope(system(), message, runtime::kind_of<AspPullReply>(), runtime::pack_payload(r));
   // The one copy on this side: the shard into the frame ZeroMQ sends as is (built from the
   // bytes directly: no zero fill first).
   envelope.attachments.emplace_back(
       std::string(reinterpret_cast<const char*>(parameters_.data()), parameters_.size_bytes()));
+  if (!config_.buffers.empty()) {
+    envelope.attachments.emplace_back(std::string(
+        reinterpret_cast<const char*>(config_.buffers.data()), config_.buffers.size_bytes()));
+  }
   system().send(std::move(envelope));
 }
 
@@ -110,11 +115,20 @@ void AspServerActor::on_push(const runtime::Envelope& message) {
     reply(message, r);
     return;
   }
-  if (message.attachments.size() != 1 || message.attachments[0].size() != want) {
+  const std::size_t most = config_.buffers.empty() ? 1 : 2;
+  if (message.attachments.empty() || message.attachments.size() > most ||
+      message.attachments[0].size() != want ||
+      (message.attachments.size() == 2 &&
+       message.attachments[1].size() != config_.buffers.size_bytes())) {
     r.error = fmt::format(
-        "a push to shard {} needs one attachment of {} bytes (its {} float32 gradients); it had "
-        "{} attachment(s){}: nothing applied",
-        config_.shard, want, config_.slice.size, message.attachments.size(),
+        "a push to shard {} needs one attachment of {} bytes (its {} float32 gradients){}; it "
+        "had {} attachment(s){}: nothing applied",
+        config_.shard, want, config_.slice.size,
+        config_.buffers.empty()
+            ? ""
+            : fmt::format(", then at most one of {} bytes (its buffers' difference)",
+                          config_.buffers.size_bytes()),
+        message.attachments.size(),
         message.attachments.empty()
             ? ""
             : fmt::format(", the first {} bytes", message.attachments[0].size()));
@@ -146,6 +160,12 @@ void AspServerActor::on_push(const runtime::Envelope& message) {
           "shard {}: the scheduler took batch {} of worker {} back (the worker was declared gone, "
           "or the push given up and its samples dealt again): nothing applied",
           config_.shard, push->batch_id, push->worker);
+    }
+    if (r.status == AspPushReply::kApplied && message.attachments.size() == 2) {
+      // Where the worker's forward moved them from what it pulled, added to what they are now:
+      // as a gradient is applied to the parameters as they are now.
+      const std::span<const float> moved = frame_floats(message.attachments[1], unaligned_);
+      for (std::size_t i = 0; i < moved.size(); ++i) config_.buffers[i] += moved[i];
     }
     r.staleness = outcome.staleness;
     r.scale = outcome.scale;

@@ -3,10 +3,12 @@
 // the flat parameter vector. It owns the messaging and nothing of LibTorch, so the trainer's
 // server role and the benchmarks run the same handlers:
 // - AspPull: AspPullReply (version, slice) with the shard's float32 bytes as the one attachment
-//   (copied once, shard -> frame: a later push may change the shard while ZeroMQ still sends);
-// - AspPush + one attachment of the shard's size: weighed and applied through asp::ServerCore,
-//   answered AspPushReply (kFenced for a batch fenced off); anything else is answered
-//   kRejected with what was wrong, and changes nothing;
+//   (copied once, shard -> frame: a later push may change the shard while ZeroMQ still sends),
+//   then the buffers as a second one where the shard keeps them (AspServerConfig::buffers);
+// - AspPush + one attachment of the shard's size (+ the buffers' difference, optional, where
+//   the shard keeps them): weighed and applied through asp::ServerCore, answered AspPushReply
+//   (kFenced for a batch fenced off); anything else is answered kRejected with what was
+//   wrong, and changes nothing;
 // - AspFence (from the scheduler): the worker's batches through an id refused from now on,
 //   answered AspFenceReply with those of them the shard took (asp::ServerCore::fence);
 // - AspHandOver (from the scheduler, its node drained): every later push refused (kRejected),
@@ -46,6 +48,10 @@ struct AspServerConfig {
   // Set: a restarted shard (asp::ServerCore::resume: its version and counters, incarnation + 1).
   std::optional<asp::ServerCheckpoint> resume;
   runtime::ActorAddress scheduler;  // where AspServerReports go; an empty actor name: nowhere
+  // Shard 0 of a model with buffers (BatchNorm statistics, counters as floats): their storage,
+  // which must outlive the actor; empty otherwise. Pulls send them, and an applied push adds
+  // the difference its worker's forward made to them (the buffers' analogue of a gradient).
+  std::span<float> buffers;
   // Set: steady_clock ticks of the last pull or push, stored on every message (any thread may
   // read it: the trainer's idle limit).
   std::shared_ptr<std::atomic<std::int64_t>> last_message;

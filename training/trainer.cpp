@@ -1143,6 +1143,37 @@ void Trainer::set_flat_parameters(const float* data, int64_t offset, int64_t cou
   }
 }
 
+int64_t Trainer::flat_buffer_count() const {
+  int64_t n = 0;
+  for (const auto& [name, b] : impl_->buffers) n += b.numel();
+  return n;
+}
+
+void Trainer::copy_flat_buffers(float* out) const {
+  c10::NoGradGuard no_grad;
+  int64_t offset = 0;
+  for (const auto& [name, b] : impl_->buffers) {
+    at::Tensor dst = at::from_blob(out + offset, {b.numel()}, at::TensorOptions().dtype(at::kFloat));
+    dst.copy_(b.detach().reshape({-1}));  // converts integer counters
+    offset += b.numel();
+  }
+}
+
+void Trainer::set_flat_buffers(const float* data) {
+  c10::NoGradGuard no_grad;
+  int64_t offset = 0;
+  for (auto& [name, b] : impl_->buffers) {
+    at::Tensor src = at::from_blob(const_cast<float*>(data) + offset, {b.numel()},
+                                   at::TensorOptions().dtype(at::kFloat));
+    if (b.is_floating_point()) {
+      b.copy_(src.view(b.sizes()));
+    } else {
+      b.copy_(src.round().view(b.sizes()));  // a counter summed from deltas in float
+    }
+    offset += b.numel();
+  }
+}
+
 Trainer::GradientResult Trainer::flat_gradient(const std::vector<int64_t>& indices, float* out) {
   Impl& s = *impl_;
   if (indices.empty()) throw std::invalid_argument("flat_gradient: an empty batch");

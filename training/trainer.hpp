@@ -250,13 +250,21 @@ class Trainer {
   int64_t parameter_bytes() const;  // bytes of all parameters (= gradient bytes per step)
 
   // Asynchronous training (issue 13): the trainable parameters as one flat float32 vector, in
-  // model order (what the parameter servers shard; buffers stay with each replica).
+  // model order (what the parameter servers shard; buffers: flat_buffer_count() below).
   int64_t flat_parameter_count() const;
   // Writes the flat vector into `out` (flat_parameter_count() floats).
   void copy_flat_parameters(float* out) const;
   // Sets the part [offset, offset + count) of the flat vector from `count` floats at `data` (one
   // copy, straight into the parameters). std::invalid_argument outside the vector.
   void set_flat_parameters(const float* data, int64_t offset, int64_t count);
+  // The model's buffers (BatchNorm running statistics and counters) as one flat float32 vector
+  // in model order, integer buffers as floats (exact below 2^24 batches): what an asynchronous
+  // job's shard 0 keeps for every worker. 0 for a model without buffers.
+  int64_t flat_buffer_count() const;
+  // Writes the flat buffers into `out` (flat_buffer_count() floats).
+  void copy_flat_buffers(float* out) const;
+  // Sets every buffer from flat_buffer_count() floats at `data` (integers rounded).
+  void set_flat_buffers(const float* data);
   // What one asynchronous gradient took.
   struct GradientResult {
     double loss = 0;            // the batch's mean loss

@@ -1,15 +1,11 @@
 #include "actors/trainer/asp_roles.hpp"
 
 #include <ATen/ATen.h>
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
-#include <torch/csrc/jit/serialization/pickle.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -22,6 +18,7 @@
 #include "actors/asp_protocol.hpp"
 #include "actors/asp_server_actor.hpp"
 #include "actors/frame_floats.hpp"
+#include "actors/trainer/shard_checkpoint.hpp"
 #include "asp/server_core.hpp"
 #include "asp/shard_layout.hpp"
 #include "asp/staleness.hpp"
@@ -44,99 +41,6 @@ double seconds_since(Clock::time_point t) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Server
-
-// What LibTorch holds of one shard: its parameters, their optimizer, where it checkpoints. The
-// server actor (actors/asp_server_actor, torch-free) owns the messaging and the ServerCore and
-// reaches this only through the callbacks run_asp_server gives it, which keep it alive; they
-// run in the actor's turns (the training thread only waits).
-struct ShardState {
-  std::int32_t shard = 0;
-  asp::ShardSlice slice;
-  std::int64_t parameters = 0;
-  training::OptimizerSpec optimizer_spec;
-  at::Tensor params;  // float32 [slice.size], its grad preallocated; the actor's storage
-  std::unique_ptr<training::Optimizer> optimizer;
-  std::int64_t checkpoint_every = 0;
-  std::string checkpoint_path;
-};
-
-// {"shard": {"params": T}, "optimizer": {...}, "optimizer_kind": s, "asp": {offset, size, ...},
-// "core": uint8 T}: torch.load()-able; "core" is asp::encode_checkpoint's bytes.
-void save_shard(const ShardState& s, const asp::ServerCheckpoint& checkpoint) {
-  c10::Dict<std::string, at::Tensor> shard;
-  shard.insert("params", s.params.detach().clone());
-  c10::Dict<std::string, at::Tensor> optimizer;
-  for (const auto& [name, t] : s.optimizer->state()) optimizer.insert(name, t.clone());
-  c10::Dict<std::string, int64_t> meta;
-  meta.insert("shard", s.shard);
-  meta.insert("offset", s.slice.offset);
-  meta.insert("size", s.slice.size);
-  meta.insert("parameters", s.parameters);
-  meta.insert("version", checkpoint.version);
-  meta.insert("incarnation", checkpoint.incarnation);
-  const std::vector<std::uint8_t> core = asp::encode_checkpoint(checkpoint);
-  at::Tensor core_bytes =
-      at::from_blob(const_cast<std::uint8_t*>(core.data()), {static_cast<int64_t>(core.size())},
-                    at::TensorOptions().dtype(at::kByte))
-          .clone();
-  c10::impl::GenericDict top(c10::StringType::get(), c10::AnyType::get());
-  top.insert("shard", shard);
-  top.insert("optimizer", optimizer);
-  top.insert("optimizer_kind", s.optimizer_spec.kind);
-  top.insert("asp", meta);
-  top.insert("core", core_bytes);
-  training::write_file_atomically(s.checkpoint_path, torch::jit::pickle_save(top));
-}
-
-// Restores parameters and optimizer state from `path` into `s`; returns the core's checkpoint.
-// Throws std::runtime_error, changing nothing, when the file is not this shard's or, with
-// `version` >= 0, holds another version.
-asp::ServerCheckpoint load_shard(ShardState& s, const std::vector<char>& bytes,
-                                 const std::string& path, std::int64_t version = -1) {
-  const c10::IValue value = torch::jit::pickle_load(bytes);
-  auto fail = [&](const std::string& what) {
-    throw std::runtime_error("server checkpoint " + path + ": " + what);
-  };
-  if (!value.isGenericDict()) fail("top level is not a dict");
-  const auto top = value.toGenericDict();
-  for (const char* key : {"shard", "optimizer", "asp", "core"}) {
-    if (!top.contains(key)) fail(std::string("missing \"") + key + "\"");
-  }
-  std::map<std::string, int64_t> meta;
-  for (const auto& e : top.at("asp").toGenericDict())
-    meta[e.key().toStringRef()] = e.value().toInt();
-  if (meta["offset"] != s.slice.offset || meta["size"] != s.slice.size ||
-      meta["parameters"] != s.parameters) {
-    fail("written for another shard layout");
-  }
-  const at::Tensor core = top.at("core").toTensor().contiguous();
-  auto checkpoint = asp::decode_checkpoint(std::span<const std::uint8_t>(
-      core.data_ptr<std::uint8_t>(), static_cast<std::size_t>(core.numel())));
-  if (!checkpoint) fail("its server state does not decode");
-  if (version >= 0 && checkpoint->version != version) {
-    // Rewritten after the report the scheduler recorded: by an incarnation declared gone that
-    // still runs (cut off, on a shared disk). No fence answered for that state.
-    fail(fmt::format("holds version {}, the scheduler recorded version {} for it", checkpoint->version,
-                     version));
-  }
-  const at::Tensor params = top.at("shard").toGenericDict().at("params").toTensor();
-  if (params.numel() != s.slice.size) fail("its parameters have the wrong size");
-  const auto saved = top.at("optimizer").toGenericDict();
-  for (const auto& [name, t] : s.optimizer->state()) {
-    if (!saved.contains(name) || saved.at(name).toTensor().numel() != t.numel()) {
-      fail("its optimizer state does not match (" + name + ")");
-    }
-  }
-  c10::NoGradGuard no_grad;
-  s.params.copy_(params.reshape({-1}));
-  for (const auto& [name, t] : s.optimizer->state()) {
-    const_cast<at::Tensor&>(t).copy_(saved.at(name).toTensor().reshape(t.sizes()));
-  }
-  return *checkpoint;
-}
-
-// ---------------------------------------------------------------------------------------------
 // Worker
 
 struct PulledShard {
@@ -144,6 +48,7 @@ struct PulledShard {
   std::int64_t version = 0;
   std::int64_t offset = 0;
   std::int64_t size = 0;
+  bool buffers = false;  // the shard sent the model's buffers (shard 0 of a model with them)
 };
 
 runtime::Envelope server_envelope(runtime::ActorSystem& system, const std::string& endpoint,
@@ -165,6 +70,7 @@ std::optional<std::vector<PulledShard>> pull_all(AspRoleContext& c,
   }
   std::vector<PulledShard> out(servers.size());
   const std::int64_t total = c.replica.flat_parameter_count();
+  const std::int64_t buffer_count = c.replica.flat_buffer_count();
   bool ok = true;
   for (std::size_t s = 0; s < asks.size(); ++s) {
     const runtime::AskResult result = asks[s].get();  // every ask completes (timeout at most)
@@ -177,9 +83,15 @@ std::optional<std::vector<PulledShard>> pull_all(AspRoleContext& c,
       continue;
     }
     const auto& frames = result.reply.attachments;
-    if (frames.size() != 1 || r->offset < 0 || r->size < 1 || r->offset + r->size > total ||
-        frames[0].size() != static_cast<std::size_t>(r->size) * sizeof(float)) {
-      *error = fmt::format("shard {} sent a malformed pull ({} frames)", s, frames.size());
+    const std::size_t with_buffers = r->buffers > 0 ? 2 : 1;
+    if (frames.size() != with_buffers || r->offset < 0 || r->size < 1 ||
+        r->offset + r->size > total ||
+        frames[0].size() != static_cast<std::size_t>(r->size) * sizeof(float) ||
+        (r->buffers > 0 && (r->buffers != buffer_count ||
+                            frames[1].size() != static_cast<std::size_t>(r->buffers) * sizeof(float)))) {
+      *error = fmt::format("shard {} sent a malformed pull ({} frames, {} buffer values for a "
+                           "model of {})",
+                           s, frames.size(), r->buffers, buffer_count);
       ok = false;
       continue;
     }
@@ -187,7 +99,8 @@ std::optional<std::vector<PulledShard>> pull_all(AspRoleContext& c,
     // frame is not float-aligned in ZeroMQ's buffer).
     std::vector<float> unaligned;
     c.replica.set_flat_parameters(frame_floats(frames[0], unaligned).data(), r->offset, r->size);
-    out[s] = PulledShard{r->incarnation, r->version, r->offset, r->size};
+    if (r->buffers > 0) c.replica.set_flat_buffers(frame_floats(frames[1], unaligned).data());
+    out[s] = PulledShard{r->incarnation, r->version, r->offset, r->size, r->buffers > 0};
   }
   if (!ok) return std::nullopt;
   return out;
@@ -196,25 +109,25 @@ std::optional<std::vector<PulledShard>> pull_all(AspRoleContext& c,
 }  // namespace
 
 int run_asp_server(AspRoleContext& c) {
-  auto state = std::make_shared<ShardState>();
-  auto& s = *state;
-  s.shard = c.hello.shard;
-  s.parameters = c.replica.flat_parameter_count();
-  const asp::ShardLayout layout(s.parameters, std::max(1, c.hello.shards));
-  s.slice = layout.slice(s.shard);
-  s.optimizer_spec = c.spec.optimizer;
-  if (s.optimizer_spec.schedule.kind == "cosine" && s.optimizer_spec.schedule.total_steps == 0) {
-    s.optimizer_spec.schedule.total_steps = c.total_steps;
+  const std::int64_t parameters = c.replica.flat_parameter_count();
+  const asp::ShardLayout layout(parameters, std::max(1, c.hello.shards));
+  training::OptimizerSpec optimizer_spec = c.spec.optimizer;
+  if (optimizer_spec.schedule.kind == "cosine" && optimizer_spec.schedule.total_steps == 0) {
+    optimizer_spec.schedule.total_steps = c.total_steps;
   }
   // The initial parameters are the model's for its seed, as every BSP replica's.
-  std::vector<float> flat(static_cast<std::size_t>(s.parameters));
+  std::vector<float> flat(static_cast<std::size_t>(parameters));
   c.replica.copy_flat_parameters(flat.data());
-  s.params = at::from_blob(flat.data() + s.slice.offset, {s.slice.size},
-                           at::TensorOptions().dtype(at::kFloat))
-                 .clone();
-  s.params.mutable_grad() = at::zeros_like(s.params);
-  s.optimizer = std::make_unique<training::Optimizer>(
-      s.optimizer_spec, std::vector<training::NamedTensor>{{"shard", s.params}});
+  // Shared: the actor's callbacks keep it alive (the actor's storage is its tensor's).
+  // Shard 0 keeps the model's buffers (BatchNorm statistics) for every worker.
+  std::vector<float> buffers;
+  if (c.hello.shard == 0) {
+    buffers.resize(static_cast<std::size_t>(c.replica.flat_buffer_count()));
+    c.replica.copy_flat_buffers(buffers.data());
+  }
+  std::shared_ptr<ShardState> state =
+      make_shard_state(layout, c.hello.shard, flat, optimizer_spec, buffers);
+  auto& s = *state;
   s.checkpoint_every = c.spec.checkpoint.every;
   std::error_code ec;
   std::filesystem::create_directories(c.hello.checkpoint_dir, ec);
@@ -231,6 +144,10 @@ int run_asp_server(AspRoleContext& c) {
   server.shard = s.shard;
   server.slice = s.slice;
   server.scheduler = scheduler;
+  if (s.buffers.defined()) {
+    // Like the parameters, written in place by load_shard and only in the actor's turns.
+    server.buffers = std::span<float>(s.buffers.data_ptr<float>(), s.buffers.numel());
+  }
   auto& config = server.staleness;
   config.mode = asp::parse_staleness_mode(c.spec.asp.staleness).value_or(asp::StalenessMode::kNone);
   config.max_staleness = config.mode == asp::StalenessMode::kBound ? c.spec.asp.max_staleness : 0;
@@ -275,42 +192,34 @@ int run_asp_server(AspRoleContext& c) {
     // version the scheduler recorded for it), or from the initial parameters (version 0) when
     // neither loads; either way as incarnation hello.incarnation. load_shard checks everything
     // before it changes anything.
-    asp::ServerCheckpoint from;
-    resumed_from = "initial";
-    auto try_load = [&](const std::vector<char>& bytes, const std::string& what,
-                        const char* source, std::int64_t version) {
-      try {
-        from = load_shard(s, bytes, what, version);
-        resumed_from = source;
-      } catch (const std::exception& e) {
-        spdlog::warn("server {}: {}", c.trainer, e.what());
-      }
-    };
+    ResumeSources sources;
     if (!c.hello.resume_checkpoint.empty()) {
       std::ifstream in(c.hello.resume_checkpoint, std::ios::binary);
       std::vector<char> bytes((std::istreambuf_iterator<char>(in)),
                               std::istreambuf_iterator<char>());
-      if (in && !bytes.empty()) {
-        try_load(bytes, c.hello.resume_checkpoint, "local", c.hello.resume_version);
-      }
+      if (in && !bytes.empty()) sources.local = std::move(bytes);
+      sources.local_path = c.hello.resume_checkpoint;
+      sources.local_version = c.hello.resume_version;
     }
     const runtime::AskResult fetched =
         c.system.ask(scheduler, AspFetchCheckpoint{c.job, c.trainer, s.shard}, kSchedulerAskTimeout)
             .get();
     const auto copy = fetched.as<AspCheckpointReply>();
     if (copy && copy->ok && fetched.reply.attachments.size() == 1) {
-      if (copy->version > from.version) {
-        const auto& frame = fetched.reply.attachments[0];
-        try_load(std::vector<char>(frame.data(), frame.data() + frame.size()),
-                 "(the head's copy)", "head", -1);
-      }
+      const auto& frame = fetched.reply.attachments[0];
+      sources.head_copy = std::vector<char>(frame.data(), frame.data() + frame.size());
+      sources.head_version = copy->version;
     } else {
       spdlog::info("server {}: no checkpoint copy from the head: {}", c.trainer,
                    copy ? copy->error : fetched.error);
     }
+    ResumedShard resumed = resume_shard(s, sources);
+    for (const auto& why : resumed.refused) spdlog::warn("server {}: {}", c.trainer, why);
+    resumed_from = resumed.resumed_from;
     if (resumed_from == "initial") {
       spdlog::warn("server {}: starting shard {} from its initial parameters", c.trainer, s.shard);
     }
+    asp::ServerCheckpoint from = resumed.from;
     from.incarnation = c.hello.incarnation - 1;
     server.resume = from;
   }
@@ -486,7 +395,20 @@ int run_asp_worker(AspRoleContext& c) {
     }
     // Gradient into a buffer the push frames point into (no further copy on this side).
     auto gradient = std::make_shared<std::vector<float>>(static_cast<std::size_t>(total));
+    // The buffers as pulled, then how this batch's forward moved them (for the shard that
+    // keeps them).
+    std::shared_ptr<std::vector<float>> moved;
+    if (std::any_of(pulled->begin(), pulled->end(), [](const PulledShard& p) { return p.buffers; })) {
+      moved = std::make_shared<std::vector<float>>(
+          static_cast<std::size_t>(c.replica.flat_buffer_count()));
+      c.replica.copy_flat_buffers(moved->data());
+    }
     const auto g = c.replica.flat_gradient(deal->indices, gradient->data());
+    if (moved) {
+      std::vector<float> after(moved->size());
+      c.replica.copy_flat_buffers(after.data());
+      for (std::size_t i = 0; i < after.size(); ++i) (*moved)[i] = after[i] - (*moved)[i];
+    }
     // A batch dealt again after a push that reached only some shards goes to the others only.
     auto taken_already = [&](std::size_t s) {
       return std::find(deal->shards_done.begin(), deal->shards_done.end(),
@@ -510,6 +432,11 @@ int run_asp_worker(AspRoleContext& c) {
       envelope.attachments.push_back(
           runtime::Bytes::view(gradient, reinterpret_cast<const char*>(gradient->data() + p.offset),
                                static_cast<std::size_t>(p.size) * sizeof(float)));
+      if (p.buffers && moved) {
+        envelope.attachments.push_back(
+            runtime::Bytes::view(moved, reinterpret_cast<const char*>(moved->data()),
+                                 moved->size() * sizeof(float)));
+      }
       pushes[s] = c.system.ask_envelope(std::move(envelope), kServerAskTimeout);
     }
     request.incarnations.assign(pushes.size(), -1);

@@ -77,6 +77,7 @@ class AspServer : public ::testing::TestWithParam<int> {
       config.resume = resume;
       config.scheduler = ActorAddress{head_endpoint, "scheduler"};
       config.last_message = shard.last_message;
+      if (s == 0 && buffers) config.buffers = std::span<float>(*buffers);
       auto apply = [params = shard.parameters, seen = shard.applied](
                        std::int64_t from_version, double scale, std::span<const float> g) {
         {
@@ -178,6 +179,8 @@ class AspServer : public ::testing::TestWithParam<int> {
   std::string head_endpoint;
   std::vector<Shard> servers;  // after head: stopped (their reports' target) first
   runtime::ActorSystem worker;
+  // Set before start(): shard 0 keeps these as the model's buffers.
+  std::shared_ptr<std::vector<float>> buffers;
   std::shared_ptr<std::vector<float>> gradient = [] {
     auto g = std::make_shared<std::vector<float>>();
     for (std::int64_t i = 0; i < kParameters; ++i) g->push_back(0.001f * static_cast<float>(i));
@@ -411,6 +414,73 @@ TEST(AspServerConstruction, RefusesStorageOfAnotherSize) {
   config.slice.size = 10;
   EXPECT_THROW(AspServerActor(config, std::span<float>(storage), {}), std::invalid_argument);
   EXPECT_NO_THROW(AspServerActor(config, std::span<float>(storage), apply));
+}
+
+// A model with buffers (BatchNorm statistics): shard 0 keeps them, sends them with every pull
+// and adds what an applied push's forward moved them; a push not applied moves nothing.
+TEST_P(AspServer, ShardZeroKeepsTheBuffersAndAddsWhatAnAppliedPushMovedThem) {
+  const int shards = GetParam();
+  buffers = std::make_shared<std::vector<float>>(std::vector<float>{1, 2, 3, 4});
+  start(shards);
+  auto raw_pull = [&](int s) {
+    return worker
+        .ask_envelope(to_server(s, runtime::kind_of<AspPull>(),
+                                runtime::pack_payload(AspPull{"job-1", s})),
+                      5s)
+        .get();
+  };
+  auto pulled_buffers = [&] {
+    const auto result = raw_pull(0);
+    const auto r = result.as<AspPullReply>();
+    EXPECT_TRUE(r && r->ok) << result.error;
+    EXPECT_EQ(r ? r->buffers : -1, 4);
+    EXPECT_EQ(result.reply.attachments.size(), 2u);
+    std::vector<float> out(4, -1);
+    if (result.reply.attachments.size() == 2 && result.reply.attachments[1].size() == 16) {
+      std::memcpy(out.data(), result.reply.attachments[1].data(), 16);
+    }
+    return out;
+  };
+  EXPECT_EQ(pulled_buffers(), (std::vector<float>{1, 2, 3, 4}));
+  for (int s = 1; s < shards; ++s) {
+    const auto result = raw_pull(s);
+    const auto r = result.as<AspPullReply>();
+    ASSERT_TRUE(r && r->ok);
+    EXPECT_EQ(r->buffers, 0) << "only shard 0 keeps them";
+    EXPECT_EQ(result.reply.attachments.size(), 1u);
+  }
+  auto moved = [](std::vector<float> v) {
+    auto owned = std::make_shared<std::vector<float>>(std::move(v));
+    return runtime::Bytes::view(owned, reinterpret_cast<const char*>(owned->data()),
+                                owned->size() * sizeof(float));
+  };
+
+  AspPushReply r = push(0, {0, 0}, {gradient_view(0), moved({0.5f, -1, 0, 2})});
+  EXPECT_EQ(r.status, AspPushReply::kApplied) << r.error;
+  EXPECT_EQ(pulled_buffers(), (std::vector<float>{1.5f, 1, 3, 6}));
+  // Pulled at version 0, applied at 1: the difference goes onto the buffers as they are now.
+  r = push(0, {0, 0}, {gradient_view(0), moved({1, 1, 1, 1})});
+  EXPECT_EQ(r.status, AspPushReply::kApplied) << r.error;
+  EXPECT_EQ(r.staleness, 1);
+  EXPECT_EQ(pulled_buffers(), (std::vector<float>{2.5f, 2, 4, 7}));
+  // The gradient alone (a model whose worker sends no difference) leaves them.
+  r = push(0, {0, 2}, {gradient_view(0)});
+  EXPECT_EQ(r.status, AspPushReply::kApplied) << r.error;
+  EXPECT_EQ(pulled_buffers(), (std::vector<float>{2.5f, 2, 4, 7}));
+
+  // Refused pushes move nothing: a difference of the wrong size, a version never issued.
+  r = push(0, {0, 3}, {gradient_view(0), moved({1, 1, 1})});
+  EXPECT_EQ(r.status, AspPushReply::kRejected);
+  EXPECT_NE(r.error.find("at most one of 16 bytes"), std::string::npos) << r.error;
+  r = push(0, {0, 99}, {gradient_view(0), moved({1, 1, 1, 1})});
+  EXPECT_EQ(r.status, AspPushReply::kRejected);
+  EXPECT_EQ(pulled_buffers(), (std::vector<float>{2.5f, 2, 4, 7}));
+  EXPECT_EQ(*buffers, (std::vector<float>{2.5f, 2, 4, 7})) << "written in the caller's storage";
+  // A shard that keeps no buffers takes no difference.
+  for (int s = 1; s < shards; ++s) {
+    r = push(s, {0, 0}, {gradient_view(s), moved({1, 1, 1, 1})});
+    EXPECT_EQ(r.status, AspPushReply::kRejected) << "shard " << s;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Shards, AspServer, ::testing::Values(1, 2),

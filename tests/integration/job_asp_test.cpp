@@ -179,6 +179,44 @@ TEST_F(JobAsp, OneWorkerEqualsBspWithOneWorker) {
   EXPECT_LE(diff, 1e-6) << compared.out;
 }
 
+// BatchNorm statistics live on shard 0 and every applied push adds its batch's change: the
+// final model's counters count every update of the job, not the finishing worker's own (about
+// half of them before), and its running statistics are one average over both workers' batches.
+TEST_F(JobAsp, BatchNormStatisticsAreKeptByTheServerForEveryWorker) {
+  std::string why;
+  const auto python = find_torch_python(&why);
+  if (!python) GTEST_SKIP() << why;
+  ASSERT_NO_FATAL_FAILURE(start({"w1", "w2"}));
+  std::string text = job("asp-bn", "asp", "steps = 40",
+                         "\n[asp]\nservers = 2\nstaleness = \"none\"\n", 2, 2, "0.01");
+  const std::string mlp = "kind = \"mlp\"\nhidden = [32]";
+  ASSERT_NE(text.find(mlp), std::string::npos);
+  text.replace(text.find(mlp), mlp.size(), "kind = \"resnet\"\nchannels = [4, 8]");
+  auto run = submit("bn", text);
+  auto summary = run->wait_finished(180s);
+  ASSERT_TRUE(summary) << run->describe();
+  ASSERT_EQ(summary->at("status"), "succeeded") << run->describe();
+  ASSERT_EQ(summary->at("updates"), 40);
+  std::int64_t most = 0;
+  std::string counts;
+  for (const auto& w : summary->at("workers")) {
+    most = std::max<std::int64_t>(most, w.value("updates", std::int64_t{0}));
+    counts += " " + std::to_string(w.value("updates", std::int64_t{0}));
+  }
+  std::printf("BatchNorm under ASP: updates per worker%s\n", counts.c_str());
+  ASSERT_LT(most, 40) << "both workers pushed";
+  const auto counted = run_python(
+      *python, {"-c",
+                "import sys, torch\n"
+                "m = torch.load(sys.argv[1])['model']\n"
+                "c = [int(v) for k, v in m.items() if k.endswith('num_batches_tracked')]\n"
+                "assert c, list(m)\n"
+                "print(min(c), max(c))\n",
+                std::string(summary->at("checkpoint"))});
+  ASSERT_EQ(counted.status.code, 0) << counted.out << counted.err;
+  EXPECT_EQ(counted.out, "40 40\n") << "every BatchNorm layer counted every applied push";
+}
+
 TEST_F(JobAsp, WorkersOfDifferentSpeedsUseEverySampleOncePerEpoch) {
   ASSERT_NO_FATAL_FAILURE(start({"fast", "slow"}, {{"--slowdown", "1"}, {"--slowdown", "3"}}));
   // With evaluations every 20 updates: they must not disturb the dealing.

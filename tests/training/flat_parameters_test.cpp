@@ -61,5 +61,82 @@ TEST(FlatParameters, AFlatGradientAppliedWithSgdIsTheLoneTrainersStep) {
   EXPECT_THROW(by_hand.flat_gradient({}, g.data()), std::invalid_argument);
 }
 
+std::vector<float> flat_buffers(const Trainer& t) {
+  std::vector<float> out(static_cast<size_t>(t.flat_buffer_count()));
+  t.copy_flat_buffers(out.data());
+  return out;
+}
+
+TrainerConfig with_batch_norm() {
+  TrainerConfig config = testing::synthetic_config(512, 12);
+  config.model.kind = "resnet";  // BatchNorm: float statistics and integer counters
+  config.model.channels = {4, 8};
+  return config;
+}
+
+TEST(FlatBuffers, CountAndRoundTripCountersIncluded) {
+  EXPECT_EQ(Trainer(testing::synthetic_config(200, 12)).flat_buffer_count(), 0);
+  Trainer t(with_batch_norm());
+  // The built-in models keep their counters as floats (Module::to converts every buffer);
+  // TorchScript models keep them integers, which set_flat_buffers rounds.
+  int64_t expected = 0, counters = 0;
+  for (const auto& [name, b] : t.named_buffers()) {
+    expected += b.numel();
+    if (name.ends_with("num_batches_tracked")) ++counters;
+  }
+  ASSERT_GT(counters, 0);
+  EXPECT_EQ(t.flat_buffer_count(), expected);
+  std::vector<float> v(static_cast<size_t>(expected));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i % 13) + 0.5f;
+  t.set_flat_buffers(v.data());
+  const std::vector<float> back = flat_buffers(t);
+  int64_t offset = 0;
+  for (const auto& [name, b] : t.named_buffers()) {
+    for (int64_t i = 0; i < b.numel(); ++i) {
+      const float want = v[static_cast<size_t>(offset + i)];
+      // A counter is an integer: 0.5 more rounds to the nearest even one, as torch.round does.
+      EXPECT_EQ(back[static_cast<size_t>(offset + i)],
+                b.is_floating_point() ? want : std::nearbyint(want))
+          << name;
+    }
+    offset += b.numel();
+  }
+}
+
+// What a one-worker asynchronous job does with BatchNorm statistics: the worker sets the ones
+// it pulled, computes a gradient (its forward moves them) and pushes the difference, which the
+// server adds to its own. With nobody in between, that is the lone trainer's statistics.
+TEST(FlatBuffers, PushedDifferencesReproduceTheLoneTrainersStatistics) {
+  TrainerConfig config = with_batch_norm();
+  config.optimizer.momentum = 0;
+  Trainer stepped(config);
+  Trainer worker(config);
+  std::vector<float> server_params = flat(worker), server_buffers = flat_buffers(worker);
+  const EpochSampler sampler(512, config.data.seed);
+  std::vector<float> g(server_params.size()), before, after;
+  const float lr = static_cast<float>(config.optimizer.lr);
+  Cursor cursor;
+  for (int step = 0; step < 6; ++step) {
+    worker.set_flat_parameters(server_params.data(), 0, static_cast<int64_t>(g.size()));
+    worker.set_flat_buffers(server_buffers.data());
+    before = flat_buffers(worker);
+    worker.flat_gradient(sampler.slice(cursor, {64}, 0), g.data());
+    after = flat_buffers(worker);
+    for (size_t i = 0; i < g.size(); ++i) server_params[i] -= lr * g[i];
+    for (size_t i = 0; i < after.size(); ++i) server_buffers[i] += after[i] - before[i];
+    ASSERT_TRUE(stepped.step({64}).committed);
+    cursor = stepped.cursor();
+  }
+  const std::vector<float> want = flat_buffers(stepped);
+  ASSERT_EQ(want.size(), server_buffers.size());
+  double worst = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    worst = std::max(worst, std::abs(double(want[i]) - server_buffers[i]) /
+                                std::max(1.0, std::abs(double(want[i]))));
+  }
+  EXPECT_LE(worst, 1e-5);
+  EXPECT_NE(want, flat_buffers(Trainer(config)));  // the statistics did move
+}
+
 }  // namespace
 }  // namespace omnilearn::training

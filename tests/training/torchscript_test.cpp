@@ -91,6 +91,33 @@ TEST_F(TorchScript, ParametersAndBuffersHaveThePythonNamesInPythonsOrder) {
   }
 }
 
+// The flat buffers an asynchronous job's shard 0 keeps: an integer counter travels as a float
+// and comes back an integer of the same type.
+TEST_F(TorchScript, FlatBuffersKeepIntegerCountersIntegers) {
+  const TrainerConfig c = config("bn.pt");
+  Trainer t(c, load_datasets(c.data));
+  std::vector<float> flat(static_cast<size_t>(t.flat_buffer_count()));
+  ASSERT_FALSE(flat.empty());
+  t.copy_flat_buffers(flat.data());
+  int64_t offset = 0;
+  bool counter = false;
+  for (const auto& [name, b] : t.named_buffers()) {
+    if (name == "bn.num_batches_tracked") {
+      counter = true;
+      flat[static_cast<size_t>(offset)] = 41.75f;  // a sum of float differences, rounded back
+    }
+    offset += b.numel();
+  }
+  ASSERT_TRUE(counter);
+  t.set_flat_buffers(flat.data());
+  for (const auto& [name, b] : t.named_buffers()) {
+    if (name == "bn.num_batches_tracked") {
+      EXPECT_EQ(b.scalar_type(), at::kLong);
+      EXPECT_EQ(b.item<int64_t>(), 42);
+    }
+  }
+}
+
 // BatchNorm in a user's module: float buffers averaged with weight b_r / B, the int counter
 // advanced on every rank (the empty slice's included), so the replicas stay identical; a
 // parameter with requires_grad=False is kept, synced and checkpointed, never trained.
