@@ -50,8 +50,11 @@ struct AspServerConfig {
   runtime::ActorAddress scheduler;  // where AspServerReports go; an empty actor name: nowhere
   // Shard 0 of a model with buffers (BatchNorm statistics, counters as floats): their storage,
   // which must outlive the actor; empty otherwise. Pulls send them, and an applied push adds
-  // the difference its worker's forward made to them (the buffers' analogue of a gradient).
+  // the difference its worker's forward made to them (the buffers' analogue of a gradient),
+  // a statistic's damped by 1 / (1 + the push's staleness), a counter's whole.
   std::span<float> buffers;
+  // Per element of `buffers`: true for a counter (Trainer::flat_buffer_counters); empty: none.
+  std::vector<bool> buffer_counters;
   // Set: steady_clock ticks of the last pull or push, stored on every message (any thread may
   // read it: the trainer's idle limit).
   std::shared_ptr<std::atomic<std::int64_t>> last_message;

@@ -1143,16 +1143,41 @@ void Trainer::set_flat_parameters(const float* data, int64_t offset, int64_t cou
   }
 }
 
+namespace {
+
+// Shared in an asynchronous job: floating-point buffers (statistics) and BatchNorm's counters;
+// any other integer buffer (an id, a seed) stays with each replica.
+bool shared_buffer(const std::string& name, const at::Tensor& b) {
+  return b.is_floating_point() || name.ends_with("num_batches_tracked");
+}
+
+bool counter_buffer(const std::string& name, const at::Tensor& b) {
+  return !b.is_floating_point() || name.ends_with("num_batches_tracked");
+}
+
+}  // namespace
+
 int64_t Trainer::flat_buffer_count() const {
   int64_t n = 0;
-  for (const auto& [name, b] : impl_->buffers) n += b.numel();
+  for (const auto& [name, b] : impl_->buffers) {
+    if (shared_buffer(name, b)) n += b.numel();
+  }
   return n;
+}
+
+std::vector<bool> Trainer::flat_buffer_counters() const {
+  std::vector<bool> out;
+  for (const auto& [name, b] : impl_->buffers) {
+    if (shared_buffer(name, b)) out.insert(out.end(), b.numel(), counter_buffer(name, b));
+  }
+  return out;
 }
 
 void Trainer::copy_flat_buffers(float* out) const {
   c10::NoGradGuard no_grad;
   int64_t offset = 0;
   for (const auto& [name, b] : impl_->buffers) {
+    if (!shared_buffer(name, b)) continue;
     at::Tensor dst = at::from_blob(out + offset, {b.numel()}, at::TensorOptions().dtype(at::kFloat));
     dst.copy_(b.detach().reshape({-1}));  // converts integer counters
     offset += b.numel();
@@ -1163,12 +1188,13 @@ void Trainer::set_flat_buffers(const float* data) {
   c10::NoGradGuard no_grad;
   int64_t offset = 0;
   for (auto& [name, b] : impl_->buffers) {
+    if (!shared_buffer(name, b)) continue;
     at::Tensor src = at::from_blob(const_cast<float*>(data) + offset, {b.numel()},
                                    at::TensorOptions().dtype(at::kFloat));
     if (b.is_floating_point()) {
       b.copy_(src.view(b.sizes()));
     } else {
-      b.copy_(src.round().view(b.sizes()));  // a counter summed from deltas in float
+      b.copy_(src.round().view(b.sizes()));  // a counter summed from differences in float
     }
     offset += b.numel();
   }

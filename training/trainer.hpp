@@ -257,10 +257,13 @@ class Trainer {
   // Sets the part [offset, offset + count) of the flat vector from `count` floats at `data` (one
   // copy, straight into the parameters). std::invalid_argument outside the vector.
   void set_flat_parameters(const float* data, int64_t offset, int64_t count);
-  // The model's buffers (BatchNorm running statistics and counters) as one flat float32 vector
-  // in model order, integer buffers as floats (exact below 2^24 batches): what an asynchronous
-  // job's shard 0 keeps for every worker. 0 for a model without buffers.
+  // The model's shared buffers as one flat float32 vector in model order: floating-point ones
+  // (BatchNorm running statistics) and BatchNorm's counters (num_batches_tracked, as floats:
+  // exact below 2^24 batches); what an asynchronous job's shard 0 keeps for every worker. Other
+  // integer buffers stay with each replica. 0 for a model without shared buffers.
   int64_t flat_buffer_count() const;
+  // Per element of the flat buffers: true where it is a counter (counts, not an average).
+  std::vector<bool> flat_buffer_counters() const;
   // Writes the flat buffers into `out` (flat_buffer_count() floats).
   void copy_flat_buffers(float* out) const;
   // Sets every buffer from flat_buffer_count() floats at `data` (integers rounded).

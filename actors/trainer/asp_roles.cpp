@@ -147,6 +147,7 @@ int run_asp_server(AspRoleContext& c) {
   if (s.buffers.defined()) {
     // Like the parameters, written in place by load_shard and only in the actor's turns.
     server.buffers = std::span<float>(s.buffers.data_ptr<float>(), s.buffers.numel());
+    server.buffer_counters = c.replica.flat_buffer_counters();
   }
   auto& config = server.staleness;
   config.mode = asp::parse_staleness_mode(c.spec.asp.staleness).value_or(asp::StalenessMode::kNone);

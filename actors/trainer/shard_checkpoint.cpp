@@ -103,12 +103,13 @@ asp::ServerCheckpoint load_shard(ShardState& s, const std::vector<char>& bytes,
   const auto saved_shard = top.at("shard").toGenericDict();
   const at::Tensor params = saved_shard.at("params").toTensor();
   if (params.numel() != s.slice.size) fail("its parameters have the wrong size");
+  // A file written before shard 0 kept the buffers has none: it resumes with the shard's
+  // (initial) ones, as an OLASPCK1 core resumes with no taken batches. One with buffers must
+  // match the model's.
   at::Tensor buffers;
   if (saved_shard.contains("buffers")) buffers = saved_shard.at("buffers").toTensor();
-  if (buffers.defined() != s.buffers.defined() ||
-      (buffers.defined() && buffers.numel() != s.buffers.numel())) {
-    fail(fmt::format("it holds {} buffer values, this shard {}",
-                     buffers.defined() ? buffers.numel() : 0,
+  if (buffers.defined() && (!s.buffers.defined() || buffers.numel() != s.buffers.numel())) {
+    fail(fmt::format("it holds {} buffer values, this shard {}", buffers.numel(),
                      s.buffers.defined() ? s.buffers.numel() : 0));
   }
   const auto saved = top.at("optimizer").toGenericDict();

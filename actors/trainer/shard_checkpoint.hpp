@@ -4,9 +4,10 @@
 // role (asp_roles.cpp) so that the refusal of a rewritten checkpoint is tested without processes
 // (tests/actors/shard_checkpoint_test).
 //
-// The file: {"shard": {"params": T[, "buffers": T]}, "optimizer": {...}, "optimizer_kind": s, "asp": {shard,
-// offset, size, parameters, version, incarnation}, "core": uint8 T} (torch.load()-able; "core"
-// is asp::encode_checkpoint's bytes).
+// The file: {"shard": {"params": T[, "buffers": T]}, "optimizer": {...}, "optimizer_kind": s,
+// "asp": {shard, offset, size, parameters, version, incarnation}, "core": uint8 T}
+// (torch.load()-able; "core" is asp::encode_checkpoint's bytes; "buffers" on shard 0 of a
+// model with buffers).
 
 #include <ATen/core/Tensor.h>
 
@@ -46,8 +47,8 @@ std::unique_ptr<ShardState> make_shard_state(const asp::ShardLayout& layout, std
 // Writes the shard and `checkpoint` to s.checkpoint_path atomically (a temporary file renamed).
 void save_shard(const ShardState& s, const asp::ServerCheckpoint& checkpoint);
 
-// Restores parameters and optimizer state from a file's `bytes` into `s`; returns the core's
-// checkpoint. Throws std::runtime_error naming `what`, changing nothing, when the file is not
+// Restores parameters, buffers (where the file has them) and optimizer state from a file's
+// `bytes` into `s`; returns the core's checkpoint. Throws std::runtime_error naming `what`, changing nothing, when the file is not
 // this shard's or, with `version` >= 0, holds another version.
 asp::ServerCheckpoint load_shard(ShardState& s, const std::vector<char>& bytes,
                                  const std::string& what, std::int64_t version = -1);

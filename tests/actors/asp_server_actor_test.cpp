@@ -77,7 +77,14 @@ class AspServer : public ::testing::TestWithParam<int> {
       config.resume = resume;
       config.scheduler = ActorAddress{head_endpoint, "scheduler"};
       config.last_message = shard.last_message;
-      if (s == 0 && buffers) config.buffers = std::span<float>(*buffers);
+      if (s == 0 && buffers) {
+        config.buffers = std::span<float>(*buffers);
+        config.buffer_counters = buffer_counters;
+      }
+      if (bound > 0) {
+        config.staleness.mode = asp::StalenessMode::kBound;
+        config.staleness.max_staleness = bound;
+      }
       auto apply = [params = shard.parameters, seen = shard.applied](
                        std::int64_t from_version, double scale, std::span<const float> g) {
         {
@@ -179,8 +186,11 @@ class AspServer : public ::testing::TestWithParam<int> {
   std::string head_endpoint;
   std::vector<Shard> servers;  // after head: stopped (their reports' target) first
   runtime::ActorSystem worker;
-  // Set before start(): shard 0 keeps these as the model's buffers.
+  // Set before start(): shard 0 keeps these as the model's buffers (counters flagged), and
+  // pushes staler than `bound` (> 0) are dropped.
   std::shared_ptr<std::vector<float>> buffers;
+  std::vector<bool> buffer_counters;
+  std::int64_t bound = 0;
   std::shared_ptr<std::vector<float>> gradient = [] {
     auto g = std::make_shared<std::vector<float>>();
     for (std::int64_t i = 0; i < kParameters; ++i) g->push_back(0.001f * static_cast<float>(i));
@@ -417,10 +427,13 @@ TEST(AspServerConstruction, RefusesStorageOfAnotherSize) {
 }
 
 // A model with buffers (BatchNorm statistics): shard 0 keeps them, sends them with every pull
-// and adds what an applied push's forward moved them; a push not applied moves nothing.
+// and adds what an applied push's forward moved them, a statistic's damped by 1 / (1 + s), a
+// counter's whole; a push dropped, fenced or refused moves nothing.
 TEST_P(AspServer, ShardZeroKeepsTheBuffersAndAddsWhatAnAppliedPushMovedThem) {
   const int shards = GetParam();
   buffers = std::make_shared<std::vector<float>>(std::vector<float>{1, 2, 3, 4});
+  buffer_counters = {false, false, false, true};
+  bound = 1;
   start(shards);
   auto raw_pull = [&](int s) {
     return worker
@@ -454,33 +467,70 @@ TEST_P(AspServer, ShardZeroKeepsTheBuffersAndAddsWhatAnAppliedPushMovedThem) {
     return runtime::Bytes::view(owned, reinterpret_cast<const char*>(owned->data()),
                                 owned->size() * sizeof(float));
   };
+  auto push_batch = [&](std::int64_t version, std::uint64_t batch_id,
+                        std::vector<runtime::Bytes> attachments) {
+    AspPush body{"job-1", 0, /*worker=*/7, 0, version, /*batch=*/32, 32, 1, batch_id};
+    auto envelope = to_server(0, runtime::kind_of<AspPush>(), runtime::pack_payload(body));
+    envelope.attachments = std::move(attachments);
+    const auto result = worker.ask_envelope(std::move(envelope), 5s).get();
+    const auto r = result.as<AspPushReply>();
+    EXPECT_TRUE(r) << result.error;
+    return r.value_or(AspPushReply{});
+  };
 
-  AspPushReply r = push(0, {0, 0}, {gradient_view(0), moved({0.5f, -1, 0, 2})});
+  AspPushReply r = push_batch(0, 1, {gradient_view(0), moved({0.5f, -1, 0, 2})});
   EXPECT_EQ(r.status, AspPushReply::kApplied) << r.error;
   EXPECT_EQ(pulled_buffers(), (std::vector<float>{1.5f, 1, 3, 6}));
-  // Pulled at version 0, applied at 1: the difference goes onto the buffers as they are now.
-  r = push(0, {0, 0}, {gradient_view(0), moved({1, 1, 1, 1})});
+  // Pulled at version 0, applied at 1 (staleness 1): a statistic moves by half its difference,
+  // the counter by all of it.
+  r = push_batch(0, 2, {gradient_view(0), moved({1, 1, 1, 1})});
   EXPECT_EQ(r.status, AspPushReply::kApplied) << r.error;
   EXPECT_EQ(r.staleness, 1);
-  EXPECT_EQ(pulled_buffers(), (std::vector<float>{2.5f, 2, 4, 7}));
-  // The gradient alone (a model whose worker sends no difference) leaves them.
-  r = push(0, {0, 2}, {gradient_view(0)});
+  EXPECT_EQ(pulled_buffers(), (std::vector<float>{2, 1.5f, 3.5f, 7}));
+  // Staleness 2 is past the bound: dropped, nothing moves.
+  r = push_batch(0, 3, {gradient_view(0), moved({1, 1, 1, 1})});
+  EXPECT_EQ(r.status, AspPushReply::kDropped) << r.error;
+  EXPECT_EQ(pulled_buffers(), (std::vector<float>{2, 1.5f, 3.5f, 7}));
+  // The gradient alone (a worker that sends no difference) leaves them.
+  r = push_batch(2, 4, {gradient_view(0)});
   EXPECT_EQ(r.status, AspPushReply::kApplied) << r.error;
-  EXPECT_EQ(pulled_buffers(), (std::vector<float>{2.5f, 2, 4, 7}));
+  EXPECT_EQ(pulled_buffers(), (std::vector<float>{2, 1.5f, 3.5f, 7}));
 
-  // Refused pushes move nothing: a difference of the wrong size, a version never issued.
-  r = push(0, {0, 3}, {gradient_view(0), moved({1, 1, 1})});
+  // A batch fenced off: refused, nothing moves.
+  const auto fenced = worker
+                          .ask_envelope(to_server(0, runtime::kind_of<AspFence>(),
+                                                  runtime::pack_payload(AspFence{"job-1", 0, 7, 9})),
+                                        5s)
+                          .get();
+  ASSERT_TRUE(fenced.as<AspFenceReply>() && fenced.as<AspFenceReply>()->ok) << fenced.error;
+  r = push_batch(3, 9, {gradient_view(0), moved({1, 1, 1, 1})});
+  EXPECT_EQ(r.status, AspPushReply::kFenced) << r.error;
+  // Refused pushes: a difference of the wrong size, a version never issued.
+  r = push_batch(3, 10, {gradient_view(0), moved({1, 1, 1})});
   EXPECT_EQ(r.status, AspPushReply::kRejected);
   EXPECT_NE(r.error.find("at most one of 16 bytes"), std::string::npos) << r.error;
-  r = push(0, {0, 99}, {gradient_view(0), moved({1, 1, 1, 1})});
+  r = push_batch(99, 11, {gradient_view(0), moved({1, 1, 1, 1})});
   EXPECT_EQ(r.status, AspPushReply::kRejected);
-  EXPECT_EQ(pulled_buffers(), (std::vector<float>{2.5f, 2, 4, 7}));
-  EXPECT_EQ(*buffers, (std::vector<float>{2.5f, 2, 4, 7})) << "written in the caller's storage";
+  EXPECT_EQ(pulled_buffers(), (std::vector<float>{2, 1.5f, 3.5f, 7}));
+  EXPECT_EQ(*buffers, (std::vector<float>{2, 1.5f, 3.5f, 7})) << "written in the caller's storage";
   // A shard that keeps no buffers takes no difference.
   for (int s = 1; s < shards; ++s) {
     r = push(s, {0, 0}, {gradient_view(s), moved({1, 1, 1, 1})});
     EXPECT_EQ(r.status, AspPushReply::kRejected) << "shard " << s;
   }
+}
+
+// Flags that do not match the buffers are a programming error, caught at construction.
+TEST(AspServerConfig, BufferCounterFlagsMustMatchTheBuffers) {
+  std::vector<float> storage(4), buffers(3);
+  AspServerConfig config;
+  config.slice = asp::ShardSlice{0, 4};
+  config.buffers = std::span<float>(buffers);
+  config.buffer_counters = {false, true};
+  auto apply = [](std::int64_t, double, std::span<const float>) {};
+  EXPECT_THROW(AspServerActor(config, std::span<float>(storage), apply), std::invalid_argument);
+  config.buffer_counters = {false, false, true};
+  EXPECT_NO_THROW(AspServerActor(config, std::span<float>(storage), apply));
 }
 
 INSTANTIATE_TEST_SUITE_P(Shards, AspServer, ::testing::Values(1, 2),

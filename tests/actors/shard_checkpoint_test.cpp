@@ -234,23 +234,30 @@ TEST_F(ShardCheckpoints, ShardZeroKeepsTheModelsBuffersAcrossARestart) {
   expect_same_state(*restarted, *dead);
   EXPECT_TRUE(at::equal(restarted->buffers, dead->buffers));
 
-  // A file without them (another model) is refused, and so is one with another count.
+  // A file written before shard 0 kept them resumes the parameters with the shard's own
+  // (initial) buffers; one with another count is refused.
   auto without = make_shard_state(layout_, 0, initial_parameters(), sgd_momentum());
-  without->checkpoint_path = (fs::path(dir_) / "other.pt").string();
+  without->checkpoint_path = (fs::path(dir_) / "older.pt").string();
+  train(*without, 3, 0);
   save_shard(*without, core_at(3));
   auto fresh = make_shard_state(layout_, 0, initial_parameters(), sgd_momentum(), buffers);
+  EXPECT_EQ(load_shard(*fresh, read_file(without->checkpoint_path), "older.pt"), core_at(3));
+  EXPECT_TRUE(at::equal(fresh->params, without->params));
+  EXPECT_TRUE(at::equal(fresh->buffers, at::tensor(buffers)));
+  // And a file with buffers does not load into a shard that keeps none.
+  EXPECT_THROW(load_shard(*without, read_file(dead->checkpoint_path), "f.pt"),
+               std::runtime_error);
+  auto fewer = make_shard_state(layout_, 0, initial_parameters(), sgd_momentum(),
+                                std::vector<float>(3, 0.0F));
   try {
-    load_shard(*fresh, read_file(without->checkpoint_path), "other.pt");
-    FAIL() << "loaded a checkpoint without the model's buffers";
+    load_shard(*fewer, read_file(dead->checkpoint_path), "f.pt");
+    FAIL() << "loaded 4 buffer values into a shard of 3";
   } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find("it holds 0 buffer values, this shard 4"),
+    EXPECT_NE(std::string(e.what()).find("it holds 4 buffer values, this shard 3"),
               std::string::npos)
         << e.what();
   }
-  auto fewer = make_shard_state(layout_, 0, initial_parameters(), sgd_momentum(),
-                                std::vector<float>(3, 0.0F));
-  EXPECT_THROW(load_shard(*fewer, read_file(dead->checkpoint_path), "f.pt"), std::runtime_error);
-  EXPECT_TRUE(at::equal(fresh->buffers, at::tensor(buffers)));
+  EXPECT_TRUE(at::equal(fewer->buffers, at::zeros({3})));
 }
 
 }  // namespace

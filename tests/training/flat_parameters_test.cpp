@@ -90,9 +90,13 @@ TEST(FlatBuffers, CountAndRoundTripCountersIncluded) {
   for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i % 13) + 0.5f;
   t.set_flat_buffers(v.data());
   const std::vector<float> back = flat_buffers(t);
+  const std::vector<bool> flags = t.flat_buffer_counters();
+  ASSERT_EQ(static_cast<int64_t>(flags.size()), expected);
   int64_t offset = 0;
   for (const auto& [name, b] : t.named_buffers()) {
     for (int64_t i = 0; i < b.numel(); ++i) {
+      EXPECT_EQ(flags[static_cast<size_t>(offset + i)], name.ends_with("num_batches_tracked"))
+          << name;
       const float want = v[static_cast<size_t>(offset + i)];
       // A counter is an integer: 0.5 more rounds to the nearest even one, as torch.round does.
       EXPECT_EQ(back[static_cast<size_t>(offset + i)],
