@@ -11,6 +11,7 @@
 
 #include "actors/frame_floats.hpp"
 #include "actors/reply_envelope.hpp"
+#include "asp/buffer_average.hpp"
 #include "runtime/actor_system.hpp"
 #include "runtime/system_messages.hpp"
 
@@ -167,18 +168,11 @@ void AspServerActor::on_push(const runtime::Envelope& message) {
           config_.shard, push->batch_id, push->worker);
     }
     if (r.status == AspPushReply::kApplied && message.attachments.size() == 2) {
-      // Where the worker's forward moved them from what it pulled, added to what they are now,
-      // as a gradient is applied to the parameters as they are now. A running average's
-      // difference m (batch - pulled) is damped by 1 / (1 + s): undamped, x += m (b - x[t-s])
-      // oscillates and grows once m (1 + 2s) passes about pi (m = 0.1: some 16 pushes in
-      // flight), a variance going negative; damped, m / (1 + s) stays below that bound for any
-      // s and m <= 1. A counter counts the batch whole.
-      const std::span<const float> moved = frame_floats(message.attachments[1], unaligned_);
-      const float damp = 1.0F / static_cast<float>(1 + outcome.staleness);
-      const auto& counters = config_.buffer_counters;
-      for (std::size_t i = 0; i < moved.size(); ++i) {
-        config_.buffers[i] += (!counters.empty() && counters[i]) ? moved[i] : moved[i] * damp;
-      }
+      // Where the worker's forward moved them from what it pulled, added to what they are now
+      // (a statistic's damped by 1 / (1 + s): asp/buffer_average.hpp says why).
+      asp::add_buffer_difference(config_.buffers,
+                                 frame_floats(message.attachments[1], unaligned_),
+                                 config_.buffer_counters, outcome.staleness);
     }
     r.staleness = outcome.staleness;
     r.scale = outcome.scale;
