@@ -305,6 +305,7 @@ JobSpec parse_job_spec(std::string_view toml_text, const std::string& source, Fi
                                           spec.asp.staleness));
   }
   asp.string("lr_scaling", spec.asp.lr_scaling, {"none", "linear"});
+  asp.integer("refresh_statistics", spec.asp.refresh_statistics, 0, 100000);
   asp.finish();
   if (spec.mode != "asp" && root.contains("asp")) {
     asp.fail_section(fmt::format("only for mode = \"asp\" (mode is \"{}\")", spec.mode));

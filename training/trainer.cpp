@@ -1200,6 +1200,34 @@ void Trainer::set_flat_buffers(const float* data) {
   }
 }
 
+void Trainer::refresh_statistics(int64_t passes, int64_t batch, uint64_t seed) {
+  Impl& s = *impl_;
+  if (batch < 1) throw std::invalid_argument("refresh_statistics: batch must be at least 1");
+  const int64_t count = flat_buffer_count();
+  const int64_t train_size = s.data.train->size();
+  if (passes <= 0 || count == 0 || train_size == 0) return;
+  std::vector<float> before(static_cast<size_t>(count));
+  copy_flat_buffers(before.data());
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int64_t> pick(0, train_size - 1);
+  std::vector<int64_t> indices(static_cast<size_t>(std::min(batch, train_size)));
+  c10::NoGradGuard no_grad;
+  s.model->set_training(true);
+  for (int64_t pass = 0; pass < passes; ++pass) {
+    for (int64_t& i : indices) i = pick(rng);
+    const at::Tensor x = s.data.train->gather(indices).first;
+    s.model->forward(s.to_replica(x));
+  }
+  // The counters count applied updates (what the servers kept), not these passes.
+  std::vector<float> after(before.size());
+  copy_flat_buffers(after.data());
+  const std::vector<bool> counters = flat_buffer_counters();
+  for (size_t i = 0; i < after.size(); ++i) {
+    if (counters[i]) after[i] = before[i];
+  }
+  set_flat_buffers(after.data());
+}
+
 Trainer::GradientResult Trainer::flat_gradient(const std::vector<int64_t>& indices, float* out) {
   Impl& s = *impl_;
   if (indices.empty()) throw std::invalid_argument("flat_gradient: an empty batch");

@@ -268,6 +268,16 @@ class Trainer {
   void copy_flat_buffers(float* out) const;
   // Sets every buffer from flat_buffer_count() floats at `data` (integers rounded).
   void set_flat_buffers(const float* data);
+  // Sets the running statistics (BatchNorm) from the current parameters: `passes` forwards in
+  // training mode, without gradients, over `batch` training samples each, drawn at random
+  // (with replacement) by a generator seeded with `seed`. An exponential running average
+  // keeps (1 - momentum)^passes of where it started (0.9^32 = 3% for BatchNorm's default), so
+  // 32 passes make the statistics the parameters' own, whatever they held before. Parameters,
+  // optimizer state and counters (num_batches_tracked) are left as they were. Why: in
+  // asynchronous training the running statistics lag parameters that move on every push, and
+  // an evaluation with them can lose tens of points (docs/PERFORMANCE.md). No-op for a model
+  // without shared buffers or for passes <= 0; std::invalid_argument for batch < 1.
+  void refresh_statistics(int64_t passes, int64_t batch, uint64_t seed);
   // What one asynchronous gradient took.
   struct GradientResult {
     double loss = 0;            // the batch's mean loss

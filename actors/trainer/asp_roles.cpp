@@ -106,6 +106,19 @@ std::optional<std::vector<PulledShard>> pull_all(AspRoleContext& c,
   return out;
 }
 
+// Before an evaluation or the final model: running statistics the pulled parameters' own (the
+// servers' running average lags them; Trainer::refresh_statistics says by how much). Seeded
+// by the job's seed and the version evaluated, so an evaluation is repeatable.
+void refresh_statistics(AspRoleContext& c, const std::vector<PulledShard>& pulled) {
+  const bool pulled_buffers =
+      std::any_of(pulled.begin(), pulled.end(), [](const PulledShard& p) { return p.buffers; });
+  if (!pulled_buffers || c.spec.asp.refresh_statistics <= 0) return;
+  constexpr std::int64_t kSamplesPerPass = 64;
+  const std::uint64_t version = pulled.empty() ? 0 : static_cast<std::uint64_t>(pulled[0].version);
+  c.replica.refresh_statistics(c.spec.asp.refresh_statistics, kSamplesPerPass,
+                               c.spec.train.seed * 1000003ULL + version);
+}
+
 }  // namespace
 
 int run_asp_server(AspRoleContext& c) {
@@ -336,6 +349,7 @@ int run_asp_worker(AspRoleContext& c) {
         continue;
       }
       {
+        refresh_statistics(c, *pulled);
         const auto eval = c.replica.evaluate();
         finished.test_accuracy = eval.accuracy;
         finished.test_loss = eval.loss;
@@ -368,6 +382,7 @@ int run_asp_worker(AspRoleContext& c) {
       auto pulled = pull_all(c, deal->servers, &error);
       if (pulled) {
         try {
+          refresh_statistics(c, *pulled);
           const auto eval = c.replica.evaluate();
           request.evaluated = true;
           request.eval_accuracy = eval.accuracy;

@@ -256,9 +256,12 @@ TEST(JobSpecAsp, AValidTableParses) {
   EXPECT_EQ(bound.asp.max_staleness, 3);
   EXPECT_EQ(bound.asp.lr_scaling, "none");
   const JobSpec inverse =
-      parse_job_spec(asp_job("staleness = \"inverse\"\nlr_scaling = \"linear\"\n"), "job.toml");
+      parse_job_spec(asp_job("staleness = \"inverse\"\nlr_scaling = \"linear\"\n"
+                             "refresh_statistics = 0\n"),
+                     "job.toml");
   EXPECT_EQ(inverse.asp.staleness, "inverse");
   EXPECT_EQ(inverse.asp.lr_scaling, "linear");
+  EXPECT_EQ(inverse.asp.refresh_statistics, 0);
   // Without the table: the defaults.
   const JobSpec plain = parse_job_spec(asp_job("").substr(0, asp_job("").find("[asp]")), "job.toml");
   EXPECT_EQ(plain.mode, "asp");
@@ -271,6 +274,7 @@ TEST(JobSpecAsp, DefaultsAreOneServerNoStalenessRuleAndLinearScaling) {
   EXPECT_EQ(asp.staleness, "none");
   EXPECT_EQ(asp.max_staleness, 0);
   EXPECT_EQ(asp.lr_scaling, "linear");
+  EXPECT_EQ(asp.refresh_statistics, 32);
   EXPECT_EQ(parse_job_spec(kBase, "job.toml").asp.lr_scaling, "linear");
 }
 
@@ -292,6 +296,8 @@ TEST(JobSpecAsp, BadSettingsAreLocatedErrors) {
        "only with staleness = \"bound\" (staleness is \"inverse\")"},
       {"max_staleness = 4\n", "job.toml:13:17:", "only with staleness = \"bound\" (staleness is \"none\")"},
       {"lr_scaling = \"sqrt\"\n", "job.toml:13:14:", "expected one of \"none\", \"linear\", got \"sqrt\""},
+      {"refresh_statistics = -1\n", "job.toml:13:22:",
+       "[asp] refresh_statistics: expected an integer in [0, 100000], got -1"},
       {"server = 2\n", "job.toml:13:1:", "[asp]: unknown key 'server'"},
   };
   for (const auto& c : cases) {

@@ -142,5 +142,46 @@ TEST(FlatBuffers, PushedDifferencesReproduceTheLoneTrainersStatistics) {
   EXPECT_NE(want, flat_buffers(Trainer(config)));  // the statistics did move
 }
 
+// Before an asynchronous evaluation the worker refreshes the statistics it pulled: afterwards
+// they are the parameters' own, whatever they held before (here: a trained replica's and
+// garbage agree), and nothing else moved.
+TEST(FlatBuffers, RefreshedStatisticsDependOnTheParametersNotOnWhereTheyStarted) {
+  const TrainerConfig config = with_batch_norm();
+  Trainer trained(config);
+  for (int step = 0; step < 3; ++step) ASSERT_TRUE(trained.step({64}).committed);
+  Trainer other(config);
+  const std::vector<float> params = flat(trained);
+  other.set_flat_parameters(params.data(), 0, static_cast<int64_t>(params.size()));
+  const std::vector<bool> counters = trained.flat_buffer_counters();
+  std::vector<float> garbage(counters.size());
+  for (size_t i = 0; i < garbage.size(); ++i) garbage[i] = counters[i] ? 7.0f : 50.0f;
+  other.set_flat_buffers(garbage.data());
+  const std::vector<float> kept = flat_buffers(trained);
+
+  trained.refresh_statistics(0, 64, 5);
+  EXPECT_EQ(flat_buffers(trained), kept) << "0 passes: off";
+  EXPECT_THROW(trained.refresh_statistics(4, 0, 5), std::invalid_argument);
+
+  // 0.9^128 of the starting gap (49 for a variance here) is below 1e-4.
+  trained.refresh_statistics(128, 64, 5);
+  other.refresh_statistics(128, 64, 5);
+  const std::vector<float> a = flat_buffers(trained), b = flat_buffers(other);
+  double worst = 0;
+  bool moved = false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (counters[i]) {
+      EXPECT_EQ(a[i], kept[i]) << "a counter counts applied updates, not refresh passes";
+      EXPECT_EQ(b[i], 7.0f);
+      continue;
+    }
+    worst = std::max(worst, std::abs(double(a[i]) - b[i]) / std::max(1.0, std::abs(double(a[i]))));
+    moved = moved || a[i] != kept[i];
+  }
+  EXPECT_LE(worst, 1e-3);
+  EXPECT_TRUE(moved) << "the trained replica's statistics lagged its parameters";
+  EXPECT_EQ(flat(trained), params) << "no parameter moved";
+  EXPECT_EQ(flat(other), params);
+}
+
 }  // namespace
 }  // namespace omnilearn::training
