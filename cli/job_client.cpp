@@ -113,8 +113,13 @@ class EventPrinter {
                   e.value("updates_per_s", 0.0), st.value("mean", 0.0),
                   static_cast<long long>(st.value("p95", 0)),
                   static_cast<long long>(st.value("max", 0)),
+                  // An evaluation runs beside training and reports when it is done: say which
+                  // parameters it evaluated (a slow one can come hundreds of updates later).
                   e.contains("test_accuracy")
-                      ? fmt::format("  test accuracy {:.4f}", e.value("test_accuracy", 0.0)).c_str()
+                      ? fmt::format("  test accuracy {:.4f} (of update {})",
+                                    e.value("test_accuracy", 0.0),
+                                    e.value("eval_version", e.value("step", std::int64_t{0})))
+                            .c_str()
                       : "");
     } else if (kind == "server_gone") {
       std::printf("  parameter server %s (shard %d) gone: %s\n", e.value("trainer", "").c_str(),
