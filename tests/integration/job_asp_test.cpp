@@ -187,8 +187,12 @@ TEST_F(JobAsp, BatchNormStatisticsAreKeptByTheServerForEveryWorker) {
   const auto python = find_torch_python(&why);
   if (!python) GTEST_SKIP() << why;
   ASSERT_NO_FATAL_FAILURE(start({"w1", "w2"}));
+  // Shard checkpoints every 10 updates: the last (at 40) holds the server's statistics as the
+  // finishing worker pulled them, before it refreshed them for the final model.
   std::string text = job("asp-bn", "asp", "steps = 40",
-                         "\n[asp]\nservers = 2\nstaleness = \"none\"\n", 2, 2, "0.01");
+                         "\n[asp]\nservers = 2\nstaleness = \"none\"\n"
+                         "\n[checkpoint]\nevery = 10\n",
+                         2, 2, "0.01");
   const std::string mlp = "kind = \"mlp\"\nhidden = [32]";
   ASSERT_NE(text.find(mlp), std::string::npos);
   text.replace(text.find(mlp), mlp.size(), "kind = \"resnet\"\nchannels = [4, 8]");
@@ -206,15 +210,32 @@ TEST_F(JobAsp, BatchNormStatisticsAreKeptByTheServerForEveryWorker) {
   std::printf("BatchNorm under ASP: updates per worker%s\n", counts.c_str());
   ASSERT_LT(most, 40) << "both workers pushed";
   const auto counted = run_python(
-      *python, {"-c",
-                "import sys, torch\n"
-                "m = torch.load(sys.argv[1])['model']\n"
-                "c = [int(v) for k, v in m.items() if k.endswith('num_batches_tracked')]\n"
-                "assert c, list(m)\n"
-                "print(min(c), max(c))\n",
-                std::string(summary->at("checkpoint"))});
+      *python,
+      {"-c",
+       "import os, sys, torch\n"
+       "m = torch.load(sys.argv[1])['model']\n"
+       "c = [int(v) for k, v in m.items() if k.endswith('num_batches_tracked')]\n"
+       "assert c, list(m)\n"
+       "print(min(c), max(c))\n"
+       "keys = [k for k in m if k.endswith(('running_mean', 'running_var', "
+       "'num_batches_tracked'))]\n"
+       "final = torch.cat([m[k].reshape(-1).float() for k in keys])\n"
+       "s = torch.load(os.path.join(os.path.dirname(sys.argv[1]), 'server-shard0-i0.pt'))\n"
+       "kept = s['shard']['buffers'].float()\n"
+       "counter = torch.tensor([k.endswith('num_batches_tracked') for k in keys\n"
+       "                        for _ in range(m[k].numel())])\n"
+       "print('server version', s['asp']['version'], 'values', kept.numel() == final.numel())\n"
+       "print('counters equal', bool((kept[counter] == final[counter]).all()))\n"
+       "print('statistics refreshed', bool((kept[~counter] - final[~counter]).abs().max() > 1e-4))\n",
+       std::string(summary->at("checkpoint"))});
   ASSERT_EQ(counted.status.code, 0) << counted.out << counted.err;
-  EXPECT_EQ(counted.out, "40 40\n") << "every BatchNorm layer counted every applied push";
+  // The server counted every applied push, and the final model's statistics are not the
+  // server's (which lag the parameters: [asp] refresh_statistics, on by default) but its own.
+  EXPECT_EQ(counted.out,
+            "40 40\nserver version 40 values True\ncounters equal True\n"
+            "statistics refreshed True\n")
+      << "every BatchNorm layer counted every applied push, and the finishing worker refreshed "
+         "the statistics";
 }
 
 TEST_F(JobAsp, WorkersOfDifferentSpeedsUseEverySampleOncePerEpoch) {
