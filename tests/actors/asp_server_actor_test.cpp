@@ -181,16 +181,18 @@ class AspServer : public ::testing::TestWithParam<int> {
   // The after-apply hooks' calls (on the servers' threads; outlive the servers).
   std::mutex hook_mutex;
   std::vector<std::int64_t> hook_versions;  // guarded by hook_mutex
+  // Set before start(): shard 0 keeps these as the model's buffers (counters flagged), and
+  // pushes staler than `bound` (> 0) are dropped. Before `servers`: shard 0's actor reads the
+  // buffers on its I/O thread until its system stops, so they must outlive it (ThreadSanitizer
+  // caught them freed first).
+  std::shared_ptr<std::vector<float>> buffers;
+  std::vector<bool> buffer_counters;
+  std::int64_t bound = 0;
   runtime::ActorSystem head;                // hosts the scheduler probe that takes AspServerReports
   testing::Probe scheduler;
   std::string head_endpoint;
   std::vector<Shard> servers;  // after head: stopped (their reports' target) first
   runtime::ActorSystem worker;
-  // Set before start(): shard 0 keeps these as the model's buffers (counters flagged), and
-  // pushes staler than `bound` (> 0) are dropped.
-  std::shared_ptr<std::vector<float>> buffers;
-  std::vector<bool> buffer_counters;
-  std::int64_t bound = 0;
   std::shared_ptr<std::vector<float>> gradient = [] {
     auto g = std::make_shared<std::vector<float>>();
     for (std::int64_t i = 0; i < kParameters; ++i) g->push_back(0.001f * static_cast<float>(i));
