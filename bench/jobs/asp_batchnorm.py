@@ -14,14 +14,15 @@ Usage:
   /usr/bin/python3 bench/jobs/asp_batchnorm.py --omnilearn build/bin/omnilearn --repeats 3
 """
 import argparse
-import gzip
 import json
 import os
 import statistics
-import struct
 import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ddp_baseline import FASHION_MEAN, FASHION_STD, read_idx  # noqa: E402
 
 JOB = """
 [job]
@@ -59,22 +60,17 @@ max_workers = {workers}
 """
 
 DATA = "/usr/share/datasets/fashion-mnist"
-MEAN, STD = 0.2860, 0.3530  # training/dataset.hpp's Fashion-MNIST normalization
 
 
 def load(torch, stem, count=None):
-    def idx(path):
-        raw = gzip.open(path).read()
-        nd = raw[3]
-        dims = struct.unpack(">" + "I" * nd, raw[4:4 + 4 * nd])
-        return raw[4 + 4 * nd:], dims
-    xi, dims = idx(os.path.join(DATA, stem + "-images-idx3-ubyte.gz"))
-    yi, _ = idx(os.path.join(DATA, stem + "-labels-idx1-ubyte.gz"))
+    """Debian's Fashion-MNIST split `stem` ("train" or "t10k"), normalized as the trainer does."""
+    xi, dims = read_idx(os.path.join(DATA, stem + "-images-idx3-ubyte.gz"))
+    yi, _ = read_idx(os.path.join(DATA, stem + "-labels-idx1-ubyte.gz"))
     x = torch.frombuffer(bytearray(xi), dtype=torch.uint8).view(dims[0], 1, dims[1], dims[2])
     y = torch.frombuffer(bytearray(yi), dtype=torch.uint8).long()
     if count:
         x, y = x[:count], y[:count]
-    return x.float().mul_(1 / (255 * STD)).sub_(MEAN / STD), y
+    return x.float().mul_(1 / (255 * FASHION_STD)).sub_(FASHION_MEAN / FASHION_STD), y
 
 
 def resnet(torch, widths):
