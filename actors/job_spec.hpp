@@ -47,7 +47,7 @@ struct AspSection {
   int servers = 1;                     // parameter-server shards of the flat parameter vector
   std::string staleness = "none";      // "none" | "inverse" | "bound"
   std::int64_t max_staleness = 0;      // >= 1 with "bound" (required there), 0 otherwise
-  std::string lr_scaling = "linear";   // "none" | "linear": step x b_i / (B / n)
+  std::string lr_scaling = "linear";   // "none" | "linear": gradient x b_i / (B / n)
   // Training-mode forward passes (64 samples each) by which a worker sets the running
   // statistics (BatchNorm) from the parameters it evaluates, before each evaluation and the
   // final model: the servers' running average lags parameters that move on every push.

@@ -2,11 +2,14 @@
 // How a stale push is weighed, and what is recorded about staleness (issue 13).
 //
 // staleness = the server's version when it applies a push - the version the worker pulled.
-// Modes: "none" applies every push as is; "inverse" scales its step by 1 / (1 + staleness);
+// Modes: "none" applies every push as is; "inverse" weighs its gradient by 1 / (1 + staleness);
 // "bound" drops (and counts) a push whose staleness exceeds max_staleness. lr_scaling "linear"
-// (the default) also scales the step by b_i / (B / n): a worker's batch over the mean batch of
-// the plan in force (B = the sum of the workers' batches, n = the workers), so that under a
-// proportional plan a big batch moves the parameters more than a small one; "none" leaves it.
+// (the default) also weighs it by b_i / (B / n): a worker's batch over the mean batch of the
+// plan in force (B = the sum of the workers' batches, n = the workers), so that under a
+// proportional plan every sample counts the same whichever worker took it; "none" leaves it.
+// The weight (StepDecision::scale) multiplies the push's gradient before the optimizer sees
+// it (actors/trainer/shard_checkpoint.hpp's apply_push), not the step: under momentum a scaled
+// step would rescale the earlier pushes still in the momentum buffer as well.
 
 #include <cstdint>
 #include <map>

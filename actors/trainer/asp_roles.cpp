@@ -173,12 +173,7 @@ int run_asp_server(AspRoleContext& c) {
   // The job's optimizer and LR schedule on the slice; the state it captures lives as long as
   // the actor holding this.
   auto apply = [state](std::int64_t from_version, double scale, std::span<const float> gradient) {
-    c10::NoGradGuard no_grad;
-    state->params.mutable_grad().copy_(at::from_blob(const_cast<float*>(gradient.data()),
-                                                     {static_cast<int64_t>(gradient.size())},
-                                                     at::TensorOptions().dtype(at::kFloat)));
-    const double lr = training::scheduled_lr(state->optimizer_spec, from_version) * scale;
-    state->optimizer->step(lr, from_version + 1);
+    apply_push(*state, from_version, scale, gradient);
   };
   // Every `[checkpoint] every` updates; a failed write is logged and the shard goes on serving.
   auto checkpoint = [state, trainer = c.trainer](const asp::ServerCore& core) -> std::string {

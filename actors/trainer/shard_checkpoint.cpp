@@ -12,6 +12,21 @@
 
 namespace omnilearn::actors {
 
+void apply_push(ShardState& s, std::int64_t from_version, double weight,
+                std::span<const float> gradient) {
+  if (static_cast<std::int64_t>(gradient.size()) != s.params.numel()) {
+    throw std::invalid_argument(fmt::format("asp: a gradient of {} floats for a shard of {}",
+                                            gradient.size(), s.params.numel()));
+  }
+  c10::NoGradGuard no_grad;
+  at::Tensor grad = s.params.mutable_grad();
+  grad.copy_(at::from_blob(const_cast<float*>(gradient.data()),
+                           {static_cast<int64_t>(gradient.size())},
+                           at::TensorOptions().dtype(at::kFloat)));
+  if (weight != 1.0) grad.mul_(weight);
+  s.optimizer->step(training::scheduled_lr(s.optimizer_spec, from_version), from_version + 1);
+}
+
 std::unique_ptr<ShardState> make_shard_state(const asp::ShardLayout& layout, std::int32_t shard,
                                              const std::vector<float>& initial,
                                              const training::OptimizerSpec& optimizer,

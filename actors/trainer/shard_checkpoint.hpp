@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,15 @@ std::unique_ptr<ShardState> make_shard_state(const asp::ShardLayout& layout, std
                                              const std::vector<float>& initial,
                                              const training::OptimizerSpec& optimizer,
                                              const std::vector<float>& buffers = {});
+
+// Applies one push to the shard: the job's optimizer, at the learning rate its schedule gives
+// version `from_version`, on `gradient` x `weight` (asp::decide_step's scale: b_i / (B / n)
+// under linear lr_scaling, 1 / (1 + staleness) more under "inverse"). The weight goes on the
+// gradient, not on the step: with momentum, a step scaled by a push's weight would scale every
+// earlier push's gradient still in the momentum buffer too, so in the end every push would count
+// about the same whatever its batch (bench/jobs/asp_simulated.py measures what that cost).
+void apply_push(ShardState& s, std::int64_t from_version, double weight,
+                std::span<const float> gradient);
 
 // Writes the shard and `checkpoint` to s.checkpoint_path atomically (a temporary file renamed).
 void save_shard(const ShardState& s, const asp::ServerCheckpoint& checkpoint);

@@ -260,5 +260,37 @@ TEST_F(ShardCheckpoints, ShardZeroKeepsTheModelsBuffersAcrossARestart) {
   EXPECT_TRUE(at::equal(fewer->buffers, at::zeros({3})));
 }
 
+// A push's weight (linear lr_scaling's b_i / (B / n), "inverse"'s 1 / (1 + s)) multiplies its
+// gradient as it enters the momentum buffer, so each push counts by its own weight; a weight on
+// the step would also rescale the earlier pushes still in the buffer (the rule before: with it
+// the second step here would be 0.1 x 0.5 x (0.9 x g1 + g2) = 0.0545, not 0.23).
+TEST(ApplyPush, TheWeightGoesOnTheGradientNotOnTheMomentum) {
+  const asp::ShardLayout layout(4, 1);
+  auto s = make_shard_state(layout, 0, std::vector<float>(4, 1.0F), sgd_momentum());
+  const std::vector<float> g1(4, 1.0F);
+  const std::vector<float> g2(4, 0.1F);
+  apply_push(*s, 0, 2.0, g1);  // m = 2 g1 = 2; p = 1 - 0.1 x 2
+  EXPECT_TRUE(at::allclose(s->params, at::full({4}, 0.8F)));
+  apply_push(*s, 1, 0.5, g2);  // m = 0.9 x 2 + 0.5 x 0.1 = 1.85; p = 0.8 - 0.185
+  EXPECT_TRUE(at::allclose(s->params, at::full({4}, 0.615F))) << s->params;
+  EXPECT_TRUE(at::allclose(s->optimizer->state()[0].second, at::full({4}, 1.85F)));
+  EXPECT_THROW(apply_push(*s, 2, 1.0, std::vector<float>(3, 0.0F)), std::invalid_argument);
+}
+
+// The learning rate is the schedule's at the version the push started from, as BSP's at the
+// step it commits.
+TEST(ApplyPush, TheLearningRateFollowsTheScheduleAtTheVersionPulled) {
+  training::OptimizerSpec spec;
+  spec.kind = "sgd";
+  spec.lr = 0.1;
+  spec.schedule.kind = "step";
+  spec.schedule.step_size = 10;
+  spec.schedule.gamma = 0.5;
+  const asp::ShardLayout layout(2, 1);
+  auto s = make_shard_state(layout, 0, std::vector<float>(2, 0.0F), spec);
+  apply_push(*s, 12, 1.0, std::vector<float>(2, 1.0F));  // lr 0.05 past the first step
+  EXPECT_TRUE(at::allclose(s->params, at::full({2}, -0.05F))) << s->params;
+}
+
 }  // namespace
 }  // namespace omnilearn::actors
