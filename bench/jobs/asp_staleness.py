@@ -168,6 +168,17 @@ def best_by(r, budget):
     return max(known) if known else None
 
 
+def late_mean(r, budget):
+    """The mean of the run's evaluations in the second half of `budget` (after budget / 2, up to
+    it): steadier than one evaluation, since at a constant learning rate ASP's test accuracy moves
+    by up to 3 points from one evaluation to the next."""
+    points = list(r["evals"])
+    if r["test_accuracy"] is not None:
+        points.append((r["train_s"], r["test_accuracy"]))
+    late = [a for t, a in points if budget / 2 < t <= budget + 1e-9]
+    return statistics.fmean(late) if late else None
+
+
 def median_range(values, fmt="{:.4f}"):
     values = [v for v in values if v is not None]
     if not values:
@@ -176,6 +187,42 @@ def median_range(values, fmt="{:.4f}"):
     if len(values) > 1:
         text += " [" + fmt.format(min(values)) + ".." + fmt.format(max(values)) + "]"
     return text
+
+
+def summarize(args, configs, names, repeats):
+    for results in repeats:
+        for r in results.values():
+            r["late_mean"] = late_mean(r, r["budget_s"])
+    print(f"\nslowdown {args.slowdown}, B = {args.global_batch}, {args.epochs} epochs, "
+          f"{len(repeats)} repeats: median [range]")
+    print(f"{'':25s} {'accuracy at equal time':>24s} {'best by then':>22s} {'mean, 2nd half':>22s} {'final accuracy':>22s} "
+          f"{'time to ' + format(args.target, '.0%'):>22s} {'p95 staleness':>14s} "
+          f"{'mean staleness':>20s}")
+    for name, mode, *_ in configs:
+        rs = [rep[name] for rep in repeats]
+        print(f"{name:25s} {median_range([r['accuracy_at_budget'] for r in rs]):>24s} "
+              f"{median_range([r['best_by_budget'] for r in rs]):>22s} "
+              f"{median_range([r['late_mean'] for r in rs]):>22s} "
+              f"{median_range([r['test_accuracy'] for r in rs]):>22s} "
+              f"{median_range([r['time_to_target_s'] for r in rs], '{:.1f}'):>22s} "
+              + (f"{median_range([r['staleness']['p95'] for r in rs], '{:.0f}'):>14s} "
+                 f"{median_range([r['staleness']['mean'] for r in rs], '{:.2f}'):>20s}"
+                 if mode == "asp" else ""))
+    for other in ("proportional-asp", "proportional-asp-unscaled"):
+        if other not in names or "uniform-asp" not in names:
+            continue
+        ratios = [rep[other]["staleness"]["p95"] / rep["uniform-asp"]["staleness"]["p95"]
+                  for rep in repeats if rep["uniform-asp"]["staleness"]["p95"]]
+        gains = [rep[other]["accuracy_at_budget"] - rep["uniform-asp"]["accuracy_at_budget"]
+                 for rep in repeats]
+        print(f"p95 staleness {other} / uniform-asp: {median_range(ratios, '{:.2f}')} "
+              f"(goal <= 0.5)")
+        print(f"accuracy at equal time, {other} - uniform-asp: "
+              f"{median_range(gains, '{:+.4f}')} (goal > 0)")
+        late = [rep[other]["late_mean"] - rep["uniform-asp"]["late_mean"] for rep in repeats
+                if rep[other]["late_mean"] is not None and rep["uniform-asp"]["late_mean"] is not None]
+        print(f"mean accuracy over the budget's second half, {other} - uniform-asp: "
+              f"{median_range(late, '{:+.4f}')}")
 
 
 def main():
@@ -203,7 +250,22 @@ def main():
     p.add_argument("--configs", default=DEFAULT_CONFIGS,
                    help="the runs of a repeat, comma-separated, among: " + ", ".join(ALL_CONFIGS))
     p.add_argument("--json")
+    p.add_argument("--pool", nargs="+", metavar="JSON",
+                   help="run nothing: the summary of the repeats in these --json files together "
+                        "(same slowdown and configs)")
     args = p.parse_args()
+    if args.pool:
+        repeats = []
+        for path in args.pool:
+            with open(path) as f:
+                pooled = json.load(f)
+            repeats += pooled["repeats"]
+            for key in ("slowdown", "global_batch", "epochs", "target"):
+                setattr(args, key, pooled["args"][key])
+        names = [name for name in ALL_CONFIGS if name in repeats[0]]
+        configs = [(name,) + ALL_CONFIGS[name] for name in names]
+        summarize(args, configs, names, repeats)
+        return 0
     names = args.configs.split(",")
     unknown = [name for name in names if name not in ALL_CONFIGS]
     if unknown:
@@ -243,31 +305,7 @@ def main():
             flush=True)
         repeats.append(results)
 
-    print(f"\nslowdown {args.slowdown}, B = {args.global_batch}, {args.epochs} epochs, "
-          f"{args.repeats} repeats: median [range]")
-    print(f"{'':25s} {'accuracy at equal time':>24s} {'best by then':>22s} {'final accuracy':>22s} "
-          f"{'time to ' + format(args.target, '.0%'):>22s} {'p95 staleness':>14s} "
-          f"{'mean staleness':>20s}")
-    for name, mode, *_ in configs:
-        rs = [rep[name] for rep in repeats]
-        print(f"{name:25s} {median_range([r['accuracy_at_budget'] for r in rs]):>24s} "
-              f"{median_range([r['best_by_budget'] for r in rs]):>22s} "
-              f"{median_range([r['test_accuracy'] for r in rs]):>22s} "
-              f"{median_range([r['time_to_target_s'] for r in rs], '{:.1f}'):>22s} "
-              + (f"{median_range([r['staleness']['p95'] for r in rs], '{:.0f}'):>14s} "
-                 f"{median_range([r['staleness']['mean'] for r in rs], '{:.2f}'):>20s}"
-                 if mode == "asp" else ""))
-    for other in ("proportional-asp", "proportional-asp-unscaled"):
-        if other not in names or "uniform-asp" not in names:
-            continue
-        ratios = [rep[other]["staleness"]["p95"] / rep["uniform-asp"]["staleness"]["p95"]
-                  for rep in repeats if rep["uniform-asp"]["staleness"]["p95"]]
-        gains = [rep[other]["accuracy_at_budget"] - rep["uniform-asp"]["accuracy_at_budget"]
-                 for rep in repeats]
-        print(f"p95 staleness {other} / uniform-asp: {median_range(ratios, '{:.2f}')} "
-              f"(goal <= 0.5)")
-        print(f"accuracy at equal time, {other} - uniform-asp: "
-              f"{median_range(gains, '{:+.4f}')} (goal > 0)")
+    summarize(args, configs, names, repeats)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"slowdown": slowdown, "args": vars(args), "repeats": repeats}, f, indent=2)

@@ -1,0 +1,241 @@
+#!/usr/bin/python3
+"""ASP on a simulated clock with real gradients: what decides whether proportional batches make
+asynchronous training more accurate than uniform ones (issue 13).
+
+The job runs (`asp_staleness.py`) measure it on real processes, where the VM's noise moves
+accuracy by points between repeats. Here the same training math runs in one process on a
+simulated clock, so a comparison is exact and repeatable from its seed, and the server's update
+rule can be swapped:
+- workers r = 0..n-1 with speeds v_r (samples per second) and a fixed cost c per update: a batch
+  of b samples takes c + b / v_r. A worker pulls the parameters (with their version), computes
+  the mean gradient of the next b_r indices of the epoch's global permutation (exactly once per
+  epoch, as the real dealer), pushes it, and pulls again; pushes are applied in the order of
+  their finishing times;
+- the server's optimizer is SGD with momentum (torch.optim.SGD's formulas, as training/
+  optimizer.cpp); a push of batch b with staleness s gets the scale b / (B / n) under linear lr
+  scaling, and 1 / (1 + s) more under "inverse";
+- `--apply` says where that scale goes:
+    "lr":       p -= lr * scale * m after m = mu * m + g (the scale multiplies the step, and so
+                the momentum of every earlier push too: OmniLearn's server before this change);
+    "gradient": m = mu * m + scale * g, p -= lr * m (each push's gradient enters the momentum
+                weighted by its scale: a sample counts the same whichever worker took it);
+    "replace":  the worker takes the optimizer step itself (momentum of its own) on the
+                parameters it pulled and the server replaces its parameters with the result, as
+                the paper's published prototype does (no scale);
+- batches: "uniform" (B / n each) or "proportional" (b_r proportional to v_r, sum B: the plan the
+  controller converges to, given here so that only the training math differs).
+
+Every configuration trains for the same simulated time (what `--epochs` of samples take at the
+sum of the speeds) and is evaluated on the full test set every `--eval-seconds` of simulated
+time; "accuracy at T" is the last evaluation, "best" the best one. Same seeds for every
+configuration (initial model, permutation), so differences are the update rule's.
+
+Usage:
+  /usr/bin/python3 bench/jobs/asp_simulated.py --slowdown 1,1,2,4 --seeds 3
+  /usr/bin/python3 bench/jobs/asp_simulated.py --slowdown 1,1,1,8 --lr 0.025 --apply lr,gradient
+"""
+import argparse
+import heapq
+import json
+import os
+import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ddp_baseline import DEFAULT_DATA, FASHION_MEAN, FASHION_STD, load_train, make_model, read_idx  # noqa: E402
+
+
+def load_test(torch, data_dir):
+    images, dims = read_idx(os.path.join(data_dir, "t10k-images-idx3-ubyte.gz"))
+    labels, _ = read_idx(os.path.join(data_dir, "t10k-labels-idx1-ubyte.gz"))
+    x = torch.frombuffer(bytearray(images), dtype=torch.uint8).view(dims[0], 1, dims[1], dims[2])
+    y = torch.frombuffer(bytearray(labels), dtype=torch.uint8).to(torch.long)
+    x = x.to(torch.float32).mul_(1.0 / (255.0 * FASHION_STD)).sub_(FASHION_MEAN / FASHION_STD)
+    return x, y
+
+
+def plan(kind, speeds, global_batch):
+    n = len(speeds)
+    if kind == "uniform":
+        return [global_batch // n] * n
+    total = sum(speeds)
+    batches = [max(1, round(global_batch * v / total)) for v in speeds]
+    batches[batches.index(max(batches))] += global_batch - sum(batches)
+    return batches
+
+
+class Dealer:
+    """The next b indices of the epoch's permutation; a new permutation each epoch."""
+
+    def __init__(self, torch, size, seed):
+        self.torch, self.size, self.seed = torch, size, seed
+        self.epoch, self.position = 0, 0
+        self.perm = self._perm()
+
+    def _perm(self):
+        g = self.torch.Generator().manual_seed(self.seed * 1000 + self.epoch)
+        return self.torch.randperm(self.size, generator=g)
+
+    def take(self, count):
+        out = []
+        while count > 0:
+            if self.position == self.size:
+                self.epoch, self.position = self.epoch + 1, 0
+                self.perm = self._perm()
+            k = min(count, self.size - self.position)
+            out.append(self.perm[self.position:self.position + k])
+            self.position += k
+            count -= k
+        return self.torch.cat(out)
+
+
+def simulate(torch, data, config, args, seed):
+    x, y, tx, ty = data
+    torch.manual_seed(seed)
+    model = make_model(torch, args.model)
+    params = [p for p in model.parameters()]
+    flat = torch.cat([p.detach().reshape(-1) for p in params]).clone()
+    sizes = [p.numel() for p in params]
+
+    def set_flat(v):
+        with torch.no_grad():
+            for p, chunk in zip(params, torch.split(v, sizes)):
+                p.copy_(chunk.view_as(p))
+
+    def gradient(at, idx):
+        set_flat(at)
+        model.zero_grad(set_to_none=False)
+        loss = torch.nn.functional.cross_entropy(model(x[idx]), y[idx])
+        loss.backward()
+        return torch.cat([p.grad.reshape(-1) for p in params])
+
+    def evaluate(at):
+        set_flat(at)
+        with torch.no_grad():
+            correct = sum(int((model(tx[i:i + 2000]).argmax(1) == ty[i:i + 2000]).sum())
+                          for i in range(0, len(ty), 2000))
+        return correct / len(ty)
+
+    speeds = [args.speed / f for f in args.slowdown]
+    n = len(speeds)
+    batches = plan(config["batches"], speeds, args.global_batch)
+    reference = args.global_batch / n
+    horizon = args.epochs * len(y) / sum(speeds)  # what the epochs take at the summed speed
+    mu = args.momentum
+    momentum = torch.zeros_like(flat)
+    worker_momentum = [torch.zeros_like(flat) for _ in range(n)]
+    dealer = Dealer(torch, len(y), seed)
+    version = 0
+    staleness, updates = [], [0] * n
+    # (finish time, worker, version pulled, parameters pulled, indices)
+    events = []
+    for r in range(n):
+        heapq.heappush(events, (args.cost + batches[r] / speeds[r], r, 0, flat.clone(),
+                                dealer.take(batches[r])))
+    evaluations, next_eval = [], args.eval_seconds
+    while events:
+        t, r, pulled, at, idx = heapq.heappop(events)
+        while next_eval <= min(t, horizon):
+            evaluations.append((next_eval, evaluate(flat)))
+            next_eval += args.eval_seconds
+        if t > horizon:
+            break
+        s = version - pulled
+        staleness.append(s)
+        g = gradient(at, idx)
+        if config["apply"] == "replace":
+            # The worker's own optimizer step on what it pulled, then the server takes the result.
+            worker_momentum[r].mul_(mu).add_(g)
+            flat = at - args.lr * worker_momentum[r]
+        else:
+            scale = batches[r] / reference if config["lr_scaling"] == "linear" else 1.0
+            if config["staleness"] == "inverse":
+                scale /= 1.0 + s
+            if config["apply"] == "lr":
+                momentum.mul_(mu).add_(g)
+                flat = flat - args.lr * scale * momentum
+            else:
+                momentum.mul_(mu).add_(g, alpha=scale)
+                flat = flat - args.lr * momentum
+        version += 1
+        updates[r] += 1
+        if not bool(torch.isfinite(flat).all()):
+            evaluations.append((t, float("nan")))
+            break
+        heapq.heappush(events, (t + args.cost + batches[r] / speeds[r], r, version, flat.clone(),
+                                dealer.take(batches[r])))
+    accuracies = [a for _, a in evaluations]
+    staleness.sort()
+    return {
+        "batches": batches,
+        "accuracy_at_T": accuracies[-1] if accuracies else float("nan"),
+        "best": max(accuracies) if accuracies else float("nan"),
+        "staleness_mean": sum(staleness) / len(staleness),
+        "staleness_p95": staleness[int(0.95 * (len(staleness) - 1))],
+        "updates": updates,
+        "evaluations": evaluations,
+    }
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--slowdown", default="1,1,2,4")
+    parser.add_argument("--model", default="mlp", choices=["mlp", "cnn"])
+    parser.add_argument("--global-batch", type=int, default=256)
+    parser.add_argument("--epochs", type=float, default=3)
+    parser.add_argument("--lr", type=float, default=None,
+                        help="the server's learning rate (default 0.05 / workers, as asp_staleness.py)")
+    parser.add_argument("--momentum", type=float, default=0.9)
+    parser.add_argument("--speed", type=float, default=900.0,
+                        help="an unslowed worker's samples per second (measured: about 900 for the MLP)")
+    parser.add_argument("--cost", type=float, default=0.005,
+                        help="seconds per update that no slowdown stretches (pull, push, apply)")
+    parser.add_argument("--eval-seconds", type=float, default=5.0)
+    parser.add_argument("--seeds", type=int, default=3, help="seeds first-seed, first-seed + 1, ...")
+    parser.add_argument("--first-seed", type=int, default=1)
+    parser.add_argument("--batches", default="uniform,proportional")
+    parser.add_argument("--apply", default="lr,gradient,replace")
+    parser.add_argument("--lr-scaling", default="linear", choices=["linear", "none"])
+    parser.add_argument("--staleness", default="none", choices=["none", "inverse"])
+    parser.add_argument("--data", default=DEFAULT_DATA)
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    args.slowdown = [float(f) for f in args.slowdown.split(",")]
+    if args.lr is None:
+        args.lr = 0.05 / len(args.slowdown)
+
+    import torch
+    torch.set_num_threads(1)
+    x, y = load_train(torch, args.data)
+    tx, ty = load_test(torch, args.data)
+    data = (x, y, tx, ty)
+
+    configs = [{"apply": a, "batches": b, "lr_scaling": args.lr_scaling, "staleness": args.staleness}
+               for a in args.apply.split(",") for b in args.batches.split(",")]
+    results = []
+    for config in configs:
+        runs = [simulate(torch, data, config, args, seed) for seed in range(args.first_seed, args.first_seed + args.seeds)]
+        results.append({"config": config, "runs": runs})
+        at_t = [r["accuracy_at_T"] for r in runs]
+        best = [r["best"] for r in runs]
+        print(f"apply={config['apply']:8} batches={config['batches']:12} "
+              f"accuracy at T {statistics.median(at_t):.4f} [{min(at_t):.4f}..{max(at_t):.4f}] "
+              f"best {statistics.median(best):.4f} "
+              f"staleness mean {statistics.median(r['staleness_mean'] for r in runs):.2f} "
+              f"p95 {statistics.median(r['staleness_p95'] for r in runs)} "
+              f"batches {runs[0]['batches']} updates {runs[0]['updates']}", flush=True)
+    # Paired by seed: proportional - uniform, per update rule.
+    by = {(r["config"]["apply"], r["config"]["batches"]): r["runs"] for r in results}
+    for a in args.apply.split(","):
+        if (a, "uniform") in by and (a, "proportional") in by:
+            d = [p["accuracy_at_T"] - u["accuracy_at_T"]
+                 for p, u in zip(by[(a, "proportional")], by[(a, "uniform")])]
+            print(f"apply={a:8} proportional - uniform at T: {100 * statistics.median(d):+.2f} points "
+                  f"[{100 * min(d):+.2f}..{100 * max(d):+.2f}] over {len(d)} seeds")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"args": vars(args), "results": results}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
