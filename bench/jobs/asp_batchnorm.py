@@ -22,7 +22,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ddp_baseline import FASHION_MEAN, FASHION_STD, read_idx  # noqa: E402
+from ddp_baseline import load_split  # noqa: E402
 
 JOB = """
 [job]
@@ -64,13 +64,8 @@ DATA = "/usr/share/datasets/fashion-mnist"
 
 def load(torch, stem, count=None):
     """Debian's Fashion-MNIST split `stem` ("train" or "t10k"), normalized as the trainer does."""
-    xi, dims = read_idx(os.path.join(DATA, stem + "-images-idx3-ubyte.gz"))
-    yi, _ = read_idx(os.path.join(DATA, stem + "-labels-idx1-ubyte.gz"))
-    x = torch.frombuffer(bytearray(xi), dtype=torch.uint8).view(dims[0], 1, dims[1], dims[2])
-    y = torch.frombuffer(bytearray(yi), dtype=torch.uint8).long()
-    if count:
-        x, y = x[:count], y[:count]
-    return x.float().mul_(1 / (255 * FASHION_STD)).sub_(FASHION_MEAN / FASHION_STD), y
+    x, y = load_split(torch, DATA, stem)
+    return (x[:count], y[:count]) if count else (x, y)
 
 
 def resnet(torch, widths):

@@ -42,16 +42,7 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ddp_baseline import DEFAULT_DATA, FASHION_MEAN, FASHION_STD, load_train, make_model, read_idx  # noqa: E402
-
-
-def load_test(torch, data_dir):
-    images, dims = read_idx(os.path.join(data_dir, "t10k-images-idx3-ubyte.gz"))
-    labels, _ = read_idx(os.path.join(data_dir, "t10k-labels-idx1-ubyte.gz"))
-    x = torch.frombuffer(bytearray(images), dtype=torch.uint8).view(dims[0], 1, dims[1], dims[2])
-    y = torch.frombuffer(bytearray(labels), dtype=torch.uint8).to(torch.long)
-    x = x.to(torch.float32).mul_(1.0 / (255.0 * FASHION_STD)).sub_(FASHION_MEAN / FASHION_STD)
-    return x, y
+from ddp_baseline import DEFAULT_DATA, load_split, make_model  # noqa: E402
 
 
 def plan(kind, speeds, global_batch):
@@ -206,8 +197,8 @@ def main():
 
     import torch
     torch.set_num_threads(1)
-    x, y = load_train(torch, args.data)
-    tx, ty = load_test(torch, args.data)
+    x, y = load_split(torch, args.data, "train")
+    tx, ty = load_split(torch, args.data, "t10k")
     data = (x, y, tx, ty)
 
     configs = [{"apply": a, "batches": b, "lr_scaling": args.lr_scaling, "staleness": args.staleness}

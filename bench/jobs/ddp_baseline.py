@@ -141,13 +141,19 @@ def read_idx(path):
 
 
 def load_train(torch, data_dir):
+    return load_split(torch, data_dir, "train")
+
+
+def load_split(torch, data_dir, split):
+    """Fashion-MNIST's `split` ("train" or "t10k") from the IDX files, normalized as
+    training/dataset.cpp does: images [N, 1, 28, 28] float32, labels int64."""
     def find(stem):
         for name in (stem + ".gz", stem):
             if os.path.exists(os.path.join(data_dir, name)):
                 return os.path.join(data_dir, name)
         raise FileNotFoundError(f"{stem}(.gz) not in {data_dir}")
-    images, dims = read_idx(find("train-images-idx3-ubyte"))
-    labels, _ = read_idx(find("train-labels-idx1-ubyte"))
+    images, dims = read_idx(find(split + "-images-idx3-ubyte"))
+    labels, _ = read_idx(find(split + "-labels-idx1-ubyte"))
     x = torch.frombuffer(bytearray(images), dtype=torch.uint8).view(dims[0], 1, dims[1], dims[2])
     y = torch.frombuffer(bytearray(labels), dtype=torch.uint8).to(torch.long)
     x = x.to(torch.float32).mul_(1.0 / (255.0 * FASHION_STD)).sub_(FASHION_MEAN / FASHION_STD)
