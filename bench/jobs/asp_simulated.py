@@ -175,14 +175,17 @@ def main():
     parser.add_argument("--global-batch", type=int, default=256)
     parser.add_argument("--epochs", type=float, default=3)
     parser.add_argument("--lr", type=float, default=None,
-                        help="the server's learning rate (default 0.05 / workers, as asp_staleness.py)")
+                        help="the server's learning rate (default 0.05 / workers, as "
+                             "asp_staleness.py)")
     parser.add_argument("--momentum", type=float, default=0.9)
     parser.add_argument("--speed", type=float, default=900.0,
-                        help="an unslowed worker's samples per second (measured: about 900 for the MLP)")
+                        help="an unslowed worker's samples per second (measured: about 900 "
+                             "for the MLP)")
     parser.add_argument("--cost", type=float, default=0.005,
                         help="seconds per update that no slowdown stretches (pull, push, apply)")
     parser.add_argument("--eval-seconds", type=float, default=5.0)
-    parser.add_argument("--seeds", type=int, default=3, help="seeds first-seed, first-seed + 1, ...")
+    parser.add_argument("--seeds", type=int, default=3,
+                        help="seeds first-seed, first-seed + 1, ...")
     parser.add_argument("--first-seed", type=int, default=1)
     parser.add_argument("--batches", default="uniform,proportional")
     parser.add_argument("--apply", default="lr,gradient,replace")
@@ -201,11 +204,13 @@ def main():
     tx, ty = load_split(torch, args.data, "t10k")
     data = (x, y, tx, ty)
 
-    configs = [{"apply": a, "batches": b, "lr_scaling": args.lr_scaling, "staleness": args.staleness}
+    configs = [{"apply": a, "batches": b, "lr_scaling": args.lr_scaling,
+                "staleness": args.staleness}
                for a in args.apply.split(",") for b in args.batches.split(",")]
     results = []
     for config in configs:
-        runs = [simulate(torch, data, config, args, seed) for seed in range(args.first_seed, args.first_seed + args.seeds)]
+        seeds = range(args.first_seed, args.first_seed + args.seeds)
+        runs = [simulate(torch, data, config, args, seed) for seed in seeds]
         results.append({"config": config, "runs": runs})
         at_t = [r["accuracy_at_T"] for r in runs]
         best = [r["best"] for r in runs]
@@ -221,7 +226,8 @@ def main():
         if (a, "uniform") in by and (a, "proportional") in by:
             d = [p["accuracy_at_T"] - u["accuracy_at_T"]
                  for p, u in zip(by[(a, "proportional")], by[(a, "uniform")])]
-            print(f"apply={a:8} proportional - uniform at T: {100 * statistics.median(d):+.2f} points "
+            print(f"apply={a:8} proportional - uniform at T: "
+                  f"{100 * statistics.median(d):+.2f} points "
                   f"[{100 * min(d):+.2f}..{100 * max(d):+.2f}] over {len(d)} seeds")
     if args.json:
         with open(args.json, "w") as f:

@@ -195,7 +195,8 @@ def summarize(args, configs, names, repeats):
             r["late_mean"] = late_mean(r, r["budget_s"])
     print(f"\nslowdown {args.slowdown}, B = {args.global_batch}, {args.epochs} epochs, "
           f"{len(repeats)} repeats: median [range]")
-    print(f"{'':25s} {'accuracy at equal time':>24s} {'best by then':>22s} {'mean, 2nd half':>22s} {'final accuracy':>22s} "
+    print(f"{'':25s} {'accuracy at equal time':>24s} {'best by then':>22s} "
+          f"{'mean, 2nd half':>22s} {'final accuracy':>22s} "
           f"{'time to ' + format(args.target, '.0%'):>22s} {'p95 staleness':>14s} "
           f"{'mean staleness':>20s}")
     for name, mode, *_ in configs:
@@ -220,7 +221,7 @@ def summarize(args, configs, names, repeats):
         print(f"accuracy at equal time, {other} - uniform-asp: "
               f"{median_range(gains, '{:+.4f}')} (goal > 0)")
         late = [rep[other]["late_mean"] - rep["uniform-asp"]["late_mean"] for rep in repeats
-                if rep[other]["late_mean"] is not None and rep["uniform-asp"]["late_mean"] is not None]
+                if None not in (rep[other]["late_mean"], rep["uniform-asp"]["late_mean"])]
         print(f"mean accuracy over the budget's second half, {other} - uniform-asp: "
               f"{median_range(late, '{:+.4f}')}")
 

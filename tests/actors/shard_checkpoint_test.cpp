@@ -263,7 +263,7 @@ TEST_F(ShardCheckpoints, ShardZeroKeepsTheModelsBuffersAcrossARestart) {
 // A push's weight (linear lr_scaling's b_i / (B / n), "inverse"'s 1 / (1 + s)) multiplies its
 // gradient as it enters the momentum buffer, so each push counts by its own weight; a weight on
 // the step would also rescale the earlier pushes still in the buffer (the rule before: with it
-// the second step here would be 0.1 x 0.5 x (0.9 x g1 + g2) = 0.0545, not 0.23).
+// the second step here would be 0.1 x 0.5 x (0.9 x g1 + g2) = 0.05, not 0.185).
 TEST(ApplyPush, TheWeightGoesOnTheGradientNotOnTheMomentum) {
   const asp::ShardLayout layout(4, 1);
   auto s = make_shard_state(layout, 0, std::vector<float>(4, 1.0F), sgd_momentum());
