@@ -41,7 +41,7 @@ void validate(const StalenessConfig& config);
 // What to do with one push.
 struct StepDecision {
   bool apply = true;
-  double scale = 1.0;  // multiplies the step (the learning rate) when applied; 0 when dropped
+  double scale = 1.0;  // multiplies the push's gradient when applied; 0 when dropped
 };
 
 // The one rule. staleness >= 0, batch >= 1; reference_batch = B / n > 0 (read only under

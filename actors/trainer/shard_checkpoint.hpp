@@ -51,6 +51,8 @@ std::unique_ptr<ShardState> make_shard_state(const asp::ShardLayout& layout, std
 // gradient, not on the step: with momentum, a step scaled by a push's weight would scale every
 // earlier push's gradient still in the momentum buffer too, so in the end every push would count
 // about the same whatever its batch (bench/jobs/asp_simulated.py measures what that cost).
+// Weight decay, the optimizer's own term, is whole on every push: a plan's pushes per epoch
+// (samples / (B / n)) do not depend on how it splits B, and a parameter's decay is never stale.
 void apply_push(ShardState& s, std::int64_t from_version, double weight,
                 std::span<const float> gradient);
 

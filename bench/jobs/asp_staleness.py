@@ -71,8 +71,8 @@ lr_scaling = "{lr_scaling}"
 """
 
 # name -> (mode, policy, ASP's lr_scaling). "proportional-asp-unscaled" tests whether linear lr
-# scaling (fast workers' steps 1.6x, slow ones' 0.3x at 1,1,2,4) is what costs
-# proportional-ASP accuracy: every push is then one step at the same learning rate.
+# scaling (the fast workers' gradients weighed about 1.5x, the slow ones' 0.3x at 1,1,2,4) is
+# what costs proportional-ASP accuracy: every push's gradient then counts whole.
 ALL_CONFIGS = {
     "uniform-asp": ("asp", "uniform", "linear"),
     "proportional-asp": ("asp", "proportional", "linear"),
@@ -260,6 +260,9 @@ def main():
         for path in args.pool:
             with open(path) as f:
                 pooled = json.load(f)
+            if repeats and (pooled["args"]["slowdown"], sorted(pooled["repeats"][0])) != (
+                    args.slowdown, sorted(repeats[0])):
+                p.error(f"--pool: {path} has another slowdown or other configs than the first")
             repeats += pooled["repeats"]
             for key in ("slowdown", "global_batch", "epochs", "target"):
                 setattr(args, key, pooled["args"][key])
