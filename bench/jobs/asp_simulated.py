@@ -42,6 +42,7 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from asp_staleness import median_range  # noqa: E402
 from ddp_baseline import DEFAULT_DATA, load_split, make_model  # noqa: E402
 
 
@@ -118,10 +119,11 @@ def simulate(torch, data, config, args, seed):
     dealer = Dealer(torch, len(y), seed)
     version = 0
     staleness, updates = [], [0] * n
-    # (finish time, worker, version pulled, parameters pulled, indices)
+    # (finish time, worker, version pulled, parameters pulled, indices). `flat` is rebound by each
+    # update and never written in place, so what a worker pulled needs no copy.
     events = []
     for r in range(n):
-        heapq.heappush(events, (args.cost + batches[r] / speeds[r], r, 0, flat.clone(),
+        heapq.heappush(events, (args.cost + batches[r] / speeds[r], r, 0, flat,
                                 dealer.take(batches[r])))
     evaluations, next_eval = [], args.eval_seconds
     while events:
@@ -153,7 +155,7 @@ def simulate(torch, data, config, args, seed):
         if not bool(torch.isfinite(flat).all()):
             evaluations.append((t, float("nan")))
             break
-        heapq.heappush(events, (t + args.cost + batches[r] / speeds[r], r, version, flat.clone(),
+        heapq.heappush(events, (t + args.cost + batches[r] / speeds[r], r, version, flat,
                                 dealer.take(batches[r])))
     accuracies = [a for _, a in evaluations]
     staleness.sort()
@@ -215,7 +217,7 @@ def main():
         at_t = [r["accuracy_at_T"] for r in runs]
         best = [r["best"] for r in runs]
         print(f"apply={config['apply']:8} batches={config['batches']:12} "
-              f"accuracy at T {statistics.median(at_t):.4f} [{min(at_t):.4f}..{max(at_t):.4f}] "
+              f"accuracy at T {median_range(at_t)} "
               f"best {statistics.median(best):.4f} "
               f"staleness mean {statistics.median(r['staleness_mean'] for r in runs):.2f} "
               f"p95 {statistics.median(r['staleness_p95'] for r in runs)} "
@@ -224,11 +226,10 @@ def main():
     by = {(r["config"]["apply"], r["config"]["batches"]): r["runs"] for r in results}
     for a in args.apply.split(","):
         if (a, "uniform") in by and (a, "proportional") in by:
-            d = [p["accuracy_at_T"] - u["accuracy_at_T"]
+            d = [100 * (p["accuracy_at_T"] - u["accuracy_at_T"])
                  for p, u in zip(by[(a, "proportional")], by[(a, "uniform")])]
             print(f"apply={a:8} proportional - uniform at T: "
-                  f"{100 * statistics.median(d):+.2f} points "
-                  f"[{100 * min(d):+.2f}..{100 * max(d):+.2f}] over {len(d)} seeds")
+                  f"{median_range(d, '{:+.2f}')} points over {len(d)} seeds")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "results": results}, f, indent=1)
