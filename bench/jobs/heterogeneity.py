@@ -3,7 +3,7 @@
 OmniLearn's uniform, proportional and affine batches, side by side (issue 12).
 
 For every slowdown set (HL1 1,1,1,1 / HL2 1,1,1,2 / HL4 1,1,2,4 / HL8 1,1,1,8, and a cgroup-quota
-set), every global batch and every policy, trains the same job: `omnilearn run JOB --local 4`
+set), every global batch and every policy, trains the same job: `omnilearn run JOB --local N`
 (reading the run's events.jsonl) or, for "ddp", bench/jobs/ddp_baseline.py under torchrun with
 the same model, data order, optimizer, caps, pinning and slowdown emulation. The runs of one
 repeat are interleaved (ddp, uniform, proportional, affine back to back), so the ratios compare
@@ -15,11 +15,15 @@ waiting, evaluation if any), from the head's step events (OmniLearn) or rank 0's
 (DDP). Printed per policy: that time, the ratio to DDP and the speed-up over uniform (paired by
 repeat: medians and min..max), the fraction of the ideal speed-up sum(speed) / (n x slowest)
 with speeds measured in the same session's uniform runs from compute time alone, the
-compute-only efficiency B / sum(speed) / step time, and plan changes per 100 steps.
+compute-only efficiency B / sum(speed) / step time, the same against each run's own speeds
+(each worker's compute at the batch it had), and plan changes per 100 steps.
 
 Usage (the reference configuration of shared/BENCHMARKING.md, and a larger batch):
   bench/jobs/heterogeneity.py --omnilearn build/bin/omnilearn --model mlp --repeats 3 \
       --global-batches 256,1024 --json /tmp/het.json
+A set may also be literal slowdowns joined by "/", one per worker: on a 2-vCPU machine
+`--sets 1/2,1/4 --quota 1.0` gives each of two workers a vCPU of its own (worker i is pinned to
+vCPU i mod #cpus), where four workers share them in pairs.
 A policy may carry extra [controller] keys and runs as its own column, e.g.
   --policies ddp,uniform,proportional,proportional+persist_rounds=0
 """
@@ -63,7 +67,7 @@ def split_variant(policy):
     return name, keys
 
 
-def job_toml(model, policy, steps, batch, seed, deadband=0.1):
+def job_toml(model, policy, steps, batch, seed, deadband=0.1, workers=4):
     policy, extra = split_variant(policy)
     extra_lines = "".join(f"{k} = {v}\n" for k, v in extra.items())
     return f"""[job]
@@ -90,8 +94,8 @@ interval = 20
 cooldown = 3
 {extra_lines}
 [elastic]
-min_workers = 4
-max_workers = 4
+min_workers = {workers}
+max_workers = {workers}
 """
 
 
@@ -106,9 +110,9 @@ def run_omnilearn(omnilearn, model, policy, speeds, quotas, steps, batch, seed, 
                   deadband=0.1):
     path = os.path.join(workdir, f"{model}-{policy}.toml")
     with open(path, "w") as f:
-        f.write(job_toml(model, policy, steps, batch, seed, deadband))
+        f.write(job_toml(model, policy, steps, batch, seed, deadband, len(quotas)))
     run_dir = os.path.join(workdir, f"run-{model}-{policy}-{time.time_ns()}")
-    cmd = [omnilearn, "run", path, "--local", "4", "--pin", "--run-dir", run_dir]
+    cmd = [omnilearn, "run", path, "--local", str(len(quotas)), "--pin", "--run-dir", run_dir]
     if speeds:
         cmd += ["--slowdown", ",".join(str(s) for s in speeds)]
     cmd += ["--cpu-quota", ",".join(str(q) for q in quotas)]
@@ -160,11 +164,28 @@ def run_omnilearn(omnilearn, model, policy, speeds, quotas, steps, batch, seed, 
 
 
 def run_ddp(model, speeds, quotas, steps, batch, seed):
-    result = ddp_baseline.run(model, batch, steps, 4, slowdown=speeds, quotas=quotas, seed=seed)
+    n = len(quotas)
+    result = ddp_baseline.run(model, batch, steps, n, slowdown=speeds, quotas=quotas, seed=seed)
     t = result["step_end_times"]
     first = min(STEADY_FROM, len(t) // 2)
     return {"step_time_s": (t[-1] - t[first]) / (len(t) - 1 - first),
-            "batches": [batch // 4] * 4, "plan_changes_per_100": 0.0}
+            "batches": [batch // n] * n, "plan_changes_per_100": 0.0}
+
+
+def set_speeds(name):
+    """A named set (HL4) or a literal one, slowdowns joined by "/": "1/4" is two workers, the
+    second four times slower (worker i pinned to vCPU i mod #cpus, so on a 2-vCPU machine two
+    workers have a vCPU each while four share them in pairs)."""
+    if name in SETS:
+        return SETS[name]
+    try:
+        speeds = [float(f) for f in name.split("/")]
+    except ValueError:
+        raise SystemExit(f"--sets: {name!r} is neither one of {', '.join(SETS)}, "
+                         f"{QUOTA_SET[0]} nor slowdowns joined by '/' (e.g. 1/4)")
+    if len(speeds) < 2 or min(speeds) < 1:
+        raise SystemExit(f"--sets: {name!r} needs at least two slowdowns, each at least 1")
+    return [int(f) if f.is_integer() else f for f in speeds]
 
 
 def span(values):
@@ -180,7 +201,8 @@ def main():
     ap.add_argument("--global-batches", default="256", help="comma-separated, e.g. 256,1024")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quota", type=float, default=0.4, help="CPU quota of every worker")
-    ap.add_argument("--sets", default="HL1,HL2,HL4,HL8,Q4")
+    ap.add_argument("--sets", default="HL1,HL2,HL4,HL8,Q4",
+                    help="named sets, or literal slowdowns joined by '/' (1/4: two workers)")
     ap.add_argument("--policies", default="ddp,uniform,proportional,affine")
     ap.add_argument("--deadband", type=float, default=0.1,
                     help="the controller's deadband (the reference configuration's is 0.1)")
@@ -192,6 +214,9 @@ def main():
     results = {}
     if args.keep_runs:
         os.makedirs(args.keep_runs, exist_ok=True)
+    for name in args.sets.split(","):  # a bad set is refused before any run, not after some
+        if name != QUOTA_SET[0]:
+            set_speeds(name)
     with tempfile.TemporaryDirectory() as tmp:
         workdir = args.keep_runs or tmp
         for batch in [int(b) for b in args.global_batches.split(",")]:
@@ -200,7 +225,8 @@ def main():
                     speeds, quotas = None, QUOTA_SET[1]
                     rel = [q / max(quotas) for q in quotas]
                 else:
-                    speeds, quotas = SETS[name], [args.quota] * 4
+                    speeds = set_speeds(name)
+                    quotas = [args.quota] * len(speeds)
                     rel = [1.0 / s for s in speeds]
                 nominal = sum(rel) / (len(rel) * min(rel))  # sum of speeds / (n x slowest)
                 runs = {p: [] for p in policies}
@@ -237,6 +263,14 @@ def main():
                         q["of_ideal"] = sp[0] / ideal
                         q["compute_only_efficiency"] = ideal_step / (q["step_ms"] / 1000)
                     if p != "ddp":
+                        # Against the run's own speeds: B / sum(b_i / compute_i) with each
+                        # worker's compute at the batch it had. The uniform runs' speeds can
+                        # be another machine's: in one run a fast worker computed 128 samples
+                        # in 46 ms under uniform batches (idle for most of each step) and 219
+                        # in 50 ms under proportional ones, on the same vCPU. This bound does
+                        # not depend on them.
+                        q["own_speed_efficiency"] = statistics.median(
+                            batch / sum(x["speeds"]) / x["step_time_s"] for x in runs[p])
                         q["allreduce_ms"] = 1000 * statistics.median(x["allreduce_s"]
                                                                      for x in runs[p])
                         q["slowest_compute_ms"] = 1000 * statistics.median(
@@ -261,6 +295,8 @@ def main():
                         line += " vs uniform {:.2f}x [{:.2f}..{:.2f}]".format(*q["vs_uniform"])
                         line += f"  of ideal {q['of_ideal']:4.0%}"
                         line += f"  compute-only eff {q['compute_only_efficiency']:4.0%}"
+                    if "own_speed_efficiency" in q:
+                        line += f"  own-speed eff {q['own_speed_efficiency']:4.0%}"
                     line += f"  plan changes/100 {q['plan_changes_per_100']:.1f}"
                     if "allreduce_ms" in q:
                         line += f"  exposed all-reduce {q['allreduce_ms']:.1f} ms"
