@@ -1,0 +1,105 @@
+#!/usr/bin/python3
+"""Gloo's ring all-reduce against reduce-to-rank-0 plus broadcast, and all-gather plus a local
+sum, for one MLP gradient (235,146 floats, 0.94 MB) among local ranks (issue 12).
+
+Each rank is pinned to CPU r mod #cpus and capped as the heterogeneity benchmark caps its
+workers (ddp_baseline.cap_and_pin: a cgroup of its own, 10 ms period; --quota 0 leaves it
+uncapped). Every round does about 10 ms of matrix products (so an exchange starts as it does
+after a step's compute), a barrier, then times one exchange of each kind, interleaved; the
+first 10 rounds are warm-up. Rank 0 prints each kind's median and 90th percentile.
+
+  /usr/bin/python3 bench/jobs/allreduce_algorithms.py --ranks 2 --quota 0
+  /usr/bin/python3 bench/jobs/allreduce_algorithms.py --ranks 4 --quota 0.4
+
+docs/PERFORMANCE.md ("A vCPU per worker against four workers on two") has what it measured and
+why the trainer keeps the ring.
+"""
+import argparse
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ddp_baseline  # noqa: E402
+
+MLP_PARAMETERS = 784 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10
+
+
+def rank_main(args):
+    import time
+    import torch
+    import torch.distributed as dist
+    torch.set_num_threads(1)
+    rank = int(os.environ["RANK"])
+    ddp_baseline.cap_and_pin(rank, args.quota)
+    dist.init_process_group("gloo")
+    t = torch.ones(MLP_PARAMETERS)
+    a, w = torch.randn(256, 784), torch.randn(784, 256)
+
+    def ring():
+        dist.all_reduce(t)
+
+    def reduce_broadcast():
+        dist.reduce(t, 0)
+        dist.broadcast(t, 0)
+
+    def all_gather_sum():
+        out = [torch.empty_like(t) for _ in range(args.ranks)]
+        dist.all_gather(out, t)
+        torch.stack(out).sum(0)
+
+    kinds = {"ring all-reduce": ring, "reduce + broadcast": reduce_broadcast,
+             "all-gather + sum": all_gather_sum}
+    times = {k: [] for k in kinds}
+    for _ in range(args.rounds + 10):
+        for kind, exchange in kinds.items():
+            for _ in range(8):
+                a @ w
+            dist.barrier()
+            start = time.perf_counter()
+            exchange()
+            times[kind].append(time.perf_counter() - start)
+    if rank == 0:
+        for kind, v in times.items():
+            v = sorted(v[10:])
+            print(f"{kind:20s} median {1000 * v[len(v) // 2]:6.2f} ms  "
+                  f"p90 {1000 * v[int(0.9 * (len(v) - 1))]:6.2f} ms", flush=True)
+    dist.destroy_process_group()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--ranks", type=int, default=4)
+    ap.add_argument("--quota", type=float, default=0.4, help="CPU quota per rank (0: none)")
+    ap.add_argument("--rounds", type=int, default=50)
+    ap.add_argument("--rank", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.ranks < 2:
+        sys.exit("--ranks: at least 2")
+    if args.rank:
+        rank_main(args)
+        return
+    port = ddp_baseline.free_port()
+    argv = ["/usr/bin/python3", os.path.abspath(__file__), "--rank", "--ranks", str(args.ranks),
+            "--quota", str(args.quota), "--rounds", str(args.rounds)]
+    procs = [subprocess.Popen(argv, env=dict(os.environ, RANK=str(r), WORLD_SIZE=str(args.ranks),
+                                             MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                                             OMP_NUM_THREADS="1"))
+             for r in range(args.ranks)]
+    failed = False
+    try:
+        for p in procs:
+            failed |= p.wait(timeout=600) != 0
+    except subprocess.TimeoutExpired:
+        failed = True
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    if failed:
+        sys.exit("a rank failed")
+
+
+if __name__ == "__main__":
+    main()
