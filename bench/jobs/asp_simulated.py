@@ -21,7 +21,14 @@ rule can be swapped:
                 weighted by its scale: a sample counts the same whichever worker took it);
     "replace":  the worker takes the optimizer step itself (momentum of its own) on the
                 parameters it pulled and the server replaces its parameters with the result, as
-                the paper's published prototype does (no scale);
+                the paper's published prototype does (no scale), pulling before every batch;
+    "prototype": the published prototype's whole loop: each worker trains a model of its own
+                (its own momentum, `--local-lr`, its own shuffle of the whole training set) and
+                pushes its parameters after every batch, which replace the server's; when the
+                server's epoch changes, every worker reports its compute time for the next
+                batch sizes (a call that returns when all have reported) and then pulls, so
+                each epoch starts from the last pusher's model. Evaluated: the server's model
+                (the last push), and at T each worker's own (what the prototype logs);
 - batches: "uniform" (B / n each) or "proportional" (b_r proportional to v_r, sum B: the plan the
   controller converges to, given here so that only the training math differs).
 
@@ -116,15 +123,20 @@ def simulate(torch, data, config, args, seed):
     mu = args.momentum
     momentum = torch.zeros_like(flat)
     worker_momentum = [torch.zeros_like(flat) for _ in range(n)]
-    dealer = Dealer(torch, len(y), seed)
-    version = 0
+    local = [flat] * n  # the prototype's worker models (the parameters each last stepped)
+    prototype = config["apply"] == "prototype"
+    # The prototype's workers each shuffle the whole training set in an order of their own; the
+    # other rules deal one global permutation exactly once.
+    dealers = ([Dealer(torch, len(y), seed * 100 + 1 + r) for r in range(n)] if prototype
+               else [Dealer(torch, len(y), seed)] * n)
+    version, samples, worker_epoch, at_barrier = 0, 0, [0] * n, []
     staleness, updates = [], [0] * n
     # (finish time, worker, version pulled, parameters pulled, indices). `flat` is rebound by each
     # update and never written in place, so what a worker pulled needs no copy.
     events = []
     for r in range(n):
         heapq.heappush(events, (args.cost + batches[r] / speeds[r], r, 0, flat,
-                                dealer.take(batches[r])))
+                                dealers[r].take(batches[r])))
     evaluations, next_eval = [], args.eval_seconds
     while events:
         t, r, pulled, at, idx = heapq.heappop(events)
@@ -133,9 +145,43 @@ def simulate(torch, data, config, args, seed):
             next_eval += args.eval_seconds
         if t > horizon:
             break
+        if idx is None:
+            # The prototype's pull (an epoch ended): the server's parameters now, which are the
+            # last pusher's; then the next batch.
+            heapq.heappush(events, (t + batches[r] / speeds[r], r, version, flat,
+                                    dealers[r].take(batches[r])))
+            continue
         s = version - pulled
         staleness.append(s)
         g = gradient(at, idx)
+        if prototype:
+            # The worker steps its own model (its own momentum and learning rate, as a single
+            # worker would) and the server takes the result; the worker keeps training on its
+            # own parameters. When the server's epoch (samples pushed / training set size,
+            # rounded up) has changed since it last looked, it reports its compute time for the
+            # new batch sizes, a call that returns when every worker has reported (a barrier),
+            # and then pulls: every worker starts the epoch from the last pusher's parameters.
+            worker_momentum[r].mul_(mu).add_(g)
+            flat = at - args.local_lr * worker_momentum[r]
+            version += 1
+            updates[r] += 1
+            samples += batches[r]
+            epoch = -(-samples // len(y))
+            if epoch != worker_epoch[r]:
+                worker_epoch[r] = epoch
+                at_barrier.append(r)
+                if len(at_barrier) == n:
+                    for w in at_barrier:
+                        heapq.heappush(events, (t + args.cost, w, pulled, None, None))
+                    at_barrier.clear()
+            else:
+                heapq.heappush(events, (t + args.cost + batches[r] / speeds[r], r, pulled, flat,
+                                        dealers[r].take(batches[r])))
+            local[r] = flat
+            if not bool(torch.isfinite(flat).all()):
+                evaluations.append((t, float("nan")))
+                break
+            continue
         if config["apply"] == "replace":
             # The worker's own optimizer step on what it pulled, then the server takes the result.
             worker_momentum[r].mul_(mu).add_(g)
@@ -156,8 +202,10 @@ def simulate(torch, data, config, args, seed):
             evaluations.append((t, float("nan")))
             break
         heapq.heappush(events, (t + args.cost + batches[r] / speeds[r], r, version, flat,
-                                dealer.take(batches[r])))
+                                dealers[r].take(batches[r])))
     accuracies = [a for _, a in evaluations]
+    # The prototype logs each worker's test accuracy on its own model: those at T too.
+    local_accuracy = [evaluate(v) for v in local] if prototype else []
     staleness.sort()
     return {
         "batches": batches,
@@ -166,6 +214,7 @@ def simulate(torch, data, config, args, seed):
         "staleness_mean": sum(staleness) / len(staleness),
         "staleness_p95": staleness[int(0.95 * (len(staleness) - 1))],
         "updates": updates,
+        "local_accuracy_at_T": local_accuracy,
         "evaluations": evaluations,
     }
 
@@ -180,6 +229,8 @@ def main():
                         help="the server's learning rate (default 0.05 / workers, as "
                              "asp_staleness.py)")
     parser.add_argument("--momentum", type=float, default=0.9)
+    parser.add_argument("--local-lr", type=float, default=0.05,
+                        help="--apply prototype: each worker's own learning rate (the job's)")
     parser.add_argument("--speed", type=float, default=900.0,
                         help="an unslowed worker's samples per second (measured: about 900 "
                              "for the MLP)")
@@ -222,6 +273,10 @@ def main():
               f"staleness mean {statistics.median(r['staleness_mean'] for r in runs):.2f} "
               f"p95 {statistics.median(r['staleness_p95'] for r in runs)} "
               f"batches {runs[0]['batches']} updates {runs[0]['updates']}", flush=True)
+        if config["apply"] == "prototype":
+            print("    workers' own models at T (seed by seed): " + "; ".join(
+                ", ".join(f"{a:.4f}" for a in r["local_accuracy_at_T"]) for r in runs),
+                flush=True)
     # Paired by seed: proportional - uniform, per update rule.
     by = {(r["config"]["apply"], r["config"]["batches"]): r["runs"] for r in results}
     for a in args.apply.split(","):
