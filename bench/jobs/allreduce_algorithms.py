@@ -18,6 +18,7 @@ import argparse
 import os
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ddp_baseline  # noqa: E402
@@ -26,7 +27,6 @@ MLP_PARAMETERS = 784 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10
 
 
 def rank_main(args):
-    import time
     import torch
     import torch.distributed as dist
     torch.set_num_threads(1)
@@ -55,6 +55,7 @@ def rank_main(args):
         for kind, exchange in kinds.items():
             for _ in range(8):
                 a @ w
+            t.fill_(1.0)  # the in-place sums would grow it n-fold each round, to inf
             dist.barrier()
             start = time.perf_counter()
             exchange()
@@ -86,19 +87,24 @@ def main():
                                              MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
                                              OMP_NUM_THREADS="1"))
              for r in range(args.ranks)]
-    failed = False
-    try:
-        for p in procs:
-            failed |= p.wait(timeout=600) != 0
-    except subprocess.TimeoutExpired:
-        failed = True
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+    # One failed rank leaves the others blocked in Gloo: stop them all then, and remove the
+    # cgroups that their exit handlers (ddp_baseline.cap_and_pin) did not get to remove.
+    failed, deadline = False, time.time() + 600
+    while not failed and any(p.poll() is None for p in procs):
+        failed = any(p.poll() not in (None, 0) for p in procs) or time.time() > deadline
+        time.sleep(0.1)
+    failed |= any(p.returncode != 0 for p in procs if p.poll() is not None)
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        for parent in ("/sys/fs/cgroup/cpu", "/sys/fs/cgroup"):
+            try:
+                os.rmdir(os.path.join(parent, f"omnilearn-ddp-{p.pid}"))
+            except OSError:
+                pass
     if failed:
-        sys.exit("a rank failed")
+        sys.exit("a rank failed or timed out")
 
 
 if __name__ == "__main__":

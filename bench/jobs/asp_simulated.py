@@ -28,7 +28,9 @@ rule can be swapped:
                 server's epoch changes, every worker reports its compute time for the next
                 batch sizes (a call that returns when all have reported) and then pulls, so
                 each epoch starts from the last pusher's model. Evaluated: the server's model
-                (the last push), and at T each worker's own (what the prototype logs);
+                (the last push), and at T each worker's own (what the prototype logs). Unlike
+                the prototype, which builds a new data loader after each barrier, a worker
+                goes on through its own permutation;
 - batches: "uniform" (B / n each) or "proportional" (b_r proportional to v_r, sum B: the plan the
   controller converges to, given here so that only the training math differs).
 
@@ -148,10 +150,11 @@ def simulate(torch, data, config, args, seed):
         if idx is None:
             # The prototype's pull (an epoch ended): the server's parameters now, which are the
             # last pusher's; then the next batch.
+            local[r] = flat
             heapq.heappush(events, (t + batches[r] / speeds[r], r, version, flat,
                                     dealers[r].take(batches[r])))
             continue
-        s = version - pulled
+        s = version - pulled  # under "prototype": pushes since this worker's last pull
         staleness.append(s)
         g = gradient(at, idx)
         if prototype:
@@ -172,7 +175,7 @@ def simulate(torch, data, config, args, seed):
                 at_barrier.append(r)
                 if len(at_barrier) == n:
                     for w in at_barrier:
-                        heapq.heappush(events, (t + args.cost, w, pulled, None, None))
+                        heapq.heappush(events, (t + args.cost, w, version, None, None))
                     at_barrier.clear()
             else:
                 heapq.heappush(events, (t + args.cost + batches[r] / speeds[r], r, pulled, flat,
@@ -270,8 +273,9 @@ def main():
         print(f"apply={config['apply']:8} batches={config['batches']:12} "
               f"accuracy at T {median_range(at_t)} "
               f"best {statistics.median(best):.4f} "
-              f"staleness mean {statistics.median(r['staleness_mean'] for r in runs):.2f} "
-              f"p95 {statistics.median(r['staleness_p95'] for r in runs)} "
+              + ("" if config["apply"] == "prototype" else  # no pull per push: no staleness
+                 f"staleness mean {statistics.median(r['staleness_mean'] for r in runs):.2f} "
+                 f"p95 {statistics.median(r['staleness_p95'] for r in runs)} ") +
               f"batches {runs[0]['batches']} updates {runs[0]['updates']}", flush=True)
         if config["apply"] == "prototype":
             print("    workers' own models at T (seed by seed): " + "; ".join(

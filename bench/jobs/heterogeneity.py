@@ -29,6 +29,7 @@ A policy may carry extra [controller] keys and runs as its own column, e.g.
 """
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -183,7 +184,7 @@ def set_speeds(name):
     except ValueError:
         raise SystemExit(f"--sets: {name!r} is neither one of {', '.join(SETS)}, "
                          f"{QUOTA_SET[0]} nor slowdowns joined by '/' (e.g. 1/4)")
-    if len(speeds) < 2 or min(speeds) < 1:
+    if len(speeds) < 2 or not all(math.isfinite(f) and f >= 1 for f in speeds):
         raise SystemExit(f"--sets: {name!r} needs at least two slowdowns, each at least 1")
     return [int(f) if f.is_integer() else f for f in speeds]
 
