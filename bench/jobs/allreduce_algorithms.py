@@ -16,7 +16,6 @@ why the trainer keeps the ring.
 """
 import argparse
 import os
-import subprocess
 import sys
 import time
 
@@ -80,32 +79,13 @@ def main():
     if args.rank:
         rank_main(args)
         return
-    port = ddp_baseline.free_port()
     argv = ["/usr/bin/python3", os.path.abspath(__file__), "--rank", "--ranks", str(args.ranks),
             "--quota", str(args.quota), "--rounds", str(args.rounds)]
-    procs = [subprocess.Popen(argv, env=dict(os.environ, RANK=str(r), WORLD_SIZE=str(args.ranks),
-                                             MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                                             OMP_NUM_THREADS="1"))
-             for r in range(args.ranks)]
-    # One failed rank leaves the others blocked in Gloo: stop them all then, and remove the
-    # cgroups that their exit handlers (ddp_baseline.cap_and_pin) did not get to remove.
-    failed, deadline = False, time.time() + 600
-    while not failed and any(p.poll() is None for p in procs):
-        failed = any(p.poll() not in (None, 0) for p in procs) or time.time() > deadline
-        time.sleep(0.1)
-    failed |= any(p.returncode != 0 for p in procs if p.poll() is not None)
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-        for parent in ("/sys/fs/cgroup/cpu", "/sys/fs/cgroup"):
-            try:
-                os.rmdir(os.path.join(parent, f"omnilearn-ddp-{p.pid}"))
-            except OSError:
-                pass
-    if failed:
-        sys.exit("a rank failed or timed out")
-
+    try:
+        outputs = ddp_baseline.launch_ranks(argv, args.ranks, 600, "the exchange benchmark")
+    except RuntimeError as e:
+        sys.exit(str(e))
+    print(outputs[0], end="")  # rank 0 prints the table
 
 if __name__ == "__main__":
     main()

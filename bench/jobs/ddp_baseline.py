@@ -162,14 +162,24 @@ def load_split(torch, data_dir, split):
 
 # --- caps and pinning: actors/cpu_quota.cpp, `omnilearn run --pin` -------------------------------
 
+def cap_parent():
+    return ("/sys/fs/cgroup" if os.path.exists("/sys/fs/cgroup/cgroup.controllers")
+            else "/sys/fs/cgroup/cpu")
+
+
+def cap_path(pid):
+    """The cgroup cap_and_pin makes for process `pid`."""
+    return os.path.join(cap_parent(), f"omnilearn-ddp-{pid}")
+
+
 def cap_and_pin(rank, quota):
     cpus = sorted(os.sched_getaffinity(0))
     os.sched_setaffinity(0, {cpus[rank % len(cpus)]})
     if quota <= 0:
         return
     v2 = os.path.exists("/sys/fs/cgroup/cgroup.controllers")
-    parent = "/sys/fs/cgroup" if v2 else "/sys/fs/cgroup/cpu"
-    path = os.path.join(parent, f"omnilearn-ddp-{os.getpid()}")
+    parent = cap_parent()
+    path = cap_path(os.getpid())
     os.makedirs(path, exist_ok=True)
     if v2:
         with open(os.path.join(path, "cpu.max"), "w") as f:
@@ -269,6 +279,55 @@ def free_port():
         return s.getsockname()[1]
 
 
+def launch_ranks(argv, workers, timeout, what):
+    """Runs `argv` as ranks 0..workers-1 of a local env:// group, as torchrun's static launch
+    would (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), and waits for all of them.
+    One failed rank leaves the others blocked in Gloo, so the first failure (or the timeout)
+    stops them all; the cgroups of ranks killed before their exit handlers ran are removed here.
+    Returns each rank's output (stdout and stderr); raises RuntimeError, the failed ranks' output
+    on stderr."""
+    import tempfile
+    port = free_port()
+    logs, procs = [], []
+    for rank in range(workers):
+        env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="33554432",
+                   MALLOC_TRIM_THRESHOLD_="1073741824", OMP_NUM_THREADS="1", RANK=str(rank),
+                   LOCAL_RANK=str(rank), WORLD_SIZE=str(workers), LOCAL_WORLD_SIZE=str(workers),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        logs.append(tempfile.TemporaryFile(mode="w+"))  # a pipe would fill while we poll
+        procs.append(subprocess.Popen(argv, env=env, stdout=logs[-1], stderr=subprocess.STDOUT,
+                                      text=True))
+    deadline = time.time() + timeout
+    try:
+        while any(p.poll() is None for p in procs):
+            if any(p.poll() not in (None, 0) for p in procs) or time.time() > deadline:
+                break
+            time.sleep(0.1)
+        timed_out = any(p.poll() is None for p in procs) and time.time() > deadline
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            try:
+                os.rmdir(cap_path(p.pid))
+            except OSError:
+                pass
+    outputs = []
+    for log in logs:
+        log.seek(0)
+        outputs.append(log.read())
+        log.close()
+    failed = [(rank, p.returncode) for rank, p in enumerate(procs) if p.returncode != 0]
+    for rank, code in failed:
+        sys.stderr.write(f"rank {rank} (exit {code}):\n{outputs[rank][-3000:]}\n")
+    if timed_out:
+        raise RuntimeError(f"{what} timed out after {timeout} s")
+    if failed:
+        raise RuntimeError(f"{what} failed: {' '.join(argv)}")
+    return outputs
+
+
 def run(model, global_batch, steps, workers, slowdown=None, quota=0.4, quotas=None, lr=0.05,
         momentum=0.9, seed=1, data=DEFAULT_DATA, json_path=None, timeout=1800):
     """Runs the baseline on `workers` local ranks; returns rank 0's JSON (step end times).
@@ -292,31 +351,7 @@ def run(model, global_batch, steps, workers, slowdown=None, quota=0.4, quotas=No
         args += ["--slowdown", ",".join(str(s) for s in slowdown)]
     if quotas:
         args += ["--quotas", ",".join(str(q) for q in quotas)]
-    port = free_port()
-    procs = []
-    for rank in range(workers):
-        env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="33554432",
-                   MALLOC_TRIM_THRESHOLD_="1073741824", OMP_NUM_THREADS="1", RANK=str(rank),
-                   LOCAL_RANK=str(rank), WORLD_SIZE=str(workers), LOCAL_WORLD_SIZE=str(workers),
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        procs.append(subprocess.Popen(["/usr/bin/python3"] + args, env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                      text=True))
-    deadline = time.time() + timeout
-    failed = []
-    for rank, p in enumerate(procs):
-        try:
-            out, _ = p.communicate(timeout=max(1, deadline - time.time()))
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            raise RuntimeError("DDP baseline timed out")
-        if p.returncode != 0:
-            failed.append((rank, out))
-    if failed:
-        for rank, out in failed:
-            sys.stderr.write(f"rank {rank}:\n{out[-3000:]}\n")
-        raise RuntimeError("DDP baseline failed: /usr/bin/python3 " + " ".join(args))
+    launch_ranks(["/usr/bin/python3"] + args, workers, timeout, "DDP baseline")
     with open(json_path) as f:
         result = json.load(f)
     if own:
