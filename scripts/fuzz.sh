@@ -2,7 +2,8 @@
 # Builds the libFuzzer targets (tests/fuzz) with clang into build-fuzz/ and fuzzes each for a
 # bounded time, starting from a scratch copy of the checked-in corpus (new inputs never go into
 # tests/fuzz/corpus by themselves). Exits non-zero when a target crashes, leaks, times out or
-# runs out of memory, and prints where the offending input was saved.
+# runs out of memory, and prints where the offending input was saved. The scratch folder is
+# removed when every target passes and kept (its path printed) when one fails.
 # Environment: FUZZ_SECONDS (per target, default 60), FUZZ_TARGETS (default both),
 # OMNILEARN_FUZZ_BUILD_DIR (default build-fuzz), OMNILEARN_JOBS (build jobs, default 2).
 set -euo pipefail
@@ -18,7 +19,7 @@ CC=clang CXX=clang++ cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelW
 cmake --build "$build_dir" -j "${OMNILEARN_JOBS:-2}" --target "${targets[@]}"
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/omnilearn-fuzz.XXXXXX")"
-echo "fuzz: scratch corpora, logs and crashing inputs under $work"
+echo "fuzz: scratch corpora, logs and crashing inputs under $work (removed if all pass)"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 # The targets fuzz side by side (one process each: libFuzzer runs one thread), so the whole run
 # takes FUZZ_SECONDS rather than FUZZ_SECONDS per target on CI's two cores.
@@ -54,4 +55,9 @@ for target in "${targets[@]}"; do
     done
   fi
 done
+if [[ $failed -eq 0 ]]; then
+  rm -rf "$work"
+else
+  echo "fuzz: kept $work for the post-mortem" >&2
+fi
 exit "$failed"
