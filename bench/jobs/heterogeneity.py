@@ -7,7 +7,9 @@ set), every global batch and every policy, trains the same job: `omnilearn run J
 (reading the run's events.jsonl) or, for "ddp", bench/jobs/ddp_baseline.py under torchrun with
 the same model, data order, optimizer, caps, pinning and slowdown emulation. The runs of one
 repeat are interleaved (ddp, uniform, proportional, affine back to back), so the ratios compare
-runs made side by side (shared/BENCHMARKING.md). Every worker gets the same CPU quota (fair
+runs made side by side (shared/BENCHMARKING.md); repeat r starts r places further along that
+list (`--order rotate`, the default), so that a drift of the VM's speed within a repeat does not
+always favour the same policy. Every worker gets the same CPU quota (fair
 emulation: a slowed worker's sleep must not hand CPU to the others) and is pinned to a vCPU.
 
 The figure is wall-clock time per step over steps 50..end (every cost included: control,
@@ -207,6 +209,9 @@ def main():
     ap.add_argument("--policies", default="ddp,uniform,proportional,affine")
     ap.add_argument("--deadband", type=float, default=0.1,
                     help="the controller's deadband (the reference configuration's is 0.1)")
+    ap.add_argument("--order", default="rotate", choices=["rotate", "fixed"],
+                    help="rotate: repeat r runs the policies starting at the r-th (mod their "
+                         "count); fixed: every repeat in the order given")
     ap.add_argument("--json", default="")
     ap.add_argument("--keep-runs", default="",
                     help="write the runs' directories (events.jsonl, summary.json) here and keep them")
@@ -231,8 +236,9 @@ def main():
                     rel = [1.0 / s for s in speeds]
                 nominal = sum(rel) / (len(rel) * min(rel))  # sum of speeds / (n x slowest)
                 runs = {p: [] for p in policies}
-                for _ in range(args.repeats):
-                    for p in policies:
+                for r in range(args.repeats):
+                    shift = r % len(policies) if args.order == "rotate" else 0
+                    for p in policies[shift:] + policies[:shift]:
                         if p == "ddp":
                             runs[p].append(run_ddp(args.model, speeds, quotas, args.steps, batch,
                                                    args.seed))
@@ -246,7 +252,8 @@ def main():
                 ideal = statistics.median(measured) if measured else nominal
                 compute_only = [batch / sum(u["speeds"]) for u in runs.get("uniform", [])]
                 ideal_step = statistics.median(compute_only) if compute_only else float("nan")
-                res = {"global_batch": batch, "nominal_ideal_speedup": nominal,
+                res = {"global_batch": batch, "order": args.order,
+                       "nominal_ideal_speedup": nominal,
                        "measured_ideal_speedup": ideal, "compute_only_step_ms": 1000 * ideal_step,
                        "policies": {}}
                 for p in policies:
