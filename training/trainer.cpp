@@ -202,7 +202,10 @@ struct Trainer::Impl {
   // The step's exchange. Bucket 0: float buffers, one element for the loss, then the control
   // region (sized per group: it depends on the world). Buckets 1..: gradients in reverse
   // parameter order (backward produces the last layers' gradients first), about bucket_bytes
-  // each, as DDP's reducer lays them out.
+  // each, as DDP's reducer lays them out. With `extras_with_gradients` bucket 0 is the tail of
+  // the last gradient bucket's tensor and travels in its all-reduce: on this kind of machine a
+  // small all-reduce costs about as much as a 1 MB one (latency, wake-ups of every rank), and
+  // one launched after forward runs during backward, its threads preempting the compute.
   std::vector<Slot> grad_slots;                  // per trainable parameter
   std::vector<std::vector<size_t>> grad_members;  // per gradient bucket: trainable indices
   std::vector<Slot> buffer_slots;
@@ -211,6 +214,10 @@ struct Trainer::Impl {
   int64_t control_capacity = 0;  // words the control region carries (this group)
   std::vector<int64_t> bucket_sizes;  // bucket 0 without the control region, then gradients
   std::vector<at::Tensor> buckets;  // reallocated per group: a failed op may still write old ones
+  // What bucket i's all-reduce sends: buckets[i] itself, or for the last gradient bucket, when
+  // bucket 0 rides in it, the whole tensor both are views of (undefined for bucket 0 then).
+  std::vector<at::Tensor> wires;
+  bool extras_ride = false;  // bucket 0 travels with the last gradient bucket (this group)
   // Kept alive so that their hooks stay registered (a parameter holds only a weak reference).
   std::vector<std::shared_ptr<torch::autograd::Node>> grad_accumulators;
 
@@ -222,7 +229,8 @@ struct Trainer::Impl {
     double scale = 0;
     std::vector<int64_t> waiting;  // per gradient bucket: gradients not yet accumulated
     size_t next = 0;               // the next gradient bucket to launch (they go in order)
-    std::vector<c10::intrusive_ptr<c10d::Work>> works;  // launch order: bucket 0, 1, ...
+    // Launch order: bucket 0 (unless it rides in the last), 1, 2, ...
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;
     std::string error;             // a launch that threw (a hook must not throw into autograd)
     bool in_backward = false;
     int64_t launched_in_backward = 0;
@@ -425,7 +433,7 @@ struct Trainer::Impl {
 
   void launch_locked(size_t bucket) {
     if (!ex.error.empty()) return;  // the group is failing; the step will report it
-    std::vector<at::Tensor> one{buckets[bucket]};
+    std::vector<at::Tensor> one{wires[bucket]};
     c10d::AllreduceOptions opts;
     opts.reduceOp = c10d::ReduceOp::SUM;
     try {
@@ -436,7 +444,7 @@ struct Trainer::Impl {
   }
 
   // Bucket 0, right after forward: BatchNorm statistics and the loss (scaled by b_r / B), and
-  // rank 0's control words (not scaled).
+  // rank 0's control words (not scaled). Launched here only when it travels on its own.
   void launch_extras(double local_loss, const StepControl* control) {
     std::lock_guard lock(exchange_mutex);
     c10::NoGradGuard no_grad;
@@ -452,7 +460,7 @@ struct Trainer::Impl {
     } else {
       region.zero_();
     }
-    launch_locked(0);
+    if (!extras_ride) launch_locked(0);  // else the last gradient bucket's launch sends them
   }
 
   // A gradient accumulator's hook: parameter k's gradient for this step is in its .grad().
@@ -727,11 +735,22 @@ CollectiveStatus Trainer::join_group(c10::intrusive_ptr<c10d::Store> store, int 
   s.timeout = timeout;
   s.broken.clear();
   s.buckets.clear();
+  s.wires.clear();
   s.control_capacity = world + kCarriedWordsOverWorld;
+  const auto like = at::TensorOptions().dtype(s.real()).device(s.device);
+  const int64_t extras = s.bucket_sizes[0] + kChunksPerWord * (1 + s.control_capacity);
+  const size_t last = s.bucket_sizes.size() - 1;
+  s.extras_ride = s.config.extras_with_gradients && last > 0;
   for (size_t i = 0; i < s.bucket_sizes.size(); ++i) {
-    const int64_t n =
-        s.bucket_sizes[i] + (i == 0 ? kChunksPerWord * (1 + s.control_capacity) : 0);
-    s.buckets.push_back(at::zeros({n}, at::TensorOptions().dtype(s.real()).device(s.device)));
+    s.buckets.push_back(at::zeros({i == 0 ? extras : s.bucket_sizes[i]}, like));
+  }
+  s.wires = s.buckets;
+  if (s.extras_ride) {
+    at::Tensor both = at::zeros({s.bucket_sizes[last] + extras}, like);
+    s.buckets[last] = both.narrow(0, 0, s.bucket_sizes[last]);
+    s.buckets[0] = both.narrow(0, s.bucket_sizes[last], extras);
+    s.wires[last] = both;
+    s.wires[0] = at::Tensor();
   }
   return {};
 }
@@ -751,6 +770,7 @@ void Trainer::leave_group() {
   }
   s.group.reset();
   s.buckets.clear();
+  s.wires.clear();
   s.rank = 0;
   s.world = 1;
   s.generation = -1;

@@ -72,6 +72,11 @@ struct TrainerConfig {
   // false: every bucket's all-reduce starts after backward instead of from the gradient hooks
   // (the exchange as it was before issue 12), for side-by-side measurements.
   bool overlap_allreduce = true;
+  // true: BatchNorm statistics, the loss and the control words travel at the end of the last
+  // gradient bucket, so a model whose gradients fit one bucket makes one all-reduce per step;
+  // false: in a bucket of their own, launched right after forward (before issue 12's last
+  // change), for side-by-side measurements. The sums are the same either way.
+  bool extras_with_gradients = true;
   std::string device = "cpu";      // a torch device string: "cpu", "cuda:0", ...
   // kFloat64 makes kernel choice (oneDNN picks per CPU and per slice size) change results by
   // ~1e-15 instead of ~1e-7: what the equivalence tests use to test the math, not the CPU.

@@ -179,6 +179,7 @@ int profile_worker(int rank, int world, int port, const std::map<std::string, st
                    std::ostream& out) {
   TrainerConfig config = model_config(a.at("model"), a.at("data"));
   config.overlap_allreduce = a.at("overlap") == "1";
+  config.extras_with_gradients = a.at("extras") == "1";
   const bool carried = a.at("carried") == "1";
   const std::vector<int> slowdown = int_list(a.at("slowdown"));
   const std::vector<int> plan = int_list(a.at("plan"));
@@ -417,13 +418,14 @@ void step_profile(const std::string& data, bool quick) {
       slowdown.c_str(), plan.c_str(), steps, rounds);
   struct Variant {
     const char* name;
-    bool overlap, carried;
+    bool overlap, carried, extras_with_gradients;
   };
-  const std::vector<Variant> variants = {{"before: all-reduce after backward + control broadcast",
-                                          false, false},
-                                         {"overlap only", true, false},
-                                         {"carried control only", false, true},
-                                         {"after: overlap + control in the exchange", true, true}};
+  const std::vector<Variant> variants = {
+      {"before: all-reduce after backward + control broadcast", false, false, false},
+      {"overlap only", true, false, false},
+      {"carried control only", false, true, false},
+      {"overlap + control in the exchange, extras in a bucket of their own", true, true, false},
+      {"after: the same, extras with the gradients (one all-reduce)", true, true, true}};
   constexpr int kFields = 9;
   // [variant][rank][field] -> samples; and per step, every rank's compute for the peer wait.
   std::vector<std::vector<std::vector<std::vector<double>>>> samples(
@@ -434,7 +436,8 @@ void step_profile(const std::string& data, bool quick) {
       const auto outs = run_ranks(
           4, {"--worker", "profile", "--model", "mlp", "--data", data, "--slowdown", slowdown,
               "--plan", plan, "--steps", std::to_string(steps), "--overlap",
-              variants[v].overlap ? "1" : "0", "--carried", variants[v].carried ? "1" : "0"});
+              variants[v].overlap ? "1" : "0", "--carried", variants[v].carried ? "1" : "0",
+              "--extras", variants[v].extras_with_gradients ? "1" : "0"});
       std::vector<std::vector<std::vector<double>>> rows(4);
       for (int r = 0; r < 4; ++r) {
         std::istringstream in(outs[static_cast<size_t>(r)]);

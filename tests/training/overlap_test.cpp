@@ -116,6 +116,71 @@ TEST(Overlap, EmptySlicesKeepTheUpdateExact) {
             1e-3);  // it trained
 }
 
+// BatchNorm statistics, the loss and the control words travel at the end of the last gradient
+// bucket (one all-reduce per step for a one-bucket model) or in a bucket of their own launched
+// after forward (`extras_with_gradients = false`, kept for side-by-side measurements): both
+// give one process's update, buffers included, with one bucket or several, and carry the words.
+TEST(Overlap, ExtrasAloneOrWithTheGradientsGiveTheSameSteps) {
+  at::set_num_threads(1);
+  const std::vector<std::vector<int>> plans = {{40, 0}, {0, 40}, {40, 0}, {0, 40}};
+  const std::vector<int64_t> words = {0, 3, 1, 40, 0};
+  for (const int64_t bucket_bytes : {int64_t{4} << 20, int64_t{1024}}) {
+    for (const bool with_gradients : {true, false}) {
+      SCOPED_TRACE("bucket_bytes " + std::to_string(bucket_bytes) + ", extras_with_gradients " +
+                   std::to_string(with_gradients));
+      TrainerConfig config = testing::synthetic_config(400, 12);
+      config.model.kind = "resnet";  // BatchNorm statistics ride in the extras
+      config.model.channels = {4, 8};
+      config.precision = Precision::kFloat64;
+      config.bucket_bytes = bucket_bytes;
+      config.extras_with_gradients = with_gradients;
+      const DatasetPair data = load_datasets(config.data);
+      Trainer reference(config, data);
+      std::vector<double> losses;
+      for (size_t s = 0; s < plans.size(); ++s) {
+        const StepResult r = reference.step({40});
+        ASSERT_TRUE(r.committed);
+        losses.push_back(r.loss);
+      }
+      testing::LoopbackStore store;
+      std::vector<std::vector<NamedTensor>> params(2), buffers(2);
+      testing::run_ranks(2, [&](int rank) {
+        Trainer t(config, data);
+        ASSERT_TRUE(t.join_group(store.client(), 3, rank, 2, 20s, testing::loopback()).ok);
+        ASSERT_TRUE(t.sync_state_from_rank0().ok);
+        for (size_t s = 0; s < plans.size(); ++s) {
+          StepControl control;
+          if (rank == 0) control.words = words;
+          control.accept = [&](const std::vector<int64_t>& w) { return w == words; };
+          const StepResult r = t.step(plans[s], &control);
+          ASSERT_TRUE(r.committed) << r.error;
+          EXPECT_EQ(control.words, words);
+          EXPECT_NEAR(r.loss, losses[s], 1e-12 * std::abs(losses[s])) << "step " << s;
+        }
+        // A plan that rank 0's words do not confirm is dropped on both ranks alike.
+        StepControl other;
+        if (rank == 0) other.words = {0, 3, 2, 20, 20};
+        other.accept = [&](const std::vector<int64_t>& w) { return w == words; };
+        const StepResult dropped = t.step({20, 20}, &other);
+        EXPECT_TRUE(dropped.control_rejected) << dropped.error;
+        EXPECT_EQ(other.words, (std::vector<int64_t>{0, 3, 2, 20, 20}));
+        params[static_cast<size_t>(rank)] = t.named_parameters();
+        buffers[static_cast<size_t>(rank)] = t.named_buffers();
+      });
+      for (int r = 0; r < 2; ++r) {
+        EXPECT_LE(testing::max_relative_l2(params[static_cast<size_t>(r)],
+                                           reference.named_parameters()),
+                  1e-12)
+            << "rank " << r;
+        EXPECT_LE(testing::max_relative_l2(buffers[static_cast<size_t>(r)],
+                                           reference.named_buffers()),
+                  1e-12)
+            << "rank " << r << " buffers";
+      }
+    }
+  }
+}
+
 // Rank 0's words ride in the exchange: confirming words commit the step on every rank; others
 // make every rank drop it (state unchanged, group usable) and deliver the words; words longer
 // than the exchange carries arrive whole by a broadcast inside the step.
