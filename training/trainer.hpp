@@ -202,9 +202,10 @@ class Trainer {
   // The exchange overlaps backward as PyTorch DDP's does: gradients are grouped into buckets of
   // about config.bucket_bytes in reverse parameter order, and each bucket's all-reduce is
   // launched from the gradient accumulators' hooks as soon as its last gradient is ready; the
-  // BatchNorm statistics, the loss and the control words go in a first small bucket launched
-  // after forward. Every rank launches the buckets in the same order (a rank with an empty
-  // slice launches zeros), and all are waited for before the optimizer step.
+  // BatchNorm statistics, the loss and the control words travel at the end of the last bucket
+  // (config.extras_with_gradients; else in a small bucket of their own launched after
+  // forward). Every rank launches the buckets in the same order (a rank with an empty slice
+  // launches zeros), and all are waited for before the optimizer step.
   StepResult step(const std::vector<int>& batches);
   // The same with rank 0's control words in the exchange (see StepControl); nullptr = step().
   StepResult step(const std::vector<int>& batches, StepControl* control);

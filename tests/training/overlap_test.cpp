@@ -119,12 +119,18 @@ TEST(Overlap, EmptySlicesKeepTheUpdateExact) {
 // BatchNorm statistics, the loss and the control words travel at the end of the last gradient
 // bucket (one all-reduce per step for a one-bucket model) or in a bucket of their own launched
 // after forward (`extras_with_gradients = false`, kept for side-by-side measurements): both
-// give one process's update, buffers included, with one bucket or several, and carry the words.
+// give one process's update, buffers included, with one bucket and several, and carry the words.
+// The whole batch on one rank is what one process can check exactly (BatchNorm normalizes per
+// rank); split plans, where the weights b_r / B are neither 0 nor 1, are checked between the two
+// layouts.
 TEST(Overlap, ExtrasAloneOrWithTheGradientsGiveTheSameSteps) {
   at::set_num_threads(1);
   const std::vector<std::vector<int>> plans = {{40, 0}, {0, 40}, {40, 0}, {0, 40}};
+  const std::vector<std::vector<int>> split = {{10, 30}, {25, 15}, {33, 7}};
   const std::vector<int64_t> words = {0, 3, 1, 40, 0};
   for (const int64_t bucket_bytes : {int64_t{4} << 20, int64_t{1024}}) {
+    std::vector<std::vector<NamedTensor>> split_params, split_buffers;
+    std::vector<std::vector<double>> split_losses;
     for (const bool with_gradients : {true, false}) {
       SCOPED_TRACE("bucket_bytes " + std::to_string(bucket_bytes) + ", extras_with_gradients " +
                    std::to_string(with_gradients));
@@ -156,6 +162,11 @@ TEST(Overlap, ExtrasAloneOrWithTheGradientsGiveTheSameSteps) {
           ASSERT_TRUE(r.committed) << r.error;
           EXPECT_EQ(control.words, words);
           EXPECT_NEAR(r.loss, losses[s], 1e-12 * std::abs(losses[s])) << "step " << s;
+          if (bucket_bytes > 1024) {
+            EXPECT_EQ(r.buckets, 1);
+          } else {
+            EXPECT_GT(r.buckets, 1);
+          }
         }
         // A plan that rank 0's words do not confirm is dropped on both ranks alike.
         StepControl other;
@@ -177,6 +188,32 @@ TEST(Overlap, ExtrasAloneOrWithTheGradientsGiveTheSameSteps) {
                   1e-12)
             << "rank " << r << " buffers";
       }
+
+      // Split plans: rank 0's replica and the global losses, for the comparison below.
+      testing::LoopbackStore split_store;
+      std::vector<double> step_losses(split.size());
+      testing::run_ranks(2, [&](int rank) {
+        Trainer t(config, data);
+        ASSERT_TRUE(t.join_group(split_store.client(), 4, rank, 2, 20s, testing::loopback()).ok);
+        ASSERT_TRUE(t.sync_state_from_rank0().ok);
+        for (size_t s = 0; s < split.size(); ++s) {
+          const StepResult r = t.step(split[s]);
+          ASSERT_TRUE(r.committed) << r.error;
+          if (rank == 0) step_losses[s] = r.loss;
+        }
+        if (rank == 0) {
+          split_params.push_back(t.named_parameters());
+          split_buffers.push_back(t.named_buffers());
+        }
+      });
+      split_losses.push_back(step_losses);
+    }
+    ASSERT_EQ(split_params.size(), 2u);
+    EXPECT_LE(testing::max_relative_l2(split_params[0], split_params[1]), 1e-12);
+    EXPECT_LE(testing::max_relative_l2(split_buffers[0], split_buffers[1]), 1e-12);
+    for (size_t s = 0; s < split.size(); ++s) {
+      EXPECT_NEAR(split_losses[0][s], split_losses[1][s], 1e-12 * std::abs(split_losses[1][s]))
+          << "split step " << s;
     }
   }
 }
