@@ -1253,7 +1253,13 @@ Trainer::GradientResult Trainer::flat_gradient(const std::vector<int64_t>& indic
   if (indices.empty()) throw std::invalid_argument("flat_gradient: an empty batch");
   GradientResult result;
   result.samples = static_cast<int64_t>(indices.size());
-  s.begin_exchange(1.0, s.slowdown.load());  // alone: no exchange; it times the compute
+  // It only times the compute: the caller sends the gradient itself, so the hooks must not
+  // launch bucket all-reduces even if this trainer is in a group.
+  s.begin_exchange(1.0, s.slowdown.load());
+  {
+    std::lock_guard lock(s.exchange_mutex);
+    s.ex.active = false;
+  }
   for (auto& [name, p] : s.trainable) p.mutable_grad().zero_();
   auto [x, y] = s.data.train->gather(indices);
   x = s.to_replica(x);

@@ -1,6 +1,8 @@
 // The flat view asynchronous training exchanges (issue 13): the trainable parameters as one
 // float32 vector, a range of it set in place, and the flat gradient of a batch with no step.
 // A flat gradient applied by hand with plain SGD is the step a lone Trainer takes.
+#include <ATen/Parallel.h>
+
 #include "tests/training/test_support.hpp"
 
 namespace omnilearn::training {
@@ -59,6 +61,29 @@ TEST(FlatParameters, AFlatGradientAppliedWithSgdIsTheLoneTrainersStep) {
   for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(double(a[i]) - b[i]));
   EXPECT_LE(worst, 1e-6);
   EXPECT_THROW(by_hand.flat_gradient({}, g.data()), std::invalid_argument);
+}
+
+// A flat gradient is computed, not exchanged: in a group it launches no bucket all-reduce
+// (one rank's extra collective would put the group out of step, and the next step would pair
+// the wrong collectives or time out).
+TEST(FlatParameters, AFlatGradientInAGroupLaunchesNoCollective) {
+  using namespace std::chrono_literals;
+  at::set_num_threads(1);
+  const TrainerConfig config = testing::synthetic_config(256, 12);
+  const DatasetPair data = load_datasets(config.data);
+  const EpochSampler sampler(256, config.data.seed);
+  testing::LoopbackStore store;
+  testing::run_ranks(2, [&](int rank) {
+    Trainer t(config, data);
+    ASSERT_TRUE(t.join_group(store.client(), 0, rank, 2, 20s, testing::loopback()).ok);
+    if (rank == 0) {
+      std::vector<float> g(static_cast<size_t>(t.flat_parameter_count()));
+      t.flat_gradient(sampler.slice(Cursor{}, {32}, 0), g.data());
+    }
+    const StepResult r = t.step({20, 12});
+    ASSERT_TRUE(r.committed) << r.error;
+    EXPECT_EQ(t.step_count(), 1);
+  });
 }
 
 std::vector<float> flat_buffers(const Trainer& t) {
