@@ -203,9 +203,9 @@ struct Trainer::Impl {
   // region (sized per group: it depends on the world). Buckets 1..: gradients in reverse
   // parameter order (backward produces the last layers' gradients first), about bucket_bytes
   // each, as DDP's reducer lays them out. With `extras_with_gradients` bucket 0 is the tail of
-  // the last gradient bucket's tensor and travels in its all-reduce: on this kind of machine a
-  // small all-reduce costs about as much as a 1 MB one (latency, wake-ups of every rank), and
-  // one launched after forward runs during backward, its threads preempting the compute.
+  // the last gradient bucket's tensor and travels in its all-reduce: a small all-reduce is far
+  // from free on a small machine (latency, wake-ups of every rank), and one launched after
+  // forward runs during backward, its threads preempting the compute.
   std::vector<Slot> grad_slots;                  // per trainable parameter
   std::vector<std::vector<size_t>> grad_members;  // per gradient bucket: trainable indices
   std::vector<Slot> buffer_slots;
@@ -741,16 +741,17 @@ CollectiveStatus Trainer::join_group(c10::intrusive_ptr<c10d::Store> store, int 
   const int64_t extras = s.bucket_sizes[0] + kChunksPerWord * (1 + s.control_capacity);
   const size_t last = s.bucket_sizes.size() - 1;
   s.extras_ride = s.config.extras_with_gradients && last > 0;
-  for (size_t i = 0; i < s.bucket_sizes.size(); ++i) {
-    s.buckets.push_back(at::zeros({i == 0 ? extras : s.bucket_sizes[i]}, like));
+  s.buckets.resize(s.bucket_sizes.size());
+  s.wires.resize(s.bucket_sizes.size());
+  for (size_t i = 1; i < s.bucket_sizes.size(); ++i) {
+    s.buckets[i] = s.wires[i] = at::zeros({s.bucket_sizes[i]}, like);
   }
-  s.wires = s.buckets;
   if (s.extras_ride) {
-    at::Tensor both = at::zeros({s.bucket_sizes[last] + extras}, like);
-    s.buckets[last] = both.narrow(0, 0, s.bucket_sizes[last]);
-    s.buckets[0] = both.narrow(0, s.bucket_sizes[last], extras);
-    s.wires[last] = both;
-    s.wires[0] = at::Tensor();
+    s.wires[last] = at::zeros({s.bucket_sizes[last] + extras}, like);
+    s.buckets[last] = s.wires[last].narrow(0, 0, s.bucket_sizes[last]);
+    s.buckets[0] = s.wires[last].narrow(0, s.bucket_sizes[last], extras);
+  } else {
+    s.buckets[0] = s.wires[0] = at::zeros({extras}, like);
   }
   return {};
 }
