@@ -18,6 +18,17 @@ TrainerConfig small_buckets(Precision precision = Precision::kFloat64) {
   return c;
 }
 
+// `steps` steps of the whole batch on one process (the update a group must reproduce): each
+// step's loss into *losses. Fatal on a step that does not commit (wrap the call in
+// ASSERT_NO_FATAL_FAILURE).
+void whole_batch_steps(Trainer& reference, int batch, size_t steps, std::vector<double>* losses) {
+  for (size_t s = 0; s < steps; ++s) {
+    const StepResult r = reference.step({batch});
+    ASSERT_TRUE(r.committed) << r.error;
+    losses->push_back(r.loss);
+  }
+}
+
 TEST(Overlap, BucketsAreLaunchedWhileBackwardRuns) {
   at::set_num_threads(1);
   const TrainerConfig config = small_buckets();
@@ -88,11 +99,7 @@ TEST(Overlap, EmptySlicesKeepTheUpdateExact) {
   const std::vector<std::vector<int>> plans = {{0, 100, 28}, {128, 0, 0}, {0, 0, 128}, {1, 0, 127}};
   Trainer reference(config, data);
   std::vector<double> losses;
-  for (size_t s = 0; s < plans.size(); ++s) {
-    const StepResult r = reference.step({128});
-    ASSERT_TRUE(r.committed);
-    losses.push_back(r.loss);
-  }
+  ASSERT_NO_FATAL_FAILURE(whole_batch_steps(reference, 128, plans.size(), &losses));
   testing::LoopbackStore store;
   std::vector<std::vector<NamedTensor>> params(3);
   testing::run_ranks(3, [&](int rank) {
@@ -143,11 +150,7 @@ TEST(Overlap, ExtrasAloneOrWithTheGradientsGiveTheSameSteps) {
       const DatasetPair data = load_datasets(config.data);
       Trainer reference(config, data);
       std::vector<double> losses;
-      for (size_t s = 0; s < plans.size(); ++s) {
-        const StepResult r = reference.step({40});
-        ASSERT_TRUE(r.committed);
-        losses.push_back(r.loss);
-      }
+      ASSERT_NO_FATAL_FAILURE(whole_batch_steps(reference, 40, plans.size(), &losses));
       testing::LoopbackStore store;
       std::vector<std::vector<NamedTensor>> params(2), buffers(2);
       testing::run_ranks(2, [&](int rank) {
