@@ -17,7 +17,7 @@
 namespace omnilearn::actors {
 namespace {
 
-constexpr int kPeriodUs = 10000;  // short period: smooth throttling (BENCHMARKING.md)
+constexpr int kPeriodUs = 10000;  // short period: throttled in small slices, not in 100 ms stalls
 
 void write_file(const std::string& path, const std::string& value) {
   std::ofstream out(path);

@@ -7,7 +7,7 @@ set), every global batch and every policy, trains the same job: `omnilearn run J
 (reading the run's events.jsonl) or, for "ddp", bench/jobs/ddp_baseline.py under torchrun with
 the same model, data order, optimizer, caps, pinning and slowdown emulation. The runs of one
 repeat are interleaved (ddp, uniform, proportional, affine back to back), so the ratios compare
-runs made side by side (shared/BENCHMARKING.md); repeat r starts r places further along that
+runs made side by side; repeat r starts r places further along that
 list (`--order rotate`, the default), so that a drift of the VM's speed within a repeat does not
 always favour the same policy. Every worker gets the same CPU quota (fair
 emulation: a slowed worker's sleep must not hand CPU to the others) and is pinned to a vCPU.
@@ -20,7 +20,7 @@ with speeds measured in the same session's uniform runs from compute time alone,
 compute-only efficiency B / sum(speed) / step time, the same against each run's own speeds
 (each worker's compute at the batch it had), and plan changes per 100 steps.
 
-Usage (the reference configuration of shared/BENCHMARKING.md, and a larger batch):
+Usage (the reference configuration of docs/PERFORMANCE.md's heterogeneity tables, and a larger batch):
   bench/jobs/heterogeneity.py --omnilearn build/bin/omnilearn --model mlp --repeats 3 \
       --global-batches 256,1024 --json /tmp/het.json
 A set may also be literal slowdowns joined by "/", one per worker: on a 2-vCPU machine

@@ -4,8 +4,8 @@
 Runs `omnilearn run JOB --local 4 --slowdown 1,1,2,4 --pin` (HL4) on the MLP job of the README
 with eval_every = 25 steps, once per policy per repeat (interleaved), and reads the step events
 of the run directory: the wall time from the first committed step to the first evaluation at or
-above the target, and the steps it took. Every worker gets the same CPU quota (shared/
-BENCHMARKING.md), so a slowed worker's sleep does not hand its CPU to the others.
+above the target, and the steps it took. Every worker gets the same CPU quota, so a slowed
+worker's sleep does not hand its CPU to the others.
 
 Usage: bench/jobs/time_to_accuracy.py --omnilearn build/bin/omnilearn [--repeats 2]
 """

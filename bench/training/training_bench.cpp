@@ -15,7 +15,8 @@
 //
 // usage: training_bench [--quick] [--data DIR] [--only profile|slowdown]
 // Ranks are this program re-executed with --worker; every rank is pinned to cpu (rank % cores).
-// The allocator thresholds of docs BENCHMARKING are set for every process (re-exec if needed).
+// The allocator thresholds of docs/performance/training.md are set for every process (re-exec if
+// needed).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <sched.h>

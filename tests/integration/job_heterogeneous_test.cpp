@@ -11,8 +11,8 @@
 // (tests/scheduler/trace_replay_test.cpp, tests/data/trace_*.csv).
 //
 // Every worker gets the same CPU quota (cgroup, 10 ms period; 3 x 0.5 CPU fits in two cores)
-// with a raised CPU weight, so the slowdown is the only difference between them
-// (shared/BENCHMARKING.md), and heartbeats come once a second so each carries a few steps.
+// with a raised CPU weight, so the slowdown is the only difference between them (a sleeping
+// worker's CPU does not go to its neighbours), and heartbeats come once a second so each carries a few steps.
 
 #include <gtest/gtest.h>
 

@@ -4,7 +4,7 @@
 //
 // Set up as the heterogeneous test (see there for the measurements behind it): one CPU quota per
 // worker, with a large CPU weight, so that a node's speed is its own and not what its neighbours
-// leave it (shared/BENCHMARKING.md), and one-second heartbeats, so that the counters the controller
+// leave it, and one-second heartbeats, so that the counters the controller
 // balances are means over several steps rather than single noisy ones.
 
 #include <gtest/gtest.h>
