@@ -1,8 +1,9 @@
 #pragma once
 // What clients, the head's job actors, node agents and trainers say about jobs (kinds 200..299).
-// The elastic protocol (docs/ARCHITECTURE.md, "Jobs and the elastic protocol"): the scheduler owns the generation number and
-// the rank order; trainers only ever train in the generation they were told, and a new
-// generation is adopted at a step boundary announced by the rank-0 leader.
+// The elastic protocol (docs/ARCHITECTURE.md, "Jobs and the elastic protocol"): the scheduler
+// owns the generation number and the rank order; trainers only ever train in the generation
+// they were told, and a new generation is adopted at a step boundary announced by the rank-0
+// leader.
 
 #include <cstddef>
 #include <cstdint>

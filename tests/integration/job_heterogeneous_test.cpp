@@ -12,7 +12,8 @@
 //
 // Every worker gets the same CPU quota (cgroup, 10 ms period; 3 x 0.5 CPU fits in two cores)
 // with a raised CPU weight, so the slowdown is the only difference between them (a sleeping
-// worker's CPU does not go to its neighbours), and heartbeats come once a second so each carries a few steps.
+// worker's CPU does not go to its neighbours), and heartbeats come once a second so each
+// carries a few steps.
 
 #include <gtest/gtest.h>
 

@@ -125,11 +125,11 @@ TEST_F(JobTorchScript, PythonScoresTheTrainedCheckpointAsTheSummarySays) {
 
   // Three workers, and the controller saw the slowed one: among the generation's first three
   // plans, one gives it at most 60% of each other worker's batch (its share at a 3x slowdown is
-  // a third of theirs). Not the last step's batches: a job this short ends within a round or two
-  // of any stall, and one stalled heartbeat window on a shared two-core machine (a rank's
-  // compute 5x its usual for a few steps, seen on CI and here) moves the last plan whatever the
-  // slowdown; the controller's balance of real timings is checked by replaying recorded traces
-  // (tests/scheduler/trace_replay_test.cpp).
+  // a third of theirs). Not the last step's batches: a job this short ends within a round or
+  // two of any stall, and one stalled heartbeat window on a shared two-core machine (a rank's
+  // compute 2-5x its usual for a few steps, seen on CI and on a development VM) moves the last
+  // plan whatever the slowdown; the controller's balance of real timings is checked by
+  // replaying recorded traces (tests/scheduler/trace_replay_test.cpp).
   const auto events = read_events(run_dir);
   const auto steps = events_named(events, "step");
   ASSERT_FALSE(steps.empty());
@@ -137,8 +137,8 @@ TEST_F(JobTorchScript, PythonScoresTheTrainedCheckpointAsTheSummarySays) {
   ASSERT_EQ(steps.back().at("batches").size(), 3u) << steps.back().dump();
   const auto nodes = member_nodes(events, generation);
   ASSERT_EQ(nodes.size(), 3u);
-  const auto slowed = static_cast<std::size_t>(std::find(nodes.begin(), nodes.end(), "w3") -
-                                               nodes.begin());
+  const auto slowed =
+      static_cast<std::size_t>(std::find(nodes.begin(), nodes.end(), "w3") - nodes.begin());
   ASSERT_LT(slowed, 3u);
   std::vector<Json> plans;
   for (const auto& e : events_named(events, "plan")) {
@@ -149,11 +149,11 @@ TEST_F(JobTorchScript, PythonScoresTheTrainedCheckpointAsTheSummarySays) {
   for (std::size_t i = 0; i < plans.size(); ++i) {
     plan_list += "  " + plans[i].dump() + "\n";
     const auto batches = plans[i].at("batches").get<std::vector<int>>();
-    bool smallest = batches.size() == 3;
-    for (std::size_t other = 0; smallest && other < 3; ++other) {
-      if (other != slowed) smallest = batches[slowed] <= 0.6 * batches[other];
+    bool at_most_60_percent = batches.size() == 3;
+    for (std::size_t other = 0; at_most_60_percent && other < 3; ++other) {
+      if (other != slowed) at_most_60_percent = batches[slowed] <= 0.6 * batches[other];
     }
-    if (i < 3 && smallest) saw_slowed = true;
+    if (i < 3 && at_most_60_percent) saw_slowed = true;
   }
   std::printf("plans of generation %lld (w3, slowed, is rank %zu):\n%s",
               static_cast<long long>(generation), slowed, plan_list.c_str());
