@@ -192,7 +192,7 @@ void ElasticMember::ask_lease(Millis now) {
   lease_sent_[ask.seq] = now;
   while (lease_sent_.size() > kMaxOutstandingLeases) lease_sent_.erase(lease_sent_.begin());
   lease_asked_at_ = now;
-  outbox_.push_back(ask);
+  outbox_.emplace_back(std::move(ask));
 }
 
 MemberAction ElasticMember::leader_boundary(Millis now) {
