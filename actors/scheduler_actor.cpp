@@ -256,6 +256,8 @@ void SchedulerActor::write_event(const scheduler::JobEvent& e) {
   } else if (e.kind == "trainer_ready") {
     line["startup_s"] = e.seconds;
   } else {
+    // The node a drain was asked for, by name: what `--follow` prints beside the trainer.
+    if (e.kind == "drain") line["node"] = node_of(e.trainer);
     line["generation"] = e.generation;
     line["step"] = e.step;
   }

@@ -14,6 +14,7 @@
 #include "cli/command.hpp"
 #include "cli/common.hpp"
 #include "cli/dashboard.hpp"
+#include "cli/flag_checks.hpp"
 #include "runtime/advertised_address.hpp"
 #include "runtime/shutdown.hpp"
 
@@ -80,7 +81,11 @@ int run_head(const HeadFlags& flags) {
   try {
     bound = system.listen(runtime::tcp_endpoint(bind_address));
   } catch (const std::exception& e) {
-    throw CliError(std::string(e.what()) + " (is another head running on that port?)");
+    // The hint fits one cause only: the port is taken.
+    const std::string why = e.what();
+    throw CliError(why + (why.find("Address already in use") != std::string::npos
+                              ? " (is another head running on that port? --port 0 picks a free one)"
+                              : " (is --host an address of this machine?)"));
   }
   auto port = runtime::endpoint_port(bound);
   actors::HeadOptions head;
@@ -165,23 +170,23 @@ void add_head_command(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   command->add_option("--heartbeat-interval-ms", flags->heartbeat_interval_ms,
                       "How often workers send heartbeats")
-      ->check(CLI::PositiveNumber)
+      ->check(positive_number())
       ->capture_default_str();
   command->add_option("--heartbeat-timeout-ms", flags->heartbeat_timeout_ms,
                       "Silence after which a worker is declared dead")
-      ->check(CLI::PositiveNumber)
+      ->check(positive_number())
       ->capture_default_str();
   command->add_option("--max-nodes", flags->max_nodes, "Most live nodes the head accepts")
-      ->check(CLI::PositiveNumber)
+      ->check(positive_number())
       ->capture_default_str();
   command->add_option("--max-jobs", flags->max_jobs,
                       "Most jobs the head keeps; the oldest finished ones are forgotten first")
-      ->check(CLI::PositiveNumber)
+      ->check(positive_number())
       ->capture_default_str();
   command->add_option("--max-in-flight", flags->max_in_flight,
                       "Most messages from one peer waiting at the head; beyond it requests get "
                       "an 'overloaded' error")
-      ->check(CLI::PositiveNumber)
+      ->check(positive_number())
       ->capture_default_str();
   command->add_option("--runs-dir", flags->runs_dir, "Where job run directories go")
       ->capture_default_str();

@@ -15,6 +15,7 @@
 #include "actors/job_spec.hpp"
 #include "cli/command.hpp"
 #include "cli/common.hpp"
+#include "cli/flag_checks.hpp"
 #include "cli/job_client.hpp"
 #include "runtime/system_messages.hpp"
 
@@ -29,7 +30,7 @@ struct ClientFlags {
 void add_client_flags(CLI::App* command, ClientFlags& flags) {
   add_cluster_flags(command, flags.cluster);
   command->add_option("--timeout-ms", flags.timeout_ms, "How long to wait for the head")
-      ->check(CLI::PositiveNumber)
+      ->check(positive_number())
       ->capture_default_str();
 }
 
@@ -207,9 +208,9 @@ void add_job_commands(CLI::App& app, int& exit_code) {
     auto* command = node->add_subcommand("set", "Change a node's emulated resources while it runs");
     command->add_option("node", flags->node, "Node name or id")->required();
     command->add_option("--slowdown", flags->slowdown, "Slowdown factor (>= 1)")
-        ->check(CLI::Range(1.0, 1000.0));
+        ->check(number_in(1.0, 1000.0));
     command->add_option("--cpu-quota", flags->cpu_quota, "CPU quota in CPUs (0 removes it)")
-        ->check(CLI::Range(0.0, 4096.0));
+        ->check(number_in(0.0, 4096.0));
     add_client_flags(command, *flags);
     add_json_flag(command, flags->json);
     command->callback([flags, &exit_code] {

@@ -24,6 +24,7 @@
 #include "cli/command.hpp"
 #include "cli/common.hpp"
 #include "cli/dashboard.hpp"
+#include "cli/flag_checks.hpp"
 #include "cli/job_client.hpp"
 #include "runtime/endpoint.hpp"
 #include "runtime/shutdown.hpp"
@@ -286,24 +287,29 @@ void add_run_command(CLI::App& app, int& exit_code) {
   command->add_option("--local", flags->local, "Number of local worker processes")
       ->required()
       ->check(CLI::Range(1, 64));
-  command->add_option("--slowdown", flags->slowdown,
-                      "Per-worker slowdown factors, e.g. 1,1,2,4 (emulated heterogeneity)")
-      ->delimiter(',')
-      ->check(CLI::Range(1.0, 1000.0));
+  // Lists are taken whole and checked item by item (a CLI11 delimiter drops empty items).
+  command
+      ->add_option_function<std::string>(
+          "--slowdown",
+          [flags](const std::string& text) { flags->slowdown = parse_number_list(text); },
+          "Per-worker slowdown factors, e.g. 1,1,2,4 (emulated heterogeneity)")
+      ->check(number_list_in(1.0, 1000.0));
   command->add_flag("--slowdown-spin", flags->slowdown_spin,
                     "Slowed workers burn (F-1) x their compute's CPU time instead of sleeping, "
                     "as slower CPUs would (with --cpu-quota: a sleeping worker is never "
                     "throttled)");
-  command->add_option("--cpu-quota", flags->cpu_quota,
-                      "Per-worker CPU quotas in CPUs, e.g. 0.5,0.5,0.25 (needs cgroups)")
-      ->delimiter(',')
-      ->check(CLI::PositiveNumber);
+  command
+      ->add_option_function<std::string>(
+          "--cpu-quota",
+          [flags](const std::string& text) { flags->cpu_quota = parse_number_list(text); },
+          "Per-worker CPU quotas in CPUs, e.g. 0.5,0.5,0.25 (needs cgroups)")
+      ->check(positive_number_list());
   command->add_option("--run-dir", flags->run_dir, "Run directory (default: runs/<job-id>)");
   command->add_option("--heartbeat-interval-ms", flags->heartbeat_interval_ms)
-      ->check(CLI::PositiveNumber)
+      ->check(positive_number())
       ->capture_default_str();
   command->add_option("--heartbeat-timeout-ms", flags->heartbeat_timeout_ms)
-      ->check(CLI::PositiveNumber)
+      ->check(positive_number())
       ->capture_default_str();
   command->add_flag("--pin", flags->pin, "Pin worker i to CPU i mod #cpus");
   add_dashboard_flags(command, flags->dashboard, /*allow_host=*/false);

@@ -11,6 +11,7 @@
 #include "actors/membership_protocol.hpp"
 #include "cli/command.hpp"
 #include "cli/common.hpp"
+#include "cli/flag_checks.hpp"
 #include "dashboard/status_json.hpp"
 #include "runtime/actor_system.hpp"
 
@@ -113,7 +114,7 @@ void add_status_command(CLI::App& app, int& exit_code) {
   add_cluster_flags(command, flags->cluster);
   command->add_flag("--json", flags->json, "Machine-readable output");
   command->add_option("--timeout-ms", flags->timeout_ms, "How long to wait for the head")
-      ->check(CLI::PositiveNumber)
+      ->check(positive_number())
       ->capture_default_str();
   command->callback([flags, &exit_code] { exit_code = run_status(*flags); });
 }

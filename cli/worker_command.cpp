@@ -15,6 +15,7 @@
 #include "core/executor.hpp"
 #include "cli/command.hpp"
 #include "cli/common.hpp"
+#include "cli/flag_checks.hpp"
 #include "runtime/advertised_address.hpp"
 #include "runtime/shutdown.hpp"
 
@@ -211,11 +212,11 @@ void add_worker_command(CLI::App& app, int& exit_code) {
   add_cluster_flags(command, flags->cluster);
   command->add_option("--name", flags->name, "Node name (default: the host name)");
   command->add_option("--cpus", flags->cpus, "CPUs to advertise (default: all)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   command->add_option("--labels", flags->labels, "Labels k=v,k2=v2")->delimiter(',');
   command->add_option("--slowdown", flags->slowdown,
                       "Emulate a slower machine: trainers sleep (F-1) x their compute time")
-      ->check(CLI::Range(1.0, 1000.0));
+      ->check(number_in(1.0, 1000.0));
   command->add_flag("--slowdown-spin", flags->slowdown_spin,
                     "With --slowdown: burn (F-1) x the compute's CPU time instead of sleeping, as "
                     "a slower CPU would (use it with --cpu-quota: a sleeping trainer is never "
@@ -223,7 +224,7 @@ void add_worker_command(CLI::App& app, int& exit_code) {
   command->add_option("--cpu-quota", flags->cpu_quota,
                       "Emulate a smaller machine: CPU quota (in CPUs) for this node's trainers "
                       "(needs a writable cgroup)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   command->add_option("--advertise-address,--gloo-host", flags->advertise_address,
                       "Address of this machine that trainers on other machines reach its "
                       "trainers' collectives (Gloo) at; they listen there (default: 127.0.0.1 "
@@ -234,7 +235,7 @@ void add_worker_command(CLI::App& app, int& exit_code) {
                       "see include/omnilearn/omnilearn.hpp)");
   command->add_option("--join-timeout-s", flags->join_timeout_s,
                       "Give up if the head cannot be reached this long at start (0: never)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative_number())
       ->capture_default_str();
   command->callback([flags, &exit_code] { exit_code = run_worker(*flags); });
 }

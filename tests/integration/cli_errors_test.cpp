@@ -126,6 +126,36 @@ TEST(CliErrors, UnknownFlagsAndCommandsExit2WithOneLine) {
                      "--heartbeat-interval-ms");
 }
 
+// Numeric flags take finite numbers only, and say what is wrong in words: not a range up to
+// DBL_MAX, not "not in range" for a word; a list with an empty item is refused, not shortened.
+TEST(CliErrors, NumericFlagsRefuseNanEmptyItemsAndWordsInPlainWords) {
+  const std::string job = "job.toml";  // never read: flags are checked first
+  expect_usage_error(
+      run_omnilearn({"status", "--address", "127.0.0.1:1", "--timeout-ms", "0"}, 20s),
+      "--timeout-ms: must be greater than 0 (got 0)");
+  expect_usage_error(run_omnilearn({"worker", "--cpus", "nan"}, 20s),
+                     "--cpus: 'nan' is not a number");
+  expect_usage_error(run_omnilearn({"worker", "--slowdown", "inf"}, 20s),
+                     "--slowdown: 'inf' is not a number");
+  expect_usage_error(run_omnilearn({"worker", "--join-timeout-s", "-1"}, 20s),
+                     "--join-timeout-s: must be at least 0 (got -1)");
+  expect_usage_error(run_omnilearn({"node", "set", "w1", "--slowdown", "nan"}, 20s),
+                     "--slowdown: 'nan' is not a number");
+  expect_usage_error(run_omnilearn({"node", "set", "w1", "--cpu-quota", "5000"}, 20s),
+                     "--cpu-quota: must be between 0 and 4096 (got 5000)");
+  expect_usage_error(run_omnilearn({"run", job, "--local", "3", "--slowdown", "1,,3"}, 20s),
+                     "--slowdown: item 2 of '1,,3': an empty value");
+  expect_usage_error(run_omnilearn({"run", job, "--local", "2", "--slowdown", "1,abc"}, 20s),
+                     "--slowdown: item 2 of '1,abc': 'abc' is not a number");
+  expect_usage_error(run_omnilearn({"run", job, "--local", "2", "--slowdown", "0.5"}, 20s),
+                     "--slowdown: must be between 1 and 1000 (got 0.5)");
+  expect_usage_error(run_omnilearn({"run", job, "--local", "2", "--cpu-quota", "0.5,-1"}, 20s),
+                     "--cpu-quota: item 2 of '0.5,-1': must be greater than 0 (got -1)");
+  const auto huge = run_omnilearn({"head", "--max-jobs", "0"}, 20s);
+  expect_usage_error(huge, "--max-jobs: must be greater than 0 (got 0)");
+  EXPECT_LT(huge.err.size(), 200u) << "no range printed to DBL_MAX: " << huge.err;
+}
+
 TEST(CliErrors, VersionIsTheBuildsProjectVersion) {
   const char* source = std::getenv("OMNILEARN_SOURCE_DIR");
   ASSERT_TRUE(source) << "run through ctest (it sets OMNILEARN_SOURCE_DIR)";
@@ -252,6 +282,10 @@ TEST(CliErrors, HeadOnAPortInUseExits2) {
   auto result = run_omnilearn(
       {"head", "--host", "127.0.0.1", "--port", std::to_string(cluster.head().port())}, 20s);
   expect_usage_error(result, "another head");
+  // Any other failure to listen does not blame another head.
+  auto bad_host = run_omnilearn({"head", "--host", "999.1.1.1", "--port", "0"}, 20s);
+  expect_usage_error(bad_host, "is --host an address of this machine?");
+  EXPECT_EQ(bad_host.err.find("another head"), std::string::npos) << bad_host.err;
 }
 
 TEST(CliErrors, WorkerGivesUpAfterJoinTimeoutWhenNoHeadAppears) {

@@ -67,7 +67,12 @@ TEST_F(JobDrain, ADrainedNodeLeavesAtAStepBoundaryAndNoStepIsLost) {
   EXPECT_GE(summary->at("generations").get<int>(), 2);
 
   const auto& events = run.events();
-  EXPECT_FALSE(events_named(events, "drain").empty());
+  const auto drains = events_named(events, "drain");
+  EXPECT_FALSE(drains.empty());
+  for (const auto& e : drains) {
+    // The node by the name the user gave, which `--follow` prints beside the trainer.
+    EXPECT_EQ(e.value("node", ""), victim) << e.dump();
+  }
   EXPECT_TRUE(events_named(events, "trainer_gone").empty()) << "nobody failed";
   // No step ran twice (the leader's numbers only go up) and the last one is the job's end.
   std::int64_t previous = 0;
