@@ -331,10 +331,20 @@ int follow_job(runtime::ActorSystem& system, const runtime::ActorAddress& jobs,
                      "); is `omnilearn head` running there?");
     }
     if (!status) {
-      // The head may be busy or restarting; give up only after a long silence.
-      if (std::chrono::steady_clock::now() - last_answer > std::chrono::seconds(30)) {
-        throw CliError("lost contact with the head while following job " + job_id + " (" +
-                       answer.error + ")", 1);
+      // The head may be busy or restarting; give up only after a long silence. No answer is
+      // exit code 2, as for any head that cannot be reached: the job's fate is unknown here.
+      const auto silent = std::chrono::steady_clock::now() - last_answer;
+      if (silent > std::chrono::seconds(30)) {
+        throw CliError(
+            fmt::format("lost contact with the head at {} while following job {}: no answer for "
+                        "{} s (the last ask: {}{}); is `omnilearn head` still running there? A "
+                        "head that is back re-attaches with `omnilearn logs {} --follow`; one "
+                        "that restarted has forgotten the job (its run directory keeps what "
+                        "was written)",
+                        jobs.system, job_id,
+                        std::chrono::duration_cast<std::chrono::seconds>(silent).count(),
+                        answer.error, handshake_hint(system), job_id),
+            2);
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(500));
       continue;

@@ -270,6 +270,29 @@ TEST(CliErrors, ExitCodesAndJsonOfSubmitLogsStopAndDrain) {
   }
 }
 
+// A head that dies while `submit --follow` watches: the client gives up after its 30 s of
+// silence with exit code 2 (no answer, as for any unreachable head), the silence it waited, and
+// what to do: re-attach to a head that is back, or know that a restarted one forgot the job.
+TEST(CliErrors, FollowGivesUpOnADeadHeadWithCode2AndSaysWhatToDo) {
+  TestCluster cluster;  // no workers: the job stays pending while it is followed
+  ScratchDir dir("cli-lost-head");
+  auto job = dir.write("job.toml", synthetic_elastic_job("cli-lost-head", 10, 1)).string();
+  ChildProcess follow({omnilearn_binary().string(), "submit", job, "--address", cluster.address(),
+                       "--run-dir", (dir.path() / "run").string(), "--follow"},
+                      omnilearn_process_options({}));
+  const auto submitted = follow.wait_for_output("submitted job ", 20s);
+  ASSERT_TRUE(submitted) << follow.describe();
+  const auto job_id = submitted->substr(std::string("submitted job ").size(), 8);
+  cluster.kill_head();
+  const auto status = follow.wait_exit(90s);
+  ASSERT_TRUE(status) << "still following a dead head: " << follow.describe();
+  EXPECT_EQ(status->code, 2) << follow.describe();
+  const auto err = follow.output(Stream::kStderr);
+  EXPECT_NE(err.find("lost contact with the head at "), std::string::npos) << err;
+  EXPECT_TRUE(std::regex_search(err, std::regex("no answer for [0-9]+ s"))) << err;
+  EXPECT_NE(err.find("omnilearn logs " + job_id + " --follow"), std::string::npos) << err;
+}
+
 TEST(CliErrors, HeadRejectsInconsistentHeartbeatSettings) {
   expect_usage_error(run_omnilearn({"head", "--port", "0", "--heartbeat-interval-ms", "500",
                                     "--heartbeat-timeout-ms", "400"},
