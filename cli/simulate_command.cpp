@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cli/command.hpp"
+#include "cli/flag_checks.hpp"
 #include "scheduler/simulator.hpp"
 
 namespace omnilearn::cli {
@@ -127,10 +128,12 @@ void add_simulate_command(CLI::App& app, int& exit_code) {
   auto opts = std::make_shared<SimulateOptions>();
   CLI::App* cmd = app.add_subcommand(
       "simulate", "Run the batch-size controller on a simulated heterogeneous cluster");
-  cmd->add_option("--speeds", opts->speeds,
-                  "Per-worker speeds in samples per ms, comma-separated (worker ids 0, 1, ...)")
+  // Taken whole and checked item by item (a CLI11 delimiter drops empty items).
+  cmd->add_option_function<std::string>(
+         "--speeds", [opts](const std::string& text) { opts->speeds = parse_number_list(text); },
+         "Per-worker speeds in samples per ms, comma-separated (worker ids 0, 1, ...)")
       ->required()
-      ->delimiter(',');
+      ->check(positive_number_list());
   cmd->add_option("--global-batch", opts->global_batch, "Global batch B (default 256)");
   cmd->add_option("--policy", opts->policy,
                   "uniform | proportional | affine (default proportional)");

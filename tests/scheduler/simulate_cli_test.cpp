@@ -95,6 +95,7 @@ TEST(SimulateCli, BadInputIsOneLineOnStderrAndExitCode2) {
         "simulate --speeds 1,1 --global-batch 8 --min-batch 8",
         "simulate --speeds 1,1 --events 5:jump:1", "simulate --speeds 1,1 --events 3:leave:7",
         "simulate --speeds 1,1 --policy fastest", "simulate --speeds 1,abc",
+        "simulate --speeds 1,,2", "simulate --speeds 1,nan",
         "simulate --global-batch 64"}) {
     const Result r = run_omnilearn(args);
     EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.err;
