@@ -143,8 +143,13 @@ void ElasticJob::tick(Millis now) {
 
   // Every job ends: too few workers for the grace period, or no progress at all for longer
   // than any healthy phase can take.
+  // With how many nodes could take a trainer: "fewer than 5" alone leaves a user guessing
+  // whether workers are missing or failing.
+  int usable = 0;
+  for (const auto& [id, node] : nodes_) usable += node.alive && !node.draining ? 1 : 0;
   const std::string too_few = "fewer than min_workers (" + std::to_string(options_.min_workers) +
-                              ") trainers holding the job's state";
+                              ") trainers holding the job's state (" + std::to_string(usable) +
+                              " usable node" + (usable == 1 ? "" : "s") + " in the cluster)";
   if (below_min_since_ && state_ == "running" && now - *below_min_since_ > options_.grace_period) {
     finish("failed", too_few + " for more than " + std::to_string(options_.grace_period / 1000) +
                          " s (at step " + std::to_string(job_step_) + ")",

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 namespace omnilearn::scheduler {
 namespace {
 
@@ -61,6 +63,34 @@ TEST(ElasticJob, TrainersThatCannotStartAreRetriedWithBackOffThenFailTheJob) {
   EXPECT_GE(spawned_at[1] - spawned_at[0], 500);
   EXPECT_GE(spawned_at[2] - spawned_at[1], 1000);
   EXPECT_GE(spawned_at[3] - spawned_at[2], 2000);
+}
+
+// A job that needs more workers than the cluster has fails within its bound, and the reason
+// says how many nodes could take a trainer (a drained one cannot).
+TEST(ElasticJob, TooFewNodesFailsTheJobSayingHowManyWereUsable) {
+  ElasticJobOptions o;
+  o.min_workers = 3;
+  o.max_workers = 3;
+  o.total_steps = 10;
+  ElasticJob job = make_job(o);
+  job.node_up("n1", "w1", 0);
+  job.node_up("n2", "w2", 0);
+  job.node_up("n3", "w3", 0);
+  job.start(0);
+  job.drain("w3", 0);
+  const Millis bound = o.grace_period + o.form_timeout + o.spawn_timeout;
+  Millis now = 0;
+  while (!job.finished() && now <= bound + 1000) {
+    now += 100;
+    job.tick(now);
+  }
+  ASSERT_TRUE(job.finished()) << "still pending after " << now << " ms";
+  EXPECT_EQ(job.state(), "failed");
+  std::printf("too few nodes: %s after %lld ms\n", job.reason().c_str(),
+              static_cast<long long>(now));
+  EXPECT_NE(job.reason().find("fewer than min_workers (3)"), std::string::npos) << job.reason();
+  EXPECT_NE(job.reason().find("(2 usable nodes in the cluster)"), std::string::npos)
+      << job.reason();
 }
 
 // Only the current generation's leader reporting its last step ends a job as succeeded: a
