@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <string>
 
 namespace omnilearn::scheduler {
 namespace {
@@ -16,6 +17,16 @@ ElasticJob make_job(ElasticJobOptions o) {
     plan.version = 1;
     return plan;
   });
+}
+
+// A job started on `nodes` live nodes n1 (w1), n2 (w2), ... at time 0.
+ElasticJob started_job(ElasticJobOptions o, int nodes) {
+  ElasticJob job = make_job(o);
+  for (int i = 1; i <= nodes; ++i) {
+    job.node_up("n" + std::to_string(i), "w" + std::to_string(i), 0);
+  }
+  job.start(0);
+  return job;
 }
 
 template <class C>
@@ -72,11 +83,7 @@ TEST(ElasticJob, TooFewNodesFailsTheJobSayingHowManyWereUsable) {
   o.min_workers = 3;
   o.max_workers = 3;
   o.total_steps = 10;
-  ElasticJob job = make_job(o);
-  job.node_up("n1", "w1", 0);
-  job.node_up("n2", "w2", 0);
-  job.node_up("n3", "w3", 0);
-  job.start(0);
+  ElasticJob job = started_job(o, 3);
   job.drain("w3", 0);
   const Millis bound = o.grace_period + o.form_timeout + o.spawn_timeout;
   Millis now = 0;
@@ -100,10 +107,7 @@ TEST(ElasticJob, ADrainedLeadersDoneDoesNotEndTheJob) {
   o.min_workers = 1;
   o.max_workers = 2;
   o.total_steps = 100;
-  ElasticJob job = make_job(o);
-  job.node_up("n1", "w1", 0);
-  job.node_up("n2", "w2", 0);
-  job.start(0);
+  ElasticJob job = started_job(o, 2);
   auto spawns = commands_of<SpawnCommand>(job);
   ASSERT_EQ(spawns.size(), 2u);
   for (const auto& s : spawns) EXPECT_TRUE(job.hello(s.trainer, 1));
