@@ -15,6 +15,7 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config git
   libzmq3-dev cppzmq-dev libsodium-dev
   libmsgpack-cxx-dev
+  libsqlite3-dev
   libtomlplusplus-dev
   libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
