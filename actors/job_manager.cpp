@@ -59,6 +59,7 @@ std::optional<std::string> read_file(const fs::path& path) {
 JobManager::JobManager(JobManagerOptions options) : options_(std::move(options)) {}
 
 void JobManager::on_start() {
+  restore_jobs();
   ask(runtime::ActorAddress{"", kRegistryActor}, SubscribeNodes{}, std::chrono::seconds(5),
       [this](runtime::AskResult result) {
         if (auto snapshot = result.as<StatusReply>()) {
@@ -67,6 +68,112 @@ void JobManager::on_start() {
           spdlog::error("jobs: cannot subscribe to the node registry: {}", result.error);
         }
       });
+}
+
+bool JobManager::persist(const Job& job) {
+  if (!options_.store) return true;
+  StoredJob stored;
+  stored.info = job.info;
+  stored.info.workers.clear();
+  stored.run_dir = job.run_dir;
+  stored.events_skipped = job.events_skipped;
+  stored.finished = job.finished;
+  stored.summary_json = job.summary_json;
+  stored.toml = job.toml;
+  stored.source_name = job.source_name;
+  stored.submitted_at = job.submitted_at;
+  try {
+    options_.store->put(job_key(job.info.id), encode_job(stored));
+    return true;
+  } catch (const state::StateStoreError& e) {
+    spdlog::error("jobs: cannot record job {}: {}", job.info.id, e.what());
+    return false;
+  }
+}
+
+void JobManager::restore_jobs() {
+  const auto& head = options_.head;
+  for (auto& stored : options_.restored) {
+    Job job;
+    job.info = stored.info;
+    job.run_dir = stored.run_dir;
+    job.events_skipped = stored.events_skipped;
+    job.finished = stored.finished;
+    job.summary_json = stored.summary_json;
+    job.toml = stored.toml;
+    job.source_name = stored.source_name;
+    job.submitted_at = stored.submitted_at;
+    const std::string id = job.info.id;
+    submitted_.push_back(id);
+    auto& kept = jobs_[id] = std::move(job);
+    if (kept.finished) continue;
+    // The previous head ran this job and is gone; its trainers have lost their scheduler.
+    const std::string outage =
+        head.outage_s >= 0 ? fmt::format(" after an outage of {:.1f} s", head.outage_s) : "";
+    const std::string reason = fmt::format(
+        "the head restarted{} while the job was {} at step {}; a restarted head does not "
+        "resume a job's run: submit it again",
+        outage, kept.info.state, kept.info.step);
+    const std::string restarted =
+        Json{{"time", unix_time()},
+             {"event", "head_restarted"},
+             {"head_epoch", head.epoch},
+             {"outage_s", head.outage_s >= 0 ? Json(head.outage_s) : Json(nullptr)},
+             {"step", kept.info.step}}
+            .dump();
+    end_job_here(kept, "failed", reason, {restarted});
+  }
+  options_.restored.clear();
+  // Beyond max_jobs (a head restarted with a smaller --max-jobs): the oldest finished go.
+  while (jobs_.size() > options_.max_jobs) {
+    auto finished = std::find_if(submitted_.begin(), submitted_.end(),
+                                 [&](const std::string& id) { return jobs_.at(id).finished; });
+    if (finished == submitted_.end()) break;
+    if (options_.store) {
+      try {
+        options_.store->erase(job_key(*finished));
+      } catch (const state::StateStoreError& e) {
+        spdlog::error("jobs: cannot forget job {}: {}", *finished, e.what());
+      }
+    }
+    jobs_.erase(*finished);
+    submitted_.erase(finished);
+  }
+}
+
+void JobManager::end_job_here(Job& job, const std::string& state, const std::string& reason,
+                              const std::vector<std::string>& events) {
+  job.info.state = state;
+  job.info.reason = reason;
+  job.info.workers.clear();
+  job.finished = true;
+  spdlog::error("jobs: job {} {}: {}", job.info.id, state, reason);
+  Json summary{{"job_id", job.info.id},
+               {"name", job.info.name},
+               {"status", job.info.state},
+               {"reason", job.info.reason},
+               {"steps", job.info.step},
+               {"total_steps", job.info.total_steps},
+               {"generations", job.info.generation},
+               {"workers", Json::array()}};
+  job.summary_json = summary.dump(2);
+  std::error_code ec;
+  fs::create_directories(job.run_dir, ec);
+  {
+    std::ofstream out(events_path(job.run_dir), std::ios::app);
+    for (const auto& event : events) out << event << '\n';
+    out << Json{{"time", unix_time()},
+                {"event", "finished"},
+                {"status", job.info.state},
+                {"reason", job.info.reason},
+                {"step", job.info.step}}
+               .dump()
+        << '\n';
+  }
+  if (!write_text_atomically(fs::path(job.run_dir) / "summary.json", job.summary_json + "\n")) {
+    spdlog::warn("jobs: cannot write {}/summary.json for job {}", job.run_dir, job.info.id);
+  }
+  persist(job);
 }
 
 const NodeInfo* JobManager::find_node(const std::string& name_or_id) const {
@@ -97,6 +204,15 @@ void JobManager::submit(const runtime::Envelope& message, const SubmitJob& reque
     }
     // Normally gone already (stopped once its job finished); a forgotten job keeps nothing.
     stop_scheduler(*finished, "job forgotten (--max-jobs)");
+    if (options_.store) {
+      try {
+        options_.store->erase(job_key(*finished));
+      } catch (const state::StateStoreError& e) {
+        reply.error = "the head cannot write to its state store: " + std::string(e.what());
+        this->reply(message, reply);
+        return;
+      }
+    }
     jobs_.erase(*finished);
     submitted_.erase(finished);
   }
@@ -131,6 +247,17 @@ void JobManager::submit(const runtime::Envelope& message, const SubmitJob& reque
   // The scheduler appends to events.jsonl; in a reused run directory the job's events start
   // after what is already there.
   job.events_skipped = count_lines(events_path(job.run_dir));
+  job.toml = request.toml;
+  job.source_name = request.source_name;
+  job.submitted_at = unix_time();
+  // Recorded before it is acknowledged or started: a head that restarts knows every job it
+  // accepted.
+  if (!persist(job)) {
+    reply.error = "the head cannot write to its state store (see its log); the job was not "
+                  "accepted";
+    this->reply(message, reply);
+    return;
+  }
   jobs_[id] = std::move(job);
   submitted_.push_back(id);
   // Asynchronous training has no generations: its own scheduler (parameter servers, dealer).
@@ -174,6 +301,7 @@ void JobManager::on_job_update(const runtime::Envelope& message, const JobStatus
   if (job.summary_json.empty()) {
     job.summary_json = read_file(fs::path(job.run_dir) / "summary.json").value_or("");
   }
+  persist(job);
   on_job_finished(job.info.id);
 }
 
@@ -217,36 +345,9 @@ void JobManager::on_scheduler_down(const runtime::Down& down) {
   const bool crashed = down.reason.rfind("crashed: ", 0) == 0 ||
                        down.reason.rfind("failed to start", 0) == 0 ||
                        down.reason == "no such actor";
-  job.info.state = "failed";
-  job.info.reason = crashed ? "the job's scheduler crashed: " + cause
-                            : "the job's scheduler stopped before the job finished: " + cause;
-  job.info.workers.clear();
-  job.finished = true;
-  spdlog::error("jobs: job {} failed: {}", job_id, job.info.reason);
-  Json summary{{"job_id", job_id},
-               {"name", job.info.name},
-               {"status", job.info.state},
-               {"reason", job.info.reason},
-               {"steps", job.info.step},
-               {"total_steps", job.info.total_steps},
-               {"generations", job.info.generation},
-               {"workers", Json::array()}};
-  job.summary_json = summary.dump(2);
-  std::error_code ec;
-  fs::create_directories(job.run_dir, ec);
-  {
-    std::ofstream events(events_path(job.run_dir), std::ios::app);
-    events << Json{{"time", unix_time()},
-                   {"event", "finished"},
-                   {"status", job.info.state},
-                   {"reason", job.info.reason},
-                   {"step", job.info.step}}
-                  .dump()
-           << '\n';
-  }
-  if (!write_text_atomically(fs::path(job.run_dir) / "summary.json", job.summary_json + "\n")) {
-    spdlog::warn("jobs: cannot write {}/summary.json for job {}", job.run_dir, job_id);
-  }
+  end_job_here(job, "failed",
+               crashed ? "the job's scheduler crashed: " + cause
+                       : "the job's scheduler stopped before the job finished: " + cause);
 }
 
 JobStatusReply JobManager::finished_job_status(Job& job, std::uint64_t since) {

@@ -10,11 +10,15 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
+#include <vector>
 #include <string>
 
+#include "actors/head_state.hpp"
 #include "actors/job_protocol.hpp"
 #include "runtime/actor_system.hpp"
 #include "runtime/system_messages.hpp"
+#include "state/state_store.hpp"
 
 namespace omnilearn::actors {
 
@@ -26,6 +30,13 @@ struct JobManagerOptions {
   // How long a scheduler that reported its job finished may go on before it is stopped (see
   // JobManager::on_job_finished).
   std::chrono::milliseconds finished_scheduler_grace{1000};
+  // Where jobs are written before they are acknowledged (null: nowhere, as in unit tests).
+  std::shared_ptr<state::StateStore> store;
+  // The jobs a previous head over the same store kept, and this head's start. A restored job
+  // that had not finished is ended as failed at the start, with the outage in its reason and a
+  // head_restarted event: this head does not resume the runs of a previous one.
+  std::vector<StoredJob> restored;
+  HeadInfo head;
 };
 
 class JobManager : public runtime::Actor {
@@ -46,6 +57,9 @@ class JobManager : public runtime::Actor {
     // the file once in total rather than from the start for every batch of events.
     std::uint64_t cursor_line = 0;  // a line number of events.jsonl
     std::uint64_t cursor_offset = 0;  // and the byte it starts at
+    std::string toml;          // the job file as submitted, and its name: kept in the store
+    std::string source_name;
+    double submitted_at = 0;   // Unix time
   };
 
   void submit(const runtime::Envelope& message, const SubmitJob& request);
@@ -63,6 +77,14 @@ class JobManager : public runtime::Actor {
   // Deletes the job's rendezvous keys from the store (job/<id>/...).
   void release_store_keys(const std::string& job_id);
   const NodeInfo* find_node(const std::string& name_or_id) const;
+  // Takes over options_.restored (on_start).
+  void restore_jobs();
+  // Ends a job whose scheduler cannot: state and reason, a "finished" event after `events`, and
+  // summary.json, as the scheduler would have written them.
+  void end_job_here(Job& job, const std::string& state, const std::string& reason,
+                    const std::vector<std::string>& events = {});
+  // Writes the job's record to the store; false (logged) when the store cannot take it.
+  bool persist(const Job& job);
 
   JobManagerOptions options_;
   std::map<std::string, Job> jobs_;        // by id

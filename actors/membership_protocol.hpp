@@ -77,8 +77,11 @@ struct RegisterNodeReply {
   std::int32_t heartbeat_timeout_ms = 3000;
   std::string error;  // when refused: why, and what to do
   std::string refusal;  // when refused: kRefused* (empty from an older head)
+  // The head's epoch (HeadInfo::epoch; 0 from an older head): a change tells the agent that the
+  // head restarted, so it asks which of its trainers' jobs the head still runs.
+  std::uint64_t head_epoch = 0;
   MSGPACK_DEFINE(accepted, node_id, incarnation, heartbeat_interval_ms, heartbeat_timeout_ms,
-                 error, refusal);
+                 error, refusal, head_epoch);
 };
 
 struct Heartbeat {
@@ -95,7 +98,8 @@ struct HeartbeatReply {
   static constexpr MessageKind kKind = MessageKind::kHeartbeatReply;
   bool known = true;  // false: the head does not know this node (it restarted, or declared the
                       // node dead): register again
-  MSGPACK_DEFINE(known);
+  std::uint64_t head_epoch = 0;  // as RegisterNodeReply::head_epoch
+  MSGPACK_DEFINE(known, head_epoch);
 };
 
 struct LeaveNode {
@@ -159,12 +163,31 @@ struct JobInfo {
                  checkpoint_node);
 };
 
+// The head itself: where it keeps its state and what its last start restored.
+struct HeadInfo {
+  std::string store;             // StateStore::describe(): "sqlite:<dir>/state.db", "memory: ..."
+  std::string role = "active";   // active (the only role of a head over a local store)
+  std::uint64_t epoch = 0;       // how many heads have started over this state, this one included
+  double started_at = 0;         // Unix time of this head's start
+  double outage_s = -1;          // from the previous head's last sign of life to this start (-1:
+                                 // the first start over this state)
+  std::int32_t restored_nodes = 0;  // live nodes the previous head knew, taken over as alive
+  std::int32_t restored_jobs = 0;   // jobs read back, finished or not
+  std::int32_t failed_jobs = 0;     // running jobs this start ended as failed
+  double restore_ms = 0;            // reading the state and applying it
+  double nodes_back_ms = -1;  // from the start until every restored node was heard from or
+                              // declared dead (-1: not yet, or nothing restored)
+  MSGPACK_DEFINE(store, role, epoch, started_at, outage_s, restored_nodes, restored_jobs,
+                 failed_jobs, restore_ms, nodes_back_ms);
+};
+
 struct StatusReply {
   static constexpr MessageKind kKind = MessageKind::kStatusReply;
   std::vector<NodeInfo> nodes;
   std::vector<JobInfo> jobs;
   std::map<std::string, std::uint64_t> counters;  // the head's transport and registry counters
-  MSGPACK_DEFINE(nodes, jobs, counters);
+  HeadInfo head;  // from the registry (empty from an older head)
+  MSGPACK_DEFINE(nodes, jobs, counters, head);
 };
 
 // Sent by the registry to subscribers when a node changes state.

@@ -107,6 +107,23 @@ RegisterNodeReply MembershipTable::register_node(const RegisterNode& request,
   return reply;
 }
 
+void MembershipTable::restore(const std::vector<NodeRecord>& nodes,
+                              const std::map<std::string, std::uint64_t>& incarnations,
+                              TimePoint now) {
+  for (const auto& [name, incarnation] : incarnations) {
+    auto& last = incarnations_[name];
+    last = std::max(last, incarnation);
+  }
+  for (auto record : nodes) {
+    record.state = NodeState::kAlive;
+    record.last_heard = now;
+    record.state_since = now;
+    auto& last = incarnations_[record.name];
+    last = std::max(last, record.incarnation);
+    nodes_[record.id] = std::move(record);
+  }
+}
+
 bool MembershipTable::heartbeat(const Heartbeat& beat, TimePoint now,
                                 std::optional<StateChange>* change) {
   auto it = nodes_.find(beat.node_id);

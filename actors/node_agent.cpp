@@ -38,6 +38,7 @@ void NodeAgent::register_with_head() {
       spdlog::info("agent: registered as {} (node {}, incarnation {})", options_.name,
                    reply->node_id, reply->incarnation);
       on_registered(state_);
+      note_head_epoch(reply->head_epoch);
       schedule_heartbeat();
       return;
     }
@@ -85,7 +86,9 @@ void NodeAgent::send_heartbeat() {
                      state_.node_id);
         on_forgotten();
         register_with_head();
+        return;
       }
+      note_head_epoch(reply->head_epoch);
       return;
     }
     if (++missed_replies_ >= 1 && !head_unreachable_logged_) {
@@ -94,6 +97,16 @@ void NodeAgent::send_heartbeat() {
                    options_.head_endpoint, result.error);
     }
   });
+}
+
+void NodeAgent::note_head_epoch(std::uint64_t epoch) {
+  if (epoch == 0 || epoch == head_epoch_) return;
+  const bool restarted = head_epoch_ != 0;
+  head_epoch_ = epoch;
+  if (!restarted) return;
+  spdlog::info("agent: the head restarted (start {}) and still knows node {} (incarnation {})",
+               epoch, state_.node_id, state_.incarnation);
+  on_head_restarted(epoch);
 }
 
 void NodeAgent::on_refused(const RegisterNodeReply& reply) {

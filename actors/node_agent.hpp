@@ -50,6 +50,10 @@ class NodeAgent : public runtime::Actor {
   // or it restarted. Whatever the node ran for the head's jobs has been written off there; the
   // node registers again as a new incarnation right after.
   virtual void on_forgotten() {}
+  // The head that answers is a new start over the same state (its epoch changed) and knows this
+  // node still: the node's identity holds, but the head may have ended jobs whose trainers run
+  // here.
+  virtual void on_head_restarted(std::uint64_t epoch) {}
   virtual void on_other_message(const runtime::Envelope& message) {}
 
   const AgentState& state() const { return state_; }
@@ -60,12 +64,15 @@ class NodeAgent : public runtime::Actor {
   void register_with_head();
   void schedule_heartbeat();
   void send_heartbeat();
+  // Every answer of the head carries its epoch; a change from one known before is a restart.
+  void note_head_epoch(std::uint64_t epoch);
 
   AgentOptions options_;
   AgentState state_;
   std::uint64_t last_incarnation_ = 0;  // the last one the head gave this process (0: none)
   std::uint64_t registration_epoch_ = 0;  // stale replies from an older registration are ignored
   std::uint64_t sequence_ = 0;
+  std::uint64_t head_epoch_ = 0;  // the head's epoch last heard (0: none, or an older head)
   int register_attempts_ = 0;
   int missed_replies_ = 0;
   bool head_unreachable_logged_ = false;

@@ -38,8 +38,56 @@ std::uint64_t count_proc_entries(const char* path) {
 }
 }  // namespace
 
-NodeRegistry::NodeRegistry(MembershipConfig config, HeadCounterSource head_counters)
-    : table_(config), head_counters_(std::move(head_counters)) {}
+NodeRegistry::NodeRegistry(MembershipConfig config, HeadCounterSource head_counters,
+                           RegistryState state)
+    : table_(config),
+      head_counters_(std::move(head_counters)),
+      store_(std::move(state.store)),
+      head_(std::move(state.head)) {
+  table_.restore(state.nodes, state.incarnations, Clock::now());
+  for (const auto& node : state.nodes) awaited_.insert(node.id);
+}
+
+bool NodeRegistry::persist_registration(const RegisterNodeReply& answer,
+                                        const std::vector<StateChange>& changes) {
+  if (!store_) return true;
+  const auto* record = table_.find(answer.node_id);
+  if (!record) return true;
+  std::vector<state::Write> writes;
+  for (const auto& change : changes) {
+    if (change.to == NodeState::kDead && change.node.id != record->id) {
+      writes.push_back({node_key(change.node.id), std::nullopt});
+    }
+  }
+  writes.push_back({node_key(record->id), encode_node(*record)});
+  writes.push_back({name_key(record->name), std::to_string(record->incarnation)});
+  try {
+    store_->commit(writes);
+    return true;
+  } catch (const state::StateStoreError& e) {
+    spdlog::error("registry: cannot record node {} ({}): {}", record->name, record->id, e.what());
+    return false;
+  }
+}
+
+void NodeRegistry::persist_gone(const NodeRecord& node) {
+  if (!store_) return;
+  try {
+    store_->erase(node_key(node.id));
+  } catch (const state::StateStoreError& e) {
+    // A restarted head would expect this node and declare it dead after a heartbeat timeout.
+    spdlog::error("registry: cannot record that node {} ({}) is gone: {}", node.name, node.id,
+                  e.what());
+  }
+}
+
+void NodeRegistry::restored_node_settled(const std::string& node_id) {
+  if (awaited_.erase(node_id) == 0 || !awaited_.empty()) return;
+  head_.nodes_back_ms =
+      std::chrono::duration<double, std::milli>(Clock::now() - started_).count();
+  spdlog::info("registry: every node of the previous head settled {:.0f} ms after the start",
+               head_.nodes_back_ms);
+}
 
 void NodeRegistry::on_start() {
   spdlog::info("registry: heartbeat interval {} ms, dead after {} ms",
@@ -49,7 +97,20 @@ void NodeRegistry::on_start() {
 }
 
 void NodeRegistry::sweep() {
-  for (const auto& change : table_.sweep(Clock::now())) publish(change);
+  auto now = Clock::now();
+  for (const auto& change : table_.sweep(now)) publish(change);
+  if (store_ && now - alive_written_ >= std::chrono::seconds(1)) {
+    alive_written_ = now;
+    try {
+      record_head_alive(*store_, std::chrono::duration<double>(
+                                     std::chrono::system_clock::now().time_since_epoch())
+                                     .count());
+      alive_failed_logged_ = false;
+    } catch (const state::StateStoreError& e) {
+      if (!alive_failed_logged_) spdlog::error("registry: {}", e.what());
+      alive_failed_logged_ = true;
+    }
+  }
   // Sweeping at a quarter of the interval bounds detection lag to timeout + interval / 4.
   after(std::max<std::chrono::milliseconds>(std::chrono::milliseconds(10),
                                             table_.config().heartbeat_interval / 4),
@@ -66,6 +127,8 @@ void NodeRegistry::publish(const StateChange& change) {
   }
   spdlog::info("registry: node {} ({}) is {}", node.name, node.id, to_string(change.to));
   if (change.to == NodeState::kDead || change.to == NodeState::kLeft) {
+    persist_gone(node);
+    restored_node_settled(node.id);
     system().declare_system_down(node.system, std::string("node ") + to_string(change.to));
   }
   publish_event(table_.info(node, Clock::now()), event_name(change.to));
@@ -86,11 +149,18 @@ void NodeRegistry::on_message(const runtime::Envelope& message) {
       }
       std::vector<StateChange> changes;
       auto answer = table_.register_node(*request, message.from.system, now, &changes);
+      answer.head_epoch = head_.epoch;
       if (!answer.accepted) {
         ++refused_registrations_;
         spdlog::warn("registry: refused node '{}': {}", request->name, answer.error);
+        reply(message, answer);
+      } else if (persist_registration(answer, changes)) {
+        reply(message, answer);
+      } else {
+        // Not acknowledged: the agent retries, and the retry (idempotent) is written again.
+        reply(message, runtime::ErrorReply{"unavailable",
+                                           "the head cannot write to its state store; see its log"});
       }
-      reply(message, answer);
       for (const auto& change : changes) publish(change);
       return;
     }
@@ -99,7 +169,8 @@ void NodeRegistry::on_message(const runtime::Envelope& message) {
       if (!beat) return;
       std::optional<StateChange> change;
       bool known = table_.heartbeat(*beat, now, &change);
-      if (message.correlation != 0) reply(message, HeartbeatReply{known});
+      if (message.correlation != 0) reply(message, HeartbeatReply{known, head_.epoch});
+      if (known) restored_node_settled(beat->node_id);
       if (change) publish(*change);
       if (known && !beat->actors.empty()) {
         if (const auto* record = table_.find(beat->node_id)) {
@@ -151,6 +222,7 @@ void NodeRegistry::on_message(const runtime::Envelope& message) {
       if (head_counters_) {
         for (const auto& [name, value] : head_counters_()) status.counters[name] = value;
       }
+      status.head = head_;
       reply(message, status);
       return;
     }

@@ -5,12 +5,15 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <map>
 #include <set>
 #include <string>
 
+#include "actors/head_state.hpp"
 #include "actors/membership_table.hpp"
 #include "runtime/actor_system.hpp"
+#include "state/state_store.hpp"
 
 namespace omnilearn::actors {
 
@@ -18,9 +21,18 @@ namespace omnilearn::actors {
 // called on the registry's thread for every status request: it must be thread-safe.
 using HeadCounterSource = std::function<std::map<std::string, std::uint64_t>()>;
 
+// What the registry keeps durable and what it took over at the head's start.
+struct RegistryState {
+  std::shared_ptr<state::StateStore> store;  // null: nothing is written (tests)
+  HeadInfo head;                             // this head's start, for status and replies
+  std::vector<NodeRecord> nodes;             // live nodes of the previous head
+  std::map<std::string, std::uint64_t> incarnations;
+};
+
 class NodeRegistry : public runtime::Actor {
  public:
-  explicit NodeRegistry(MembershipConfig config, HeadCounterSource head_counters = {});
+  explicit NodeRegistry(MembershipConfig config, HeadCounterSource head_counters = {},
+                        RegistryState state = {});
 
   void on_start() override;
   void on_message(const runtime::Envelope& message) override;
@@ -29,11 +41,26 @@ class NodeRegistry : public runtime::Actor {
   void sweep();
   void publish(const StateChange& change);
   void publish_event(const NodeInfo& node, const std::string& event);
+  // Writes a registration to the store before it is acknowledged: the node's record and its
+  // name's incarnation, and the removal of the incarnations it superseded. False (logged) when
+  // the store cannot take it.
+  bool persist_registration(const RegisterNodeReply& answer, const std::vector<StateChange>& changes);
+  // A node that died or left is no longer one a restarted head should expect.
+  void persist_gone(const NodeRecord& node);
+  // A restored node was heard from, or declared dead: once none is awaited, the time since the
+  // start is the head's nodes_back_ms.
+  void restored_node_settled(const std::string& node_id);
 
   MembershipTable table_;
   HeadCounterSource head_counters_;
   std::set<runtime::ActorAddress> subscribers_;
   std::uint64_t refused_registrations_ = 0;
+  std::shared_ptr<state::StateStore> store_;
+  HeadInfo head_;
+  std::set<std::string> awaited_;  // restored nodes not yet heard from
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point alive_written_{};
+  bool alive_failed_logged_ = false;
 };
 
 }  // namespace omnilearn::actors

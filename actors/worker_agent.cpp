@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <set>
 #include <thread>
 #include <utility>
 
@@ -250,6 +251,55 @@ void WorkerAgent::on_forgotten() {
   }
   if (stopped > 0) {
     spdlog::warn("agent: stopping {} trainer(s) of the previous incarnation of this node", stopped);
+  }
+}
+
+void WorkerAgent::on_head_restarted(std::uint64_t epoch) {
+  head_epoch_ = epoch;
+  std::set<std::string> jobs;
+  for (const auto& [name, hosted] : hosted_) {
+    if (hosted.pid > 0) jobs.insert(hosted.job_id);
+  }
+  for (const auto& job : jobs) check_job_after_restart(job, epoch, 0);
+}
+
+void WorkerAgent::check_job_after_restart(const std::string& job_id, std::uint64_t epoch,
+                                          int attempt) {
+  // Only the state of the job matters, not its events: ask from far past the last one.
+  JobStatusRequest request{job_id, std::uint64_t{1} << 40};
+  ask(runtime::ActorAddress{options().head_endpoint, kJobsActor}, request, std::chrono::seconds(3),
+      [this, job_id, epoch, attempt](runtime::AskResult result) {
+        if (epoch != head_epoch_) return;  // a newer start asks again
+        if (auto status = result.as<JobStatusReply>()) {
+          if (status->found && !status->finished) return;
+          stop_job_trainers(job_id, status->found ? "the restarted head ended the job (" +
+                                                        status->job.state + ")"
+                                                  : "the restarted head does not know the job");
+          return;
+        }
+        if (auto error = result.as<runtime::ErrorReply>(); error && error->code == "no-such-job") {
+          stop_job_trainers(job_id, "the restarted head does not know the job");
+          return;
+        }
+        if (attempt >= 30) {
+          spdlog::warn("agent: the restarted head did not say whether job {} goes on ({}); its "
+                       "trainers stay until their own timeouts",
+                       job_id, result.error);
+          return;
+        }
+        after(std::chrono::seconds(1), [this, job_id, epoch, attempt] {
+          check_job_after_restart(job_id, epoch, attempt + 1);
+        });
+      });
+}
+
+void WorkerAgent::stop_job_trainers(const std::string& job_id, const std::string& why) {
+  std::size_t stopped = 0;
+  for (auto& [name, hosted] : hosted_) {
+    if (hosted.job_id == job_id && hosted.pid > 0 && ::kill(hosted.pid, SIGTERM) == 0) ++stopped;
+  }
+  if (stopped > 0) {
+    spdlog::warn("agent: stopping {} trainer(s) of job {}: {}", stopped, job_id, why);
   }
 }
 

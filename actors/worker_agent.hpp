@@ -48,6 +48,9 @@ class WorkerAgent : public NodeAgent {
   void fill_usage(NodeUsage& usage) override;
   void on_other_message(const runtime::Envelope& message) override;
   void on_forgotten() override;
+  // Asks the head about each job this node hosts trainers of, and stops the trainers of the
+  // jobs it has ended or does not know: their scheduler is gone with the previous head.
+  void on_head_restarted(std::uint64_t epoch) override;
 
  private:
   // The read end of a trainer's stderr: what it writes is passed on to the agent's stderr a
@@ -92,10 +95,14 @@ class WorkerAgent : public NodeAgent {
 
   void spawn(const SpawnTrainer& request);
   void reap();
+  // One job's question of on_head_restarted, retried while the head does not answer.
+  void check_job_after_restart(const std::string& job_id, std::uint64_t epoch, int attempt);
+  void stop_job_trainers(const std::string& job_id, const std::string& why);
   void set_resources(const runtime::Envelope& message, const SetNodeResources& request);
 
   WorkerOptions options_;
   std::map<std::string, Hosted> hosted_;  // by trainer name
+  std::uint64_t head_epoch_ = 0;          // the head start on_head_restarted was last told of
   std::unique_ptr<CpuQuota> quota_;
   ForkThread fork_thread_;  // forks the trainers; declared last, so it goes first
 };

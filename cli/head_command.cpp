@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <optional>
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "actors/cluster_file.hpp"
@@ -17,6 +18,7 @@
 #include "cli/flag_checks.hpp"
 #include "runtime/advertised_address.hpp"
 #include "runtime/shutdown.hpp"
+#include "state/state_store.hpp"
 
 namespace omnilearn::cli {
 namespace {
@@ -32,6 +34,8 @@ struct HeadFlags {
   int max_in_flight = 8192;
   std::string runs_dir = "runs";
   std::string cluster_file;
+  std::string state_dir;  // default: head-<port> beside the cluster file
+  std::string store;      // "sqlite:DIR" (as --state-dir DIR) or "memory:"
   bool insecure = false;
   DashboardFlags dashboard;
 };
@@ -41,6 +45,19 @@ std::filesystem::path cluster_file_path(const HeadFlags& flags) {
   if (!flags.cluster_file.empty()) return flags.cluster_file;
   if (const char* env = std::getenv("OMNILEARN_CLUSTER_FILE"); env && *env) return env;
   return actors::default_cluster_file_path();
+}
+
+// One line on where the state is kept and what this start took over from a previous head.
+void print_state_line(const actors::HeadInfo& head) {
+  if (head.epoch <= 1) {
+    std::printf("state: %s (new)\n", head.store.c_str());
+    return;
+  }
+  std::string outage = head.outage_s >= 0 ? fmt::format(" after {:.1f} s down", head.outage_s) : "";
+  std::printf("state: %s (head start %llu%s: %d nodes and %d jobs restored, %d running jobs "
+              "ended as failed)\n",
+              head.store.c_str(), static_cast<unsigned long long>(head.epoch), outage.c_str(),
+              head.restored_nodes, head.restored_jobs, head.failed_jobs);
 }
 
 int run_head(const HeadFlags& flags) {
@@ -94,7 +111,26 @@ int run_head(const HeadFlags& flags) {
   head.membership.max_nodes = static_cast<std::size_t>(flags.max_nodes);
   head.runs_root = flags.runs_dir;
   head.max_jobs = static_cast<std::size_t>(flags.max_jobs);
-  actors::spawn_head_actors(system, head);
+  // The state: after listen, so that the default directory can name the port, and before the
+  // actors, which take over what it holds.
+  try {
+    if (!flags.store.empty()) {
+      head.store = state::open_state_store(flags.store);
+    } else {
+      auto dir = !flags.state_dir.empty()
+                     ? std::filesystem::path(flags.state_dir)
+                     : path.parent_path() / ("head-" + std::to_string(port));
+      head.store = state::open_sqlite_store(dir);
+    }
+  } catch (const state::StateStoreError& e) {
+    throw CliError(e.what());
+  }
+  actors::HeadInfo restored;
+  try {
+    restored = actors::spawn_head_actors(system, head);
+  } catch (const state::StateStoreError& e) {
+    throw CliError(e.what());
+  }
   // Before "listening": a dashboard that cannot start ends the head with the reason.
   auto dashboard = start_dashboard(
       system, flags.dashboard,
@@ -135,6 +171,7 @@ int run_head(const HeadFlags& flags) {
     auto shown = std::filesystem::absolute(path).string();
     // "listening" comes after the file is written: whoever waits for it may read the file.
     std::printf("omnilearn head listening on %s\n", address.c_str());
+    print_state_line(restored);
     std::printf("cluster file: %s (mode 0600; whoever holds it can join and submit jobs)\n",
                 shown.c_str());
     std::printf("workers join with: omnilearn worker --cluster-file %s\n", shown.c_str());
@@ -143,6 +180,7 @@ int run_head(const HeadFlags& flags) {
                 shown.c_str());
   } else {
     std::printf("omnilearn head listening on %s\n", address.c_str());
+    print_state_line(restored);
     std::printf("workers join with: omnilearn worker --insecure --address %s\n", address.c_str());
   }
   std::fflush(stdout);
@@ -193,6 +231,14 @@ void add_head_command(CLI::App& app, int& exit_code) {
   command->add_option("--cluster-file", flags->cluster_file,
                       "Where the cluster's credentials are kept: created on first start, reused "
                       "after (default: $OMNILEARN_CLUSTER_FILE, else ~/.omnilearn/cluster.toml)");
+  command->add_option("--state-dir", flags->state_dir,
+                      "Where the head keeps what it must not forget across a restart (nodes, "
+                      "jobs): an SQLite database, state.db, in this directory (default: "
+                      "head-PORT beside the cluster file). One head per directory");
+  command->add_option("--store", flags->store,
+                      "The state store instead of --state-dir: sqlite:DIR, or memory: to "
+                      "forget everything when the head stops")
+      ->excludes("--state-dir");
   command->add_flag("--insecure", flags->insecure,
                     "No authentication or encryption: anyone who reaches the port can run jobs. "
                     "Local experiments only");

@@ -31,6 +31,21 @@ std::string human_bytes(std::int64_t bytes) {
 }
 
 void print_table(const actors::StatusReply& status) {
+  const auto& head = status.head;
+  if (!head.store.empty()) {
+    std::string restart;
+    if (head.epoch > 1) {
+      restart = fmt::format(", restarted (start {})", head.epoch);
+      if (head.outage_s >= 0) restart += fmt::format(" after {:.1f} s down", head.outage_s);
+      restart += fmt::format(": {} nodes and {} jobs restored in {:.0f} ms", head.restored_nodes,
+                             head.restored_jobs, head.restore_ms);
+      if (head.nodes_back_ms >= 0) {
+        restart += fmt::format(", nodes back after {:.0f} ms", head.nodes_back_ms);
+      }
+    }
+    std::printf("head: %s, state in %s%s\n\n", head.role.c_str(), head.store.c_str(),
+                restart.c_str());
+  }
   auto nodes = status.nodes;
   auto rank = [](const std::string& state) {
     return state == "alive" ? 0 : state == "suspect" ? 1 : state == "left" ? 2 : 3;

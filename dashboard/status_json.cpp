@@ -59,6 +59,18 @@ nlohmann::json status_json(const actors::StatusReply& status) {
   for (const auto& node : status.nodes) out["nodes"].push_back(to_json(node));
   for (const auto& job : status.jobs) out["jobs"].push_back(to_json(job));
   out["counters"] = status.counters;
+  const auto& head = status.head;
+  auto or_null = [](double value) { return value < 0 ? nlohmann::json(nullptr) : nlohmann::json(value); };
+  out["head"] = {{"store", head.store},
+                 {"role", head.role},
+                 {"epoch", head.epoch},
+                 {"started_at", head.started_at},
+                 {"outage_s", or_null(head.outage_s)},
+                 {"restored_nodes", head.restored_nodes},
+                 {"restored_jobs", head.restored_jobs},
+                 {"failed_jobs", head.failed_jobs},
+                 {"restore_ms", head.restore_ms},
+                 {"nodes_back_ms", or_null(head.nodes_back_ms)}};
   return out;
 }
 

@@ -1,6 +1,11 @@
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <sqlite3.h>
+#include <sys/file.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <mutex>
 
 #include "state/state_store.hpp"
@@ -28,36 +33,21 @@ class SqliteStore final : public StateStore {
                       "another with --state-dir)",
                       dir_.string(), ec.message()));
     }
-    const bool existed = fs::exists(path_, ec);
-    if (existed && fs::file_size(path_, ec) == 0 && !ec) {
-      // SQLite takes an empty file for an empty database; for us it is a file that lost its
-      // contents, not a fresh start.
-      refuse("the file is empty (truncated)");
-    }
-    int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_FULLMUTEX | (existed ? 0 : SQLITE_OPEN_CREATE);
-    if (sqlite3_open_v2(path_.c_str(), &db_, flags, nullptr) != SQLITE_OK) {
-      std::string why = db_ ? sqlite3_errmsg(db_) : "out of memory";
+    lock_directory();
+    try {
+      open_database();
+    } catch (...) {
+      // The destructor does not run for a constructor that throws.
       close();
-      throw StateStoreError(
-          fmt::format("cannot open the head's state store {}: {}", path_.string(), why));
+      release_lock();
+      throw;
     }
-    sqlite3_busy_timeout(db_, 5000);
-    if (existed) {
-      check_existing();
-    } else {
-      exec(fmt::format("PRAGMA application_id = {}; PRAGMA user_version = {};", kApplicationId,
-                       kSchemaVersion));
-    }
-    // WAL: a commit is one append and fsync of the log instead of a rewrite of pages, and a
-    // reader never blocks the writer. FULL: the log is fsynced at every commit, so what
-    // commit() acknowledged survives a power cut, not only a crash of the process.
-    exec("PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL;");
-    exec(
-        "CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value BLOB NOT NULL) "
-        "WITHOUT ROWID;");
   }
 
-  ~SqliteStore() override { close(); }
+  ~SqliteStore() override {
+    close();
+    release_lock();
+  }
 
   std::string describe() const override { return "sqlite:" + path_.string(); }
 
@@ -122,8 +112,66 @@ class SqliteStore final : public StateStore {
   }
 
  private:
+  // Opens the database, or creates it where there is none; an existing one is checked first.
+  void open_database() {
+    std::error_code ec;
+    const bool existed = fs::exists(path_, ec);
+    if (existed && fs::file_size(path_, ec) == 0 && !ec) {
+      // SQLite takes an empty file for an empty database; for us it is a file that lost its
+      // contents, not a fresh start.
+      refuse("the file is empty (truncated)");
+    }
+    int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_FULLMUTEX | (existed ? 0 : SQLITE_OPEN_CREATE);
+    if (sqlite3_open_v2(path_.c_str(), &db_, flags, nullptr) != SQLITE_OK) {
+      std::string why = db_ ? sqlite3_errmsg(db_) : "out of memory";
+      close();
+      throw StateStoreError(
+          fmt::format("cannot open the head's state store {}: {}", path_.string(), why));
+    }
+    sqlite3_busy_timeout(db_, 5000);
+    if (existed) {
+      check_existing();
+    } else {
+      exec(fmt::format("PRAGMA application_id = {}; PRAGMA user_version = {};", kApplicationId,
+                       kSchemaVersion));
+    }
+    // WAL: a commit is one append and fsync of the log instead of a rewrite of pages, and a
+    // reader never blocks the writer. FULL: the log is fsynced at every commit, so what
+    // commit() acknowledged survives a power cut, not only a crash of the process.
+    exec("PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL;");
+    exec(
+        "CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value BLOB NOT NULL) "
+        "WITHOUT ROWID;");
+  }
+
+  // One head per state: two heads writing the same jobs and nodes would each believe it is in
+  // charge. The lock is an flock on <dir>/lock, held for the life of the store (the kernel drops
+  // it when the process dies, so a killed head never leaves it behind).
+  void lock_directory() {
+    const auto lock_path = dir_ / "lock";
+    lock_fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (lock_fd_ < 0) {
+      throw StateStoreError(
+          fmt::format("cannot open {}: {}", lock_path.string(), std::strerror(errno)));
+    }
+    if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+      const int error = errno;
+      ::close(lock_fd_);
+      lock_fd_ = -1;
+      if (error == EWOULDBLOCK) {
+        throw StateStoreError(fmt::format(
+            "another head is using the state directory {}: stop it first, or give this head a "
+            "state directory of its own (--state-dir)",
+            dir_.string()));
+      }
+      throw StateStoreError(
+          fmt::format("cannot lock {}: {}", lock_path.string(), std::strerror(error)));
+    }
+  }
+
   [[noreturn]] void refuse(const std::string& why) {
     close();
+    release_lock();
     throw StateStoreError(fmt::format(
         "the head's state store {} cannot be used: {}. Nothing was changed in it. Move it "
         "aside to start with an empty state (the head then forgets its jobs and nodes), or "
@@ -200,9 +248,15 @@ class SqliteStore final : public StateStore {
     db_ = nullptr;
   }
 
+  void release_lock() {
+    if (lock_fd_ >= 0) ::close(lock_fd_);
+    lock_fd_ = -1;
+  }
+
   fs::path dir_;
   fs::path path_;
   sqlite3* db_ = nullptr;
+  int lock_fd_ = -1;
   std::mutex mutex_;
 };
 

@@ -150,6 +150,24 @@ TEST_F(SqliteStoreTest, AnotherProgramsOrANewerSchemasDatabaseIsRefused) {
   }
 }
 
+TEST_F(SqliteStoreTest, OneHeadPerStateDirectory) {
+  auto first = open_sqlite_store(dir_);
+  try {
+    open_sqlite_store(dir_);
+    ADD_FAILURE() << "two stores over one directory";
+  } catch (const StateStoreError& e) {
+    EXPECT_NE(std::string(e.what()).find("another head is using"), std::string::npos) << e.what();
+  }
+  first.reset();  // released with the store (and by the kernel when a head dies)
+  EXPECT_NO_THROW(open_sqlite_store(dir_));
+  // A refused file releases the lock too.
+  fs::remove(dir_ / "state.db");
+  { std::ofstream(dir_ / "state.db") << "junk"; }
+  EXPECT_THROW(open_sqlite_store(dir_), StateStoreError);
+  fs::remove(dir_ / "state.db");
+  EXPECT_NO_THROW(open_sqlite_store(dir_));
+}
+
 TEST(StateStoreSpec, NamesTheStoresItAccepts) {
   EXPECT_NE(open_state_store("memory:"), nullptr);
   try {

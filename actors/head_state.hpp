@@ -1,0 +1,59 @@
+#pragma once
+// What the head keeps in its state store (state/state_store.hpp) and how a start reads it back:
+// the live nodes with their identities and every name's last incarnation (so that a restarted
+// head goes on recognising its workers, and a worker restarted meanwhile still gets a newer
+// incarnation), the jobs with their specs, run directories and outcomes, and the head's epoch
+// and last sign of life. Heartbeats and steps are not written: they change every second and
+// a restarted head hears them again within one heartbeat interval.
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "actors/membership_protocol.hpp"
+#include "actors/membership_table.hpp"
+#include "state/state_store.hpp"
+
+namespace omnilearn::actors {
+
+// A job as the head keeps it.
+struct StoredJob {
+  JobInfo info;  // id, name, state, reason, step, total_steps, generation, checkpoint
+  std::string run_dir;
+  std::uint64_t events_skipped = 0;
+  bool finished = false;
+  std::string summary_json;  // once finished
+  std::string toml;          // the job file as submitted
+  std::string source_name;
+  double submitted_at = 0;  // Unix time
+};
+
+// Keys of the store (one place, so that every writer and the reader agree).
+std::string node_key(const std::string& node_id);
+std::string name_key(const std::string& name);
+std::string job_key(const std::string& job_id);
+inline constexpr const char* kHeadEpochKey = "head/epoch";
+inline constexpr const char* kHeadAliveKey = "head/alive_at";
+
+std::string encode_node(const NodeRecord& node);
+std::string encode_job(const StoredJob& job);
+
+// What a head's start found in the store.
+struct RestoredHead {
+  std::vector<NodeRecord> nodes;                      // live when the previous head last wrote them
+  std::map<std::string, std::uint64_t> incarnations;  // by name
+  std::vector<StoredJob> jobs;                        // oldest submission first
+  HeadInfo info;  // epoch, store, started_at, outage_s, restored_nodes, restored_jobs
+};
+
+// Reads everything, raises the head's epoch and records the start, all before the head takes
+// its first message. A record that cannot be read is refused (StateStoreError naming its key):
+// nothing the head did not write is guessed at.
+RestoredHead start_head_epoch(state::StateStore& store, double now_unix);
+
+// The head's sign of life, written about once a second, from which the next start measures
+// the outage.
+void record_head_alive(state::StateStore& store, double now_unix);
+
+}  // namespace omnilearn::actors

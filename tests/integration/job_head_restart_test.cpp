@@ -1,0 +1,96 @@
+// kill -9 of the head while one job has finished and another is training, and a new head on the
+// same port and state: the finished job is still there with its outcome, the running one ends
+// as failed with the outage in its reason and a head_restarted event (this head does not resume
+// a previous head's runs), the workers keep their identity while their trainers of the ended job
+// are stopped, and the cluster runs a new job to the end.
+
+#include <gtest/gtest.h>
+
+#include "tests/support/job_run.hpp"
+
+namespace omnilearn::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using Json = nlohmann::json;
+
+class JobHeadRestart : public JobTest {};
+
+TEST_F(JobHeadRestart, JobsOutliveTheHeadAsRecordsAndTheClusterGoesOn) {
+  auto& cluster = start_cluster();
+  for (const auto* worker : {"w1", "w2", "w3"}) start_worker(worker);
+  for (const auto* worker : {"w1", "w2", "w3"}) {
+    ASSERT_TRUE(cluster.wait_worker_joined(worker, 15s)) << cluster.worker(worker).describe();
+  }
+  ScratchDir scratch("head-restart");
+  JobRun done(cluster, scratch.write("short.toml", synthetic_elastic_job("short", 20, 3)),
+              scratch.path() / "short");
+  auto done_summary = done.wait_finished(90s);
+  ASSERT_TRUE(done_summary) << done.describe();
+  ASSERT_EQ(done_summary->at("status"), "succeeded") << done.describe();
+
+  JobRun running(cluster, scratch.write("long.toml", synthetic_elastic_job("long", 100000, 5)),
+                 scratch.path() / "long");
+  ASSERT_TRUE(running.wait_for_event("step", 60s, [](const Json& e) {
+    return e.at("step").get<int>() >= 5;
+  })) << running.describe();
+  ASSERT_FALSE(job_trainer_processes(running.id()).empty());
+  auto before = cluster.status();
+  ASSERT_TRUE(before);
+
+  cluster.kill_head();
+  std::this_thread::sleep_for(500ms);
+  cluster.restart_head();
+
+  // The running job ends as failed, saying why, and its trainers are stopped by their agents.
+  auto failed = running.wait_finished(30s);
+  ASSERT_TRUE(failed) << running.describe();
+  EXPECT_EQ(failed->at("status"), "failed");
+  const auto reason = failed->at("reason").get<std::string>();
+  EXPECT_NE(reason.find("the head restarted after an outage of"), std::string::npos) << reason;
+  EXPECT_NE(reason.find("submit it again"), std::string::npos) << reason;
+  auto restarted = running.wait_for_event("head_restarted", 1s);
+  ASSERT_TRUE(restarted) << running.describe();
+  EXPECT_EQ(restarted->at("head_epoch"), 2);
+  EXPECT_GE(restarted->at("outage_s").get<double>(), 0.4) << *restarted;
+  std::vector<ProcessInfo> left;
+  EXPECT_TRUE(wait_until(
+      [&] {
+        left = job_trainer_processes(running.id());
+        return left.empty();
+      },
+      15s))
+      << "trainers of the ended job still run:\n"
+      << describe(left);
+
+  // `logs` answers for both jobs from the new head.
+  auto logs = run_omnilearn({"logs", done.id(), "--address", cluster.address()}, 15s);
+  EXPECT_EQ(logs.status.code, 0) << logs.err;
+  EXPECT_NE(logs.out.find("succeeded"), std::string::npos) << logs.out;
+  auto failed_logs = run_omnilearn({"logs", running.id(), "--address", cluster.address()}, 15s);
+  EXPECT_NE(failed_logs.out.find("head restarted"), std::string::npos)
+      << failed_logs.out << failed_logs.err;
+
+  // The workers kept their identity, and the head says what it restored.
+  auto after =
+      cluster.wait_for_status([](const ClusterStatus& s) { return s.count("alive") == 3; }, 15s);
+  ASSERT_TRUE(after) << cluster.last_status_text();
+  for (const auto* name : {"w1", "w2", "w3"}) {
+    EXPECT_EQ(after->node(name)->at("id"), before->node(name)->at("id")) << name;
+    EXPECT_EQ(after->node(name)->at("incarnation"), before->node(name)->at("incarnation"));
+  }
+  const auto& head = after->json().at("head");
+  EXPECT_EQ(head.at("epoch"), 2);
+  EXPECT_EQ(head.at("restored_jobs"), 2);
+  EXPECT_EQ(head.at("failed_jobs"), 1);
+
+  // And the restarted head runs a new job on the same workers to its end.
+  JobRun next(cluster, scratch.write("next.toml", synthetic_elastic_job("next", 20, 7)),
+              scratch.path() / "next");
+  auto next_summary = next.wait_finished(90s);
+  ASSERT_TRUE(next_summary) << next.describe();
+  EXPECT_EQ(next_summary->at("status"), "succeeded") << next.describe();
+}
+
+}  // namespace
+}  // namespace omnilearn::testing
