@@ -49,7 +49,7 @@ struct ControllerConfig {
   // same: one plan change costs about one step, a lasting imbalance a share of every step.
   // The sum, not the larger of the two: consecutive rounds share most of their windows, so
   // they are not independent evidence, and the larger alone chased noise in the simulator
-  // (docs/PERFORMANCE.md). The rounds need not name the same slow worker. Off with 0 rounds,
+  // (tests/scheduler). The rounds need not name the same slow worker. Off with 0 rounds,
   // with the gate off (noise_z = 0) and under a provisional plan; without effect when the
   // deadband is at most persist_gain (the deadband alone decides then).
   std::size_t persist_rounds = 3;

@@ -281,7 +281,7 @@ class Trainer {
   // 32 passes make the statistics the parameters' own, whatever they held before. Parameters,
   // optimizer state and counters (num_batches_tracked) are left as they were. Why: in
   // asynchronous training the running statistics lag parameters that move on every push, and
-  // an evaluation with them can lose tens of points (docs/PERFORMANCE.md). No-op for a model
+  // an evaluation with them can lose tens of points (docs/benchmarks.md). No-op for a model
   // without shared buffers or for passes <= 0; std::invalid_argument for batch < 1.
   void refresh_statistics(int64_t passes, int64_t batch, uint64_t seed);
   // What one asynchronous gradient took.

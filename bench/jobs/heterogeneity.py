@@ -20,9 +20,9 @@ with speeds measured in the same session's uniform runs from compute time alone,
 compute-only efficiency B / sum(speed) / step time, the same against each run's own speeds
 (each worker's compute at the batch it had), and plan changes per 100 steps.
 
-Usage (the reference configuration of docs/PERFORMANCE.md's heterogeneity tables, and a larger batch):
+Usage (the reference job of docs/benchmarks.md, "Speed-up over PyTorch DDP", and a larger batch):
   bench/jobs/heterogeneity.py --omnilearn build/bin/omnilearn --model mlp --repeats 3 \
-      --global-batches 256,1024 --json /tmp/het.json
+      --global-batches 256,1024 --json het.json
 A set may also be literal slowdowns joined by "/", one per worker: on a 2-vCPU machine
 `--sets 1/2,1/4 --quota 1.0` gives each of two workers a vCPU of its own (worker i is pinned to
 vCPU i mod #cpus), where four workers share them in pairs.

@@ -11,7 +11,7 @@ threads, descriptors and actors at every report, no store keys, and a flat VmRSS
 manager keeps each finished job's summary, up to --max-jobs of them: a few KiB each).
 
 The ctest `integration_soak_test` checks the same at 40 jobs; this is the long run quoted in
-docs/PERFORMANCE.md.
+docs/benchmarks.md, "Head limits".
 
 Usage: bench/jobs/soak.py --omnilearn build/bin/omnilearn [--jobs 500] [--report 50,500]
 """

@@ -15,8 +15,8 @@
 //
 // usage: training_bench [--quick] [--data DIR] [--only profile|slowdown]
 // Ranks are this program re-executed with --worker; every rank is pinned to cpu (rank % cores).
-// The allocator thresholds of docs/performance/training.md are set for every process (re-exec if
-// needed).
+// glibc's malloc thresholds (MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_) are set for every
+// process (re-exec if needed).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <sched.h>
@@ -409,7 +409,7 @@ void mlp_overhead(const std::string& data, bool quick) {
 }
 
 // Section 4. The plan is what the proportional controller settles on for 1,1,2,4 at B = 256
-// (docs/PERFORMANCE.md: [92, 94, 48, 22]).
+// (measured in the heterogeneity benchmark's HL4 job: [92, 94, 48, 22]).
 void step_profile(const std::string& data, bool quick) {
   const std::string slowdown = "1,1,2,4", plan = "92,94,48,22";
   const int steps = quick ? 40 : 120, rounds = quick ? 1 : 3;

@@ -4,7 +4,7 @@
 // with no job running, the head's own counters (`omnilearn status --json`: threads, open_fds,
 // actors, store_keys) and its resident memory are read and printed: threads, descriptors and
 // actors must be what they were at the checkpoint, no rendezvous key may be left, and the
-// resident memory may grow by less than 20 MiB. The 500-job figures of docs/PERFORMANCE.md come
+// resident memory may grow by less than 20 MiB. The 500-job figures of docs/benchmarks.md come
 // from bench/jobs/soak.py, which runs the same loop longer.
 
 #include <gtest/gtest.h>
