@@ -338,9 +338,9 @@ int follow_job(runtime::ActorSystem& system, const runtime::ActorAddress& jobs,
         throw CliError(
             fmt::format("lost contact with the head at {} while following job {}: no answer for "
                         "{} s (the last ask: {}{}); is `omnilearn head` still running there? A "
-                        "head that is back re-attaches with `omnilearn logs {} --follow`; one "
-                        "that restarted has forgotten the job (its run directory keeps what "
-                        "was written)",
+                        "head that is back re-attaches with `omnilearn logs {} --follow` (a "
+                        "restarted head ends the jobs that were running as failed; its run "
+                        "directory keeps what was written)",
                         jobs.system, job_id,
                         std::chrono::duration_cast<std::chrono::seconds>(silent).count(),
                         answer.error, handshake_hint(system), job_id),

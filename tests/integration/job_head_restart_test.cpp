@@ -37,6 +37,11 @@ TEST_F(JobHeadRestart, JobsOutliveTheHeadAsRecordsAndTheClusterGoesOn) {
   ASSERT_FALSE(job_trainer_processes(running.id()).empty());
   auto before = cluster.status();
   ASSERT_TRUE(before);
+  // A follower of the running job rides through the restart and ends with the job's outcome.
+  ChildProcess follow({omnilearn_binary().string(), "logs", running.id(), "--address",
+                       cluster.address(), "--follow"},
+                      omnilearn_process_options({}));
+  ASSERT_TRUE(follow.wait_for_output("step", 20s)) << follow.describe();
 
   cluster.kill_head();
   std::this_thread::sleep_for(500ms);
@@ -62,6 +67,12 @@ TEST_F(JobHeadRestart, JobsOutliveTheHeadAsRecordsAndTheClusterGoesOn) {
       15s))
       << "trainers of the ended job still run:\n"
       << describe(left);
+
+  auto followed = follow.wait_exit(45s);
+  ASSERT_TRUE(followed) << "still following after the restart: " << follow.describe();
+  EXPECT_EQ(followed->code, 1) << follow.describe();
+  EXPECT_NE(follow.output(Stream::kStdout).find("the head restarted"), std::string::npos)
+      << follow.describe();
 
   // `logs` answers for both jobs from the new head.
   auto logs = run_omnilearn({"logs", done.id(), "--address", cluster.address()}, 15s);
