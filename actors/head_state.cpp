@@ -141,8 +141,5 @@ RestoredHead start_head_epoch(state::StateStore& store, double now_unix) {
   return out;
 }
 
-void record_head_alive(state::StateStore& store, double now_unix) {
-  store.put(kHeadAliveKey, fmt::format("{:.3f}", now_unix));
-}
 
 }  // namespace omnilearn::actors

@@ -52,8 +52,5 @@ struct RestoredHead {
 // nothing the head did not write is guessed at.
 RestoredHead start_head_epoch(state::StateStore& store, double now_unix);
 
-// The head's sign of life, written about once a second, from which the next start measures
-// the outage.
-void record_head_alive(state::StateStore& store, double now_unix);
 
 }  // namespace omnilearn::actors

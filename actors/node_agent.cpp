@@ -15,7 +15,20 @@
 
 namespace omnilearn::actors {
 
-NodeAgent::NodeAgent(AgentOptions options) : options_(std::move(options)) {}
+NodeAgent::NodeAgent(AgentOptions options) : options_(std::move(options)) {
+  heads_.push_back(options_.head_endpoint);
+  for (const auto& other : options_.other_head_endpoints) {
+    if (std::find(heads_.begin(), heads_.end(), other) == heads_.end()) heads_.push_back(other);
+  }
+  head_endpoint_ = heads_.front();
+}
+
+void NodeAgent::try_next_head() {
+  if (heads_.size() < 2) return;
+  head_index_ = (head_index_ + 1) % heads_.size();
+  head_endpoint_ = heads_[head_index_];
+  spdlog::info("agent: trying the head at {}", head_endpoint_);
+}
 
 void NodeAgent::on_start() { register_with_head(); }
 
@@ -45,9 +58,12 @@ void NodeAgent::register_with_head() {
     ++register_attempts_;
     if (reply) {
       on_refused(*reply);
-    } else if (register_attempts_ == 1 || register_attempts_ % 10 == 0) {
-      spdlog::warn("agent: cannot register with the head at {} ({}); retrying",
-                   options_.head_endpoint, result.error.empty() ? "bad reply" : result.error);
+    } else {
+      if (register_attempts_ == 1 || register_attempts_ % 10 == 0) {
+        spdlog::warn("agent: cannot register with the head at {} ({}); retrying",
+                     head_endpoint_, result.error.empty() ? "bad reply" : result.error);
+      }
+      try_next_head();  // a standby may be the active head now
     }
     // Back off up to 2 s so a head that comes back is found quickly without flooding it.
     auto delay = std::chrono::milliseconds(std::min(2000, 100 << std::min(register_attempts_, 4)));
@@ -75,7 +91,8 @@ void NodeAgent::send_heartbeat() {
   fill_usage(beat.usage);
   beat.actors = hosted_counters();
   std::uint64_t epoch = registration_epoch_;
-  ask(registry(), beat, heartbeat_timeout_, [this, epoch](runtime::AskResult result) {
+  ask(registry(), beat, heartbeat_timeout_,
+      [this, epoch, sent_to = head_endpoint_](runtime::AskResult result) {
     if (epoch != registration_epoch_) return;
     if (auto reply = result.as<HeartbeatReply>()) {
       missed_replies_ = 0;
@@ -91,10 +108,18 @@ void NodeAgent::send_heartbeat() {
       note_head_epoch(reply->head_epoch);
       return;
     }
+    // A beat sent to a head this agent has already left behind says nothing about the one in use.
+    if (sent_to != head_endpoint_) return;
     if (++missed_replies_ >= 1 && !head_unreachable_logged_) {
       head_unreachable_logged_ = true;
       spdlog::warn("agent: no heartbeat reply from the head at {} ({}); still trying",
-                   options_.head_endpoint, result.error);
+                   head_endpoint_, result.error);
+    }
+    // Two missed in a row: the next head of the list, which knows this node too if it took
+    // over the same state.
+    if (heads_.size() > 1 && missed_replies_ >= 2) {
+      missed_replies_ = 0;
+      try_next_head();
     }
   });
 }

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "actors/membership_protocol.hpp"
 #include "runtime/actor_system.hpp"
@@ -14,6 +15,9 @@ namespace omnilearn::actors {
 
 struct AgentOptions {
   std::string head_endpoint;  // "tcp://host:port"
+  // Other heads over the same state (standbys, --store etcd://...): when the one in use stops
+  // answering, the agent tries the next, in order, round and round.
+  std::vector<std::string> other_head_endpoints;
   std::string name;
   std::string machine_id;  // local_machine_id(); "" says nothing (the head then assumes a restart)
   NodeResources resources;
@@ -57,7 +61,9 @@ class NodeAgent : public runtime::Actor {
   virtual void on_other_message(const runtime::Envelope& message) {}
 
   const AgentState& state() const { return state_; }
-  runtime::ActorAddress registry() const { return {options_.head_endpoint, kRegistryActor}; }
+  runtime::ActorAddress registry() const { return {head_endpoint_, kRegistryActor}; }
+  // The head this agent talks to now: options().head_endpoint or one of the others.
+  const std::string& head_endpoint() const { return head_endpoint_; }
   const AgentOptions& options() const { return options_; }
 
  private:
@@ -66,8 +72,13 @@ class NodeAgent : public runtime::Actor {
   void send_heartbeat();
   // Every answer of the head carries its epoch; a change from one known before is a restart.
   void note_head_epoch(std::uint64_t epoch);
+  // The head in use did not answer: the next one of the list (a no-op with one head).
+  void try_next_head();
 
   AgentOptions options_;
+  std::vector<std::string> heads_;  // head_endpoint first, then the others
+  std::size_t head_index_ = 0;
+  std::string head_endpoint_;       // heads_[head_index_]
   AgentState state_;
   std::uint64_t last_incarnation_ = 0;  // the last one the head gave this process (0: none)
   std::uint64_t registration_epoch_ = 0;  // stale replies from an older registration are ignored

@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "runtime/system_messages.hpp"
@@ -48,36 +49,64 @@ NodeRegistry::NodeRegistry(MembershipConfig config, HeadCounterSource head_count
   for (const auto& node : state.nodes) awaited_.insert(node.id);
 }
 
-bool NodeRegistry::persist_registration(const RegisterNodeReply& answer,
-                                        const std::vector<StateChange>& changes) {
-  if (!store_) return true;
+void NodeRegistry::stage_registration(const runtime::Envelope& message,
+                                      const RegisterNodeReply& answer,
+                                      const std::vector<StateChange>& changes) {
   const auto* record = table_.find(answer.node_id);
-  if (!record) return true;
-  std::vector<state::Write> writes;
+  if (!store_ || !record) {
+    reply(message, answer);
+    return;
+  }
   for (const auto& change : changes) {
     if (change.to == NodeState::kDead && change.node.id != record->id) {
-      writes.push_back({node_key(change.node.id), std::nullopt});
+      staged_.push_back({node_key(change.node.id), std::nullopt});
     }
   }
-  writes.push_back({node_key(record->id), encode_node(*record)});
-  writes.push_back({name_key(record->name), std::to_string(record->incarnation)});
-  try {
-    store_->commit(writes);
-    return true;
-  } catch (const state::StateStoreError& e) {
-    spdlog::error("registry: cannot record node {} ({}): {}", record->name, record->id, e.what());
-    return false;
-  }
+  staged_.push_back({node_key(record->id), encode_node(*record)});
+  staged_.push_back({name_key(record->name), std::to_string(record->incarnation)});
+  unacknowledged_.push_back({message, answer});
+  schedule_flush();
 }
 
-void NodeRegistry::persist_gone(const NodeRecord& node) {
+void NodeRegistry::stage_gone(const NodeRecord& node) {
   if (!store_) return;
+  staged_.push_back({node_key(node.id), std::nullopt});
+  schedule_flush();
+}
+
+void NodeRegistry::schedule_flush() {
+  if (flush_scheduled_) return;
+  flush_scheduled_ = true;
+  // A millisecond collects what the mailbox holds of a burst (each registration takes
+  // microseconds to handle) into one transaction.
+  after(std::chrono::milliseconds(1), [this] { flush(); });
+}
+
+void NodeRegistry::flush() {
+  flush_scheduled_ = false;
+  auto writes = std::move(staged_);
+  auto waiting = std::move(unacknowledged_);
+  staged_.clear();
+  unacknowledged_.clear();
+  bool ok = true;
   try {
-    store_->erase(node_key(node.id));
+    store_->commit(writes);
   } catch (const state::StateStoreError& e) {
-    // A restarted head would expect this node and declare it dead after a heartbeat timeout.
-    spdlog::error("registry: cannot record that node {} ({}) is gone: {}", node.name, node.id,
+    // A restarted head would miss what this batch held: unacknowledged registrations are
+    // retried by their agents (idempotent, and written again); a node gone stays expected by a
+    // restarted head until its heartbeat timeout.
+    spdlog::error("registry: cannot write {} change(s) to the state store: {}", writes.size(),
                   e.what());
+    ok = false;
+  }
+  for (const auto& pending : waiting) {
+    if (ok) {
+      reply(pending.request, pending.answer);
+    } else {
+      reply(pending.request,
+            runtime::ErrorReply{"unavailable",
+                                "the head cannot write to its state store; see its log"});
+    }
   }
 }
 
@@ -87,6 +116,11 @@ void NodeRegistry::restored_node_settled(const std::string& node_id) {
       std::chrono::duration<double, std::milli>(Clock::now() - started_).count();
   spdlog::info("registry: every node of the previous head settled {:.0f} ms after the start",
                head_.nodes_back_ms);
+}
+
+void NodeRegistry::on_stop() {
+  // What is staged still reaches the store: the next head reads it.
+  if (!staged_.empty()) flush();
 }
 
 void NodeRegistry::on_start() {
@@ -101,15 +135,12 @@ void NodeRegistry::sweep() {
   for (const auto& change : table_.sweep(now)) publish(change);
   if (store_ && now - alive_written_ >= std::chrono::seconds(1)) {
     alive_written_ = now;
-    try {
-      record_head_alive(*store_, std::chrono::duration<double>(
-                                     std::chrono::system_clock::now().time_since_epoch())
-                                     .count());
-      alive_failed_logged_ = false;
-    } catch (const state::StateStoreError& e) {
-      if (!alive_failed_logged_) spdlog::error("registry: {}", e.what());
-      alive_failed_logged_ = true;
-    }
+    staged_.push_back(
+        {kHeadAliveKey,
+         fmt::format("{:.3f}", std::chrono::duration<double>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count())});
+    schedule_flush();
   }
   // Sweeping at a quarter of the interval bounds detection lag to timeout + interval / 4.
   after(std::max<std::chrono::milliseconds>(std::chrono::milliseconds(10),
@@ -127,7 +158,7 @@ void NodeRegistry::publish(const StateChange& change) {
   }
   spdlog::info("registry: node {} ({}) is {}", node.name, node.id, to_string(change.to));
   if (change.to == NodeState::kDead || change.to == NodeState::kLeft) {
-    persist_gone(node);
+    stage_gone(node);
     restored_node_settled(node.id);
     system().declare_system_down(node.system, std::string("node ") + to_string(change.to));
   }
@@ -154,12 +185,10 @@ void NodeRegistry::on_message(const runtime::Envelope& message) {
         ++refused_registrations_;
         spdlog::warn("registry: refused node '{}': {}", request->name, answer.error);
         reply(message, answer);
-      } else if (persist_registration(answer, changes)) {
-        reply(message, answer);
       } else {
-        // Not acknowledged: the agent retries, and the retry (idempotent) is written again.
-        reply(message, runtime::ErrorReply{"unavailable",
-                                           "the head cannot write to its state store; see its log"});
+        // Acknowledged once on disk (flush); a retry after a failed write is idempotent and
+        // staged again.
+        stage_registration(message, answer, changes);
       }
       for (const auto& change : changes) publish(change);
       return;

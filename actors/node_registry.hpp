@@ -35,18 +35,23 @@ class NodeRegistry : public runtime::Actor {
                         RegistryState state = {});
 
   void on_start() override;
+  void on_stop() override;
   void on_message(const runtime::Envelope& message) override;
 
  private:
   void sweep();
   void publish(const StateChange& change);
   void publish_event(const NodeInfo& node, const std::string& event);
-  // Writes a registration to the store before it is acknowledged: the node's record and its
-  // name's incarnation, and the removal of the incarnations it superseded. False (logged) when
-  // the store cannot take it.
-  bool persist_registration(const RegisterNodeReply& answer, const std::vector<StateChange>& changes);
+  // Stages a registration for the store: the node's record and its name's incarnation, and the
+  // removal of the incarnations it superseded. Its reply goes out once the batch is on disk.
+  void stage_registration(const runtime::Envelope& message, const RegisterNodeReply& answer,
+                          const std::vector<StateChange>& changes);
   // A node that died or left is no longer one a restarted head should expect.
-  void persist_gone(const NodeRecord& node);
+  void stage_gone(const NodeRecord& node);
+  // Group commit: everything staged since the last flush goes to the store in one batch (one
+  // fsync for a burst of registrations, rather than one each), then the replies waiting on it.
+  void schedule_flush();
+  void flush();
   // A restored node was heard from, or declared dead: once none is awaited, the time since the
   // start is the head's nodes_back_ms.
   void restored_node_settled(const std::string& node_id);
@@ -60,7 +65,13 @@ class NodeRegistry : public runtime::Actor {
   std::set<std::string> awaited_;  // restored nodes not yet heard from
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point alive_written_{};
-  bool alive_failed_logged_ = false;
+  std::vector<state::Write> staged_;  // not yet committed
+  struct PendingReply {
+    runtime::Envelope request;
+    RegisterNodeReply answer;
+  };
+  std::vector<PendingReply> unacknowledged_;  // registrations waiting on the staged batch
+  bool flush_scheduled_ = false;
 };
 
 }  // namespace omnilearn::actors

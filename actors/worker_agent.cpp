@@ -161,7 +161,7 @@ void WorkerAgent::spawn(const SpawnTrainer& request) {
   if (hosted_.count(request.trainer)) return;  // a retried request
   std::vector<std::string> args = {
       options_.trainer_binary,
-      "--head", options().head_endpoint,
+      "--head", head_endpoint(),
       "--agent", options_.local_endpoint,
       "--job", request.job_id,
       "--scheduler", request.scheduler,
@@ -218,7 +218,7 @@ void WorkerAgent::spawn(const SpawnTrainer& request) {
       if (fd >= 0) ::close(fd);
     }
     spdlog::error("agent: cannot start a trainer: fork failed: {}", std::strerror(error));
-    tell(runtime::ActorAddress{options().head_endpoint, request.scheduler},
+    tell(runtime::ActorAddress{head_endpoint(), request.scheduler},
          TrainerExited{request.job_id, request.trainer, state().node_id,
                        fmt::format("fork failed: {}", std::strerror(error)), -1, ""});
     return;
@@ -267,7 +267,7 @@ void WorkerAgent::check_job_after_restart(const std::string& job_id, std::uint64
                                           int attempt) {
   // Only the state of the job matters, not its events: ask from far past the last one.
   JobStatusRequest request{job_id, std::uint64_t{1} << 40};
-  ask(runtime::ActorAddress{options().head_endpoint, kJobsActor}, request, std::chrono::seconds(3),
+  ask(runtime::ActorAddress{head_endpoint(), kJobsActor}, request, std::chrono::seconds(3),
       [this, job_id, epoch, attempt](runtime::AskResult result) {
         if (epoch != head_epoch_) return;  // a newer start asks again
         if (auto status = result.as<JobStatusReply>()) {
@@ -334,7 +334,7 @@ void WorkerAgent::reap() {
     } else {
       spdlog::warn("agent: trainer {} {}", hosted.trainer, reason);
     }
-    tell(runtime::ActorAddress{options().head_endpoint, hosted.scheduler},
+    tell(runtime::ActorAddress{head_endpoint(), hosted.scheduler},
          TrainerExited{hosted.job_id, hosted.trainer, state().node_id, reason, exit_code,
                        hosted.stderr_tail.last_lines()});
     it = hosted_.erase(it);

@@ -18,6 +18,7 @@
 #include "cli/flag_checks.hpp"
 #include "runtime/advertised_address.hpp"
 #include "runtime/shutdown.hpp"
+#include "state/etcd_store.hpp"
 #include "state/state_store.hpp"
 
 namespace omnilearn::cli {
@@ -35,7 +36,9 @@ struct HeadFlags {
   std::string runs_dir = "runs";
   std::string cluster_file;
   std::string state_dir;  // default: head-<port> beside the cluster file
-  std::string store;      // "sqlite:DIR" (as --state-dir DIR) or "memory:"
+  std::string store;      // "sqlite:DIR" (as --state-dir DIR), "memory:" or "etcd://..."
+  bool standby = false;   // with etcd: wait to be elected instead of refusing
+  int lease_ttl_s = 5;    // with etcd: a dead or frozen active head is replaced after this
   bool insecure = false;
   DashboardFlags dashboard;
 };
@@ -111,31 +114,6 @@ int run_head(const HeadFlags& flags) {
   head.membership.max_nodes = static_cast<std::size_t>(flags.max_nodes);
   head.runs_root = flags.runs_dir;
   head.max_jobs = static_cast<std::size_t>(flags.max_jobs);
-  // The state: after listen, so that the default directory can name the port, and before the
-  // actors, which take over what it holds.
-  try {
-    if (!flags.store.empty()) {
-      head.store = state::open_state_store(flags.store);
-    } else {
-      auto dir = !flags.state_dir.empty()
-                     ? std::filesystem::path(flags.state_dir)
-                     : path.parent_path() / ("head-" + std::to_string(port));
-      head.store = state::open_sqlite_store(dir);
-    }
-  } catch (const state::StateStoreError& e) {
-    throw CliError(e.what());
-  }
-  actors::HeadInfo restored;
-  try {
-    restored = actors::spawn_head_actors(system, head);
-  } catch (const state::StateStoreError& e) {
-    throw CliError(e.what());
-  }
-  // Before "listening": a dashboard that cannot start ends the head with the reason.
-  auto dashboard = start_dashboard(
-      system, flags.dashboard,
-      cluster ? std::optional<runtime::ClusterCredentials>(cluster->credentials) : std::nullopt);
-
   // What workers and clients are told (the cluster file's address): --advertise-address, else
   // the interface listened on, else (all interfaces) the host name.
   std::string advertised = flags.host;
@@ -161,6 +139,52 @@ int run_head(const HeadFlags& flags) {
   if (advertised != flags.host || advertised_port != port) {
     spdlog::info("head: bound to {}:{}, advertised as {}", flags.host, port, address);
   }
+  // The state: after listen, so that the default directory can name the port and the leader
+  // key the address, and before the actors, which take over what it holds.
+  try {
+    if (flags.store.rfind("etcd://", 0) == 0) {
+      state::EtcdOptions etcd;
+      state::parse_etcd_spec(flags.store, etcd);
+      etcd.self = address;
+      etcd.standby = flags.standby;
+      etcd.lease_ttl = std::chrono::seconds(flags.lease_ttl_s);
+      etcd.on_waiting = [address](const std::string& active) {
+        std::printf("standby on %s: waiting for the active head at %s to go\n", address.c_str(),
+                    active.c_str());
+        std::fflush(stdout);
+      };
+      etcd.on_deposed = [](const std::string& why) {
+        // Another head may be active already: not one more answer, not one more write.
+        std::fprintf(stderr, "omnilearn head: no longer the active head (%s); exiting\n",
+                     why.c_str());
+        std::fflush(stderr);
+        std::_Exit(1);
+      };
+      head.store = state::open_etcd_store(std::move(etcd));
+    } else if (flags.standby) {
+      throw CliError("--standby needs a store that heads share: --store etcd://HOST:PORT,...");
+    } else if (!flags.store.empty()) {
+      head.store = state::open_state_store(flags.store);
+    } else {
+      auto dir = !flags.state_dir.empty()
+                     ? std::filesystem::path(flags.state_dir)
+                     : path.parent_path() / ("head-" + std::to_string(port));
+      head.store = state::open_sqlite_store(dir);
+    }
+  } catch (const state::StateStoreError& e) {
+    throw CliError(e.what());
+  }
+  actors::HeadInfo restored;
+  try {
+    restored = actors::spawn_head_actors(system, head);
+  } catch (const state::StateStoreError& e) {
+    throw CliError(e.what());
+  }
+  // Before "listening": a dashboard that cannot start ends the head with the reason.
+  auto dashboard = start_dashboard(
+      system, flags.dashboard,
+      cluster ? std::optional<runtime::ClusterCredentials>(cluster->credentials) : std::nullopt);
+
   if (cluster) {
     cluster->address = address;
     try {
@@ -236,9 +260,18 @@ void add_head_command(CLI::App& app, int& exit_code) {
                       "jobs): an SQLite database, state.db, in this directory (default: "
                       "head-PORT beside the cluster file). One head per directory");
   command->add_option("--store", flags->store,
-                      "The state store instead of --state-dir: sqlite:DIR, or memory: to "
-                      "forget everything when the head stops")
+                      "The state store instead of --state-dir: sqlite:DIR; memory: to forget "
+                      "everything when the head stops; etcd://HOST:PORT[,HOST:PORT...][/PREFIX] "
+                      "to share it with standby heads (the active one is elected)")
       ->excludes("--state-dir");
+  command->add_flag("--standby", flags->standby,
+                    "With --store etcd://...: wait until the active head goes, then take over "
+                    "(instead of refusing to start while one is active)");
+  command->add_option("--lease-ttl-s", flags->lease_ttl_s,
+                      "With --store etcd://...: the active head's lease; a standby takes over "
+                      "this long after the active head died or froze")
+      ->check(CLI::Range(1, 600))
+      ->capture_default_str();
   command->add_flag("--insecure", flags->insecure,
                     "No authentication or encryption: anyone who reaches the port can run jobs. "
                     "Local experiments only");

@@ -15,6 +15,7 @@
 #include "core/executor.hpp"
 #include "cli/command.hpp"
 #include "cli/common.hpp"
+#include "runtime/endpoint.hpp"
 #include "cli/flag_checks.hpp"
 #include "runtime/advertised_address.hpp"
 #include "runtime/shutdown.hpp"
@@ -33,6 +34,7 @@ struct WorkerFlags {
   double cpu_quota = 0;
   std::string advertise_address;  // --advertise-address, or its older name --gloo-host
   std::vector<std::string> load;  // --load: user libraries of remote functions and actors
+  std::vector<std::string> other_heads;  // --other-heads: standbys over the same state
 };
 
 // omnilearn-trainer sits next to this binary (both are built into bin/); $OMNILEARN_TRAINER
@@ -93,6 +95,14 @@ int run_worker(const WorkerFlags& flags) {
   worker.cluster_file = access.cluster_file;
   auto& options = worker.agent;
   options.head_endpoint = runtime::tcp_endpoint(head);
+  for (const auto& other : flags.other_heads) {
+    try {
+      options.other_head_endpoints.push_back(
+          runtime::tcp_endpoint(runtime::parse_host_port(other)));
+    } catch (const std::invalid_argument& e) {
+      throw CliError("--other-heads: '" + other + "': " + e.what());
+    }
+  }
   options.name = flags.name.empty() ? local_hostname() : flags.name;
   options.machine_id = actors::local_machine_id();
   options.resources = actors::probe_local_resources();
@@ -230,6 +240,11 @@ void add_worker_command(CLI::App& app, int& exit_code) {
                       "trainers' collectives (Gloo) at; they listen there (default: 127.0.0.1 "
                       "for a head on this machine, else the host name's address). --gloo-host "
                       "is its older name");
+  command->add_option("--other-heads", flags->other_heads,
+                      "HOST:PORT,... of standby heads (omnilearn head --standby): when the head "
+                      "stops answering, this worker tries them in turn, and keeps its identity "
+                      "with the one that took over")
+      ->delimiter(',');
   command->add_option("--load", flags->load,
                       "Shared library of remote functions and actors to run here (repeatable; "
                       "see include/omnilearn/omnilearn.hpp)");

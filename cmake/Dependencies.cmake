@@ -3,6 +3,8 @@ find_package(Threads REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(ZMQ REQUIRED IMPORTED_TARGET libzmq)
 pkg_check_modules(SQLITE3 REQUIRED IMPORTED_TARGET sqlite3)  # the head's embedded state store
+# HTTP: the dashboard's server, and the head's etcd client (state/).
+pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
 find_package(msgpack REQUIRED CONFIG)   # Debian's libmsgpack-cxx-dev: target msgpackc-cxx
 find_package(cppzmq REQUIRED CONFIG)
 find_package(tomlplusplus CONFIG QUIET)

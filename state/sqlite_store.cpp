@@ -316,9 +316,9 @@ std::unique_ptr<StateStore> open_state_store(const std::string& spec) {
   if (spec.rfind("sqlite:", 0) == 0) return open_sqlite_store(spec.substr(7));
   if (spec.find("://") != std::string::npos || spec.empty()) {
     throw StateStoreError(
-        fmt::format("--store '{}': this build keeps the head's state in a "
-                    "local directory ('sqlite:DIR' or a directory) or in "
-                    "memory ('memory:')",
+        fmt::format("--store '{}': the head's state goes in a local directory ('sqlite:DIR' or "
+                    "a directory), in memory ('memory:'), or in etcd "
+                    "('etcd://HOST:PORT[,HOST:PORT...][/PREFIX]')",
                     spec));
   }
   return open_sqlite_store(spec);

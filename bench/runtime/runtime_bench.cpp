@@ -6,7 +6,8 @@
 //   oneway     small actor messages from one process to another, vs raw ZeroMQ
 //              (target: actor >= 0.40 x raw, and >= 200,000 msg/s)
 //   heartbeat  CPU time of a real `omnilearn head` while simulated nodes heartbeat it
-//              (reported per 1,000 heartbeats/s)
+//              (reported per 1,000 heartbeats/s), and the wall time to register them, with
+//              the head's state in memory and in its SQLite store, run alternately
 //
 // The far side of each measurement is a real second process: this binary re-executed with
 // --serve ROLE. Within a run, short blocks of the baseline and the actor path alternate, so both
@@ -447,6 +448,7 @@ class ActorOneway {
 };
 
 struct HeartbeatResult {
+  double register_s = 0;  // wall time from the first registration sent to the last answered
   double rate = 0;      // heartbeats per second actually sent
   double head_cpu = 0;  // head CPU seconds per wall second while they were sent
   double idle_cpu = 0;  // the same nodes registered but silent (sweeps only)
@@ -454,19 +456,21 @@ struct HeartbeatResult {
 
 // `nodes` simulated nodes register with a real head, then each heartbeats every `interval`
 // (staggered evenly), for `seconds`. The head's CPU time over that window is the cost.
+// `store_args`: how the head keeps its state (--store memory:, or --state-dir DIR).
 HeartbeatResult heartbeat_cost(const std::string& omnilearn, int nodes,
                                std::chrono::milliseconds interval, double seconds,
-                               bool with_reply) {
+                               bool with_reply, const std::vector<std::string>& store_args) {
   omnilearn::testing::ProcessOptions options;
   options.name = "head";
   options.env = {"OMNILEARN_LOG=warn"};
-  omnilearn::testing::ChildProcess head(
-      // --insecure: the simulated nodes speak plain TCP (the figures before the closed cluster
-      // were plain TCP too); this measures the messaging, not CURVE.
-      {omnilearn, "head", "--insecure", "--host", "127.0.0.1", "--port", "0", "--heartbeat-interval-ms",
-       std::to_string(interval.count()), "--heartbeat-timeout-ms", std::to_string(60000),
-       "--max-nodes", std::to_string(nodes + 10)},
-      options);
+  // --insecure: the simulated nodes speak plain TCP (the figures before the closed cluster
+  // were plain TCP too); this measures the messaging, not CURVE.
+  std::vector<std::string> argv{omnilearn, "head", "--insecure", "--host", "127.0.0.1", "--port",
+                                "0", "--heartbeat-interval-ms", std::to_string(interval.count()),
+                                "--heartbeat-timeout-ms", std::to_string(60000), "--max-nodes",
+                                std::to_string(nodes + 10)};
+  argv.insert(argv.end(), store_args.begin(), store_args.end());
+  omnilearn::testing::ChildProcess head(argv, options);
   std::smatch match;
   auto line = head.wait_for_output(std::regex("listening on (\\S+)"), 20s);
   static const std::regex kAddress("listening on (\\S+)");
@@ -486,6 +490,7 @@ HeartbeatResult heartbeat_cost(const std::string& omnilearn, int nodes,
   ActorAddress registry{endpoint, actors::kRegistryActor};
 
   // Register every node (pipelined asks).
+  const auto register_start = Clock::now();
   std::vector<std::future<runtime::AskResult>> pending;
   for (int i = 0; i < nodes; ++i) {
     actors::RegisterNode request;
@@ -500,6 +505,8 @@ HeartbeatResult heartbeat_cost(const std::string& omnilearn, int nodes,
     if (!reply || !reply->accepted) throw std::runtime_error("a simulated node was refused");
     registered.push_back(*reply);
   }
+  HeartbeatResult result;
+  result.register_s = seconds_since(register_start);
 
   // One heartbeat per node, encoded once: what a node hosting one trainer sends.
   std::vector<std::string> payloads;
@@ -520,7 +527,6 @@ HeartbeatResult heartbeat_cost(const std::string& omnilearn, int nodes,
     system.send(std::move(envelope));
   };
 
-  HeartbeatResult result;
   // Heartbeats: node i beats at phase i/nodes of every interval, paced on a 1 ms grid. The
   // first second warms up (every node heard from, queues in steady state) and is not measured.
   const double per_second = nodes * 1000.0 / interval.count();
@@ -768,22 +774,47 @@ int main(int argc, char** argv) {
         "500 ms as %s, one trainer's counters each, %.0f s windows)\n",
         heartbeat_tell ? "tells (no reply)" : "asks (the head replies, as to NodeAgent)",
         hb_seconds);
-    std::printf("%6s %5s %10s %12s %12s %18s %14s\n", "nodes", "run", "hb/s", "head CPU %",
-                "idle CPU %", "CPU % per 1k hb/s", "us CPU per hb");
+    // The head's state in memory and in the embedded store (SQLite, fsync per batch), run
+    // alternately, so that the cost of durability is a ratio measured side by side.
+    const auto state_dir = std::filesystem::temp_directory_path() /
+                           ("omnilearn-runtime-bench-state-" + std::to_string(::getpid()));
+    struct StoreCase {
+      const char* name;
+      std::vector<std::string> args;
+    };
+    const std::vector<StoreCase> stores = {{"memory", {"--store", "memory:"}},
+                                           {"sqlite", {"--state-dir", state_dir.string()}}};
+    std::printf("%6s %7s %5s %10s %12s %12s %18s %14s %12s\n", "nodes", "store", "run", "hb/s",
+                "head CPU %", "idle CPU %", "CPU % per 1k hb/s", "us CPU per hb",
+                "register s");
     for (int nodes : node_counts) {
-      std::vector<double> per_k;
+      std::map<std::string, std::vector<double>> per_k, registering;
       for (int r = 0; r < std::max(3, rounds / 2); ++r) {
-        auto result = heartbeat_cost(omnilearn, nodes, 500ms, hb_seconds, !heartbeat_tell);
-        double cost = (result.head_cpu - result.idle_cpu) * 100 / (result.rate / 1000);
-        per_k.push_back(cost);
-        std::printf("%6d %5d %10.0f %12.2f %12.2f %18.3f %14.1f\n", nodes, r + 1, result.rate,
-                    result.head_cpu * 100, result.idle_cpu * 100, cost,
-                    result.head_cpu / result.rate * 1e6);
-        std::fflush(stdout);
+        for (const auto& store : stores) {
+          std::filesystem::remove_all(state_dir);  // every run registers its nodes anew
+          auto result =
+              heartbeat_cost(omnilearn, nodes, 500ms, hb_seconds, !heartbeat_tell, store.args);
+          double cost = (result.head_cpu - result.idle_cpu) * 100 / (result.rate / 1000);
+          per_k[store.name].push_back(cost);
+          registering[store.name].push_back(result.register_s);
+          std::printf("%6d %7s %5d %10.0f %12.2f %12.2f %18.3f %14.1f %12.3f\n", nodes,
+                      store.name, r + 1, result.rate, result.head_cpu * 100,
+                      result.idle_cpu * 100, cost, result.head_cpu / result.rate * 1e6,
+                      result.register_s);
+          std::fflush(stdout);
+        }
       }
-      std::printf("%6d median CPU %% of one core per 1,000 heartbeats/s: %.3f (min..max %s)\n",
-                  nodes, median(per_k), min_max(per_k, "%.3f").c_str());
+      for (const auto& store : stores) {
+        std::printf("%6d %7s median CPU %% of one core per 1,000 heartbeats/s: %.3f (min..max "
+                    "%s); registering every node %.3f s\n",
+                    nodes, store.name, median(per_k[store.name]),
+                    min_max(per_k[store.name], "%.3f").c_str(), median(registering[store.name]));
+      }
+      std::printf("%6d sqlite/memory: heartbeat CPU %.2fx, registration time %.2fx\n", nodes,
+                  median(per_k["sqlite"]) / median(per_k["memory"]),
+                  median(registering["sqlite"]) / median(registering["memory"]));
     }
+    std::filesystem::remove_all(state_dir);
   }
   return 0;
 }

@@ -303,3 +303,95 @@ TEST(Agent, ReRegistersWhenTheHeadForgetsIt) {
 
 }  // namespace
 }  // namespace omnilearn::actors
+
+namespace omnilearn::actors {
+namespace {
+
+// The registry over a state store: a burst of registrations is acknowledged only once written,
+// and a second registry started over the same state knows the
+// nodes as they were, answers their heartbeats with the new epoch, and counts them back.
+TEST(RegistryState, RegistrationsAreWrittenBeforeTheReplyAndARestartedRegistryKnowsThem) {
+  std::shared_ptr<state::StateStore> store = state::open_memory_store();
+  MembershipConfig config;
+  config.heartbeat_interval = 50ms;
+  config.heartbeat_timeout = 5000ms;
+  std::vector<RegisterNodeReply> registered;
+  {
+    runtime::ActorSystem head;
+    RegistryState first;
+    first.store = store;
+    auto restored = start_head_epoch(*store, 1000.0);
+    first.head = restored.info;
+    head.spawn<NodeRegistry>(kRegistryActor, config, HeadCounterSource{}, first);
+    std::vector<std::future<runtime::AskResult>> asks;
+    for (int i = 0; i < 200; ++i) {
+      RegisterNode request;
+      request.name = "n" + std::to_string(i);
+      request.machine_id = "m" + std::to_string(i);
+      asks.push_back(head.ask(ActorAddress{"", kRegistryActor}, request, 10s));
+    }
+    for (auto& ask : asks) {
+      auto reply = ask.get().as<RegisterNodeReply>();
+      ASSERT_TRUE(reply && reply->accepted);
+      EXPECT_EQ(reply->head_epoch, 1u);
+      // Acknowledged means written.
+      EXPECT_TRUE(store->get(node_key(reply->node_id))) << reply->node_id;
+      registered.push_back(*reply);
+    }
+  }
+  EXPECT_EQ(store->load("nodes/").size(), 200u);
+  EXPECT_EQ(store->get(name_key("n7")), "1");
+
+  runtime::ActorSystem head;
+  auto restored = start_head_epoch(*store, 1002.5);
+  EXPECT_EQ(restored.info.epoch, 2u);
+  ASSERT_EQ(restored.nodes.size(), 200u);
+  EXPECT_GE(restored.info.outage_s, 0.0);
+  RegistryState second;
+  second.store = store;
+  second.head = restored.info;
+  second.nodes = restored.nodes;
+  second.incarnations = restored.incarnations;
+  head.spawn<NodeRegistry>(kRegistryActor, config, HeadCounterSource{}, second);
+  for (const auto& node : registered) {
+    Heartbeat beat;
+    beat.node_id = node.node_id;
+    beat.incarnation = node.incarnation;
+    auto reply = head.ask(ActorAddress{"", kRegistryActor}, beat, 5s).get().as<HeartbeatReply>();
+    ASSERT_TRUE(reply);
+    EXPECT_TRUE(reply->known) << node.node_id;
+    EXPECT_EQ(reply->head_epoch, 2u);
+  }
+  auto status =
+      head.ask(ActorAddress{"", kRegistryActor}, StatusRequest{}, 5s).get().as<StatusReply>();
+  ASSERT_TRUE(status);
+  EXPECT_EQ(status->nodes.size(), 200u);
+  EXPECT_EQ(status->head.epoch, 2u);
+  EXPECT_EQ(status->head.restored_nodes, 200);
+  EXPECT_GE(status->head.nodes_back_ms, 0.0) << "every restored node was heard from";
+
+  // The same name from the same machine is a restart: a newer incarnation than the stored one.
+  RegisterNode again;
+  again.name = "n7";
+  again.machine_id = "m7";
+  auto reply =
+      head.ask(ActorAddress{"", kRegistryActor}, again, 5s).get().as<RegisterNodeReply>();
+  ASSERT_TRUE(reply && reply->accepted);
+  EXPECT_EQ(reply->incarnation, 2u);
+}
+
+// A record the head did not write is refused, not guessed at.
+TEST(RegistryState, AnUnreadableRecordStopsTheStart) {
+  auto store = state::open_memory_store();
+  store->put("nodes/n-1", "{\"id\": \"n-1\"}");
+  try {
+    start_head_epoch(*store, 1.0);
+    ADD_FAILURE() << "a node record without its fields was accepted";
+  } catch (const state::StateStoreError& e) {
+    EXPECT_NE(std::string(e.what()).find("nodes/n-1"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(store->get(kHeadEpochKey), std::nullopt) << "nothing written";
+}
+
+}  // namespace
+}  // namespace omnilearn::actors

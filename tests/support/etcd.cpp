@@ -1,0 +1,81 @@
+#include "tests/support/etcd.hpp"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <stdexcept>
+
+namespace omnilearn::testing {
+namespace {
+
+constexpr const char* kEtcd = "/usr/bin/etcd";
+
+}  // namespace
+
+std::uint16_t unused_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof address;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+    ::close(fd);
+    return 0;
+  }
+  ::close(fd);
+  return ntohs(address.sin_port);
+}
+
+std::string EtcdCluster::unavailable() {
+  if (::access(kEtcd, X_OK) != 0) {
+    return "etcd is not installed (Debian's etcd-server; scripts/install-deps.sh --test)";
+  }
+  return "";
+}
+
+EtcdCluster::EtcdCluster(int members, const std::filesystem::path& data_dir) {
+  std::vector<std::string> names, peers;
+  std::string initial;
+  for (int i = 0; i < members; ++i) {
+    names.push_back("m" + std::to_string(i));
+    clients_.push_back("127.0.0.1:" + std::to_string(unused_port()));
+    peers.push_back("http://127.0.0.1:" + std::to_string(unused_port()));
+    initial += (i ? "," : "") + names.back() + "=" + peers.back();
+  }
+  for (int i = 0; i < members; ++i) {
+    const std::string client = "http://" + clients_[i];
+    ProcessOptions options;
+    options.name = "etcd " + names[i];
+    members_.push_back(std::make_unique<ChildProcess>(
+        std::vector<std::string>{kEtcd, "--name", names[i], "--data-dir",
+                                 (data_dir / names[i]).string(), "--listen-client-urls", client,
+                                 "--advertise-client-urls", client, "--listen-peer-urls", peers[i],
+                                 "--initial-advertise-peer-urls", peers[i], "--initial-cluster",
+                                 initial, "--initial-cluster-state", "new",
+                                 "--initial-cluster-token", data_dir.filename().string()},
+        options));
+  }
+  for (auto& member : members_) {
+    if (!member->wait_for_output("ready to serve client requests", std::chrono::seconds(30),
+                                 Stream::kStderr)) {
+      throw std::runtime_error("an etcd member did not start:\n" + member->describe());
+    }
+  }
+}
+
+EtcdCluster::~EtcdCluster() {
+  for (auto& member : members_) member->kill_and_reap();
+}
+
+std::string EtcdCluster::store(const std::string& prefix) const {
+  std::string spec = "etcd://";
+  for (std::size_t i = 0; i < clients_.size(); ++i) spec += (i ? "," : "") + clients_[i];
+  return spec + "/" + prefix;
+}
+
+}  // namespace omnilearn::testing
