@@ -1,18 +1,17 @@
 #include "actors/job_manager.hpp"
 
-#include "actors/asp_scheduler_actor.hpp"
-#include "actors/atomic_file.hpp"
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
 
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
-
+#include "actors/asp_scheduler_actor.hpp"
+#include "actors/atomic_file.hpp"
 #include "actors/job_spec.hpp"
 #include "actors/scheduler_actor.hpp"
 
@@ -27,8 +26,7 @@ namespace fs = std::filesystem;
 constexpr std::size_t kMaxEventsPerReply = 2000;
 
 double unix_time() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 fs::path events_path(const std::string& run_dir) { return fs::path(run_dir) / "events.jsonl"; }
@@ -53,6 +51,27 @@ std::optional<std::string> read_file(const fs::path& path) {
   return text.str();
 }
 
+// A head killed while writing leaves at most a line cut short at the end of events.jsonl: drop
+// it, so that what a restarted head appends starts on a line of its own and every line of the
+// file is a whole event.
+void drop_partial_last_line(const fs::path& path) {
+  std::error_code ec;
+  const auto size = fs::file_size(path, ec);
+  if (ec || size == 0) return;
+  std::ifstream in(path, std::ios::binary);
+  const std::uint64_t window = std::min<std::uint64_t>(size, 1 << 20);
+  in.seekg(static_cast<std::streamoff>(size - window));
+  std::string tail(window, '\0');
+  in.read(tail.data(), static_cast<std::streamsize>(window));
+  if (!in || tail.back() == '\n') return;
+  const auto newline = tail.rfind('\n');
+  const std::uint64_t keep =
+      newline == std::string::npos ? size - window : size - window + newline + 1;
+  in.close();
+  fs::resize_file(path, keep, ec);
+  if (ec)
+    spdlog::warn("jobs: cannot drop the cut-off last line of {}: {}", path.string(), ec.message());
+}
 
 }  // namespace
 
@@ -114,13 +133,13 @@ void JobManager::restore_jobs() {
         "the head restarted{} while the job was {} at step {}; a restarted head does not "
         "resume a job's run: submit it again",
         outage, kept.info.state, kept.info.step);
-    const std::string restarted =
-        Json{{"time", unix_time()},
-             {"event", "head_restarted"},
-             {"head_epoch", head.epoch},
-             {"outage_s", head.outage_s >= 0 ? Json(head.outage_s) : Json(nullptr)},
-             {"step", kept.info.step}}
-            .dump();
+    const std::string restarted = Json{
+        {"time", unix_time()},
+        {"event", "head_restarted"},
+        {"head_epoch", head.epoch},
+        {"outage_s", head.outage_s >= 0 ? Json(head.outage_s) : Json(nullptr)},
+        {"step", kept.info.step}}.dump();
+    drop_partial_last_line(events_path(kept.run_dir));
     end_job_here(kept, "failed", reason, {restarted});
   }
   options_.restored.clear();
@@ -196,9 +215,10 @@ void JobManager::submit(const runtime::Envelope& message, const SubmitJob& reque
     auto finished = std::find_if(submitted_.begin(), submitted_.end(),
                                  [&](const std::string& id) { return jobs_.at(id).finished; });
     if (finished == submitted_.end()) {
-      reply.error = fmt::format("the head already has {} jobs pending or running (its "
-                                "--max-jobs); wait for one to finish or stop one",
-                                options_.max_jobs);
+      reply.error = fmt::format(
+          "the head already has {} jobs pending or running (its "
+          "--max-jobs); wait for one to finish or stop one",
+          options_.max_jobs);
       this->reply(message, reply);
       return;
     }
@@ -219,8 +239,8 @@ void JobManager::submit(const runtime::Envelope& message, const SubmitJob& reque
   JobSpec spec;
   try {
     // The head validates again: it must not trust that a client did.
-    spec = parse_job_spec(request.toml, request.source_name.empty() ? "job.toml"
-                                                                    : request.source_name);
+    spec = parse_job_spec(request.toml,
+                          request.source_name.empty() ? "job.toml" : request.source_name);
   } catch (const JobSpecError& e) {
     reply.error = e.what();
     this->reply(message, reply);
@@ -253,8 +273,9 @@ void JobManager::submit(const runtime::Envelope& message, const SubmitJob& reque
   // Recorded before it is acknowledged or started: a head that restarts knows every job it
   // accepted.
   if (!persist(job)) {
-    reply.error = "the head cannot write to its state store (see its log); the job was not "
-                  "accepted";
+    reply.error =
+        "the head cannot write to its state store (see its log); the job was not "
+        "accepted";
     this->reply(message, reply);
     return;
   }
@@ -385,8 +406,8 @@ JobStatusReply JobManager::finished_job_status(Job& job, std::uint64_t since) {
     job.cursor_offset = offset;
   }
   status.next = since + status.events.size();
-  status.finished = status.events.size() < kMaxEventsPerReply ||
-                    in.peek() == std::ifstream::traits_type::eof();
+  status.finished =
+      status.events.size() < kMaxEventsPerReply || in.peek() == std::ifstream::traits_type::eof();
   return status;
 }
 
@@ -408,8 +429,8 @@ void JobManager::on_message(const runtime::Envelope& message) {
       if (it != jobs_.end() && it->second.finished) {
         // As before the scheduler went away: stopping a finished job is no error.
         if (message.correlation != 0) {
-          reply(message, SimpleReply{true, fmt::format("job {} already finished ({})",
-                                                       stop->job_id, it->second.info.state)});
+          reply(message, SimpleReply{true, fmt::format("job {} already finished ({})", stop->job_id,
+                                                       it->second.info.state)});
         }
         return;
       }
@@ -492,8 +513,9 @@ void JobManager::on_message(const runtime::Envelope& message) {
     }
     default:
       if (message.correlation != 0) {
-        reply(message, runtime::ErrorReply{"bad-request", "jobs does not handle " +
-                                                              std::string(runtime::kind_name(message.kind))});
+        reply(message, runtime::ErrorReply{"bad-request",
+                                           "jobs does not handle " +
+                                               std::string(runtime::kind_name(message.kind))});
       }
   }
 }

@@ -260,3 +260,77 @@ TEST_F(Jobs, AForgottenJobKeepsNoScheduler) {
 
 }  // namespace
 }  // namespace omnilearn::actors
+
+namespace omnilearn::actors {
+namespace {
+
+// A head over a state store: submissions are recorded before they are answered; a second head
+// over the same state answers for a finished job as before, and ends a pending one as failed
+// with the outage, a head_restarted event after the last whole line of its events.jsonl (a line
+// the first head was cut off writing is dropped), and a summary.
+TEST_F(Jobs, ARestartedHeadKeepsItsJobsAndEndsTheOnesThatWereRunning) {
+  std::shared_ptr<state::StateStore> store = state::open_memory_store();
+  JobManagerOptions options;
+  options.store = store;
+  start_head(options);
+  auto pending = submit((dir / "pending").string());
+  ASSERT_TRUE(store->get(job_key(pending.job_id))) << "answered before it was recorded";
+  auto stopped = submit((dir / "stopped").string());
+  ASSERT_TRUE(ask<SimpleReply>(kJobsActor, StopJob{stopped.job_id}));
+  ASSERT_TRUE(wait_state(stopped.job_id, "stopped"));
+  ASSERT_TRUE(testing::wait_until(
+      [&] {
+        auto record = store->get(job_key(stopped.job_id));
+        return record && Json::parse(*record).at("finished").get<bool>();
+      },
+      10s));
+  ASSERT_TRUE(wait_state(pending.job_id, "pending"));
+  head.shutdown();
+  // The first head was killed in the middle of a line.
+  { std::ofstream(dir / "pending" / "events.jsonl", std::ios::app) << R"({"time": 1, "ev)"; }
+
+  runtime::ActorSystem second;
+  auto restored = start_head_epoch(*store, 2000.0);
+  ASSERT_EQ(restored.jobs.size(), 2u);
+  JobManagerOptions again;
+  again.runs_root = (dir / "runs").string();
+  again.store = store;
+  again.restored = restored.jobs;
+  again.head = restored.info;
+  again.head.outage_s = 1.5;
+  second.spawn<NodeRegistry>(kRegistryActor, MembershipConfig{});
+  second.spawn<StoreActor>(kStoreActor);
+  second.spawn<JobManager>(kJobsActor, again);
+  auto ask_second = [&](const std::string& id) {
+    auto answer = second.ask(ActorAddress{"", kJobsActor}, JobStatusRequest{id, 0}, 10s).get();
+    return answer.as<JobStatusReply>();
+  };
+  auto was_stopped = ask_second(stopped.job_id);
+  ASSERT_TRUE(was_stopped && was_stopped->found);
+  EXPECT_TRUE(was_stopped->finished);
+  EXPECT_EQ(was_stopped->job.state, "stopped");
+  auto was_pending = ask_second(pending.job_id);
+  ASSERT_TRUE(was_pending && was_pending->found);
+  EXPECT_TRUE(was_pending->finished);
+  EXPECT_EQ(was_pending->job.state, "failed");
+  EXPECT_NE(was_pending->job.reason.find("the head restarted after an outage of 1.5 s while the "
+                                         "job was pending"),
+            std::string::npos)
+      << was_pending->job.reason;
+  const auto lines = lines_of(dir / "pending" / "events.jsonl");
+  ASSERT_GE(lines.size(), 2u);
+  for (const auto& line : lines) {
+    EXPECT_FALSE(Json::parse(line, nullptr, false).is_discarded()) << "not an event: " << line;
+  }
+  EXPECT_EQ(Json::parse(lines[lines.size() - 2]).at("event"), "head_restarted");
+  EXPECT_EQ(Json::parse(lines.back()).at("event"), "finished");
+  auto summary = Json::parse(std::ifstream(dir / "pending" / "summary.json"));
+  EXPECT_EQ(summary.at("status"), "failed");
+  auto record = Json::parse(*store->get(job_key(pending.job_id)));
+  EXPECT_TRUE(record.at("finished").get<bool>());
+  EXPECT_EQ(record.at("state"), "failed");
+  second.shutdown();
+}
+
+}  // namespace
+}  // namespace omnilearn::actors
