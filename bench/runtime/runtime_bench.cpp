@@ -7,7 +7,8 @@
 //              (target: actor >= 0.40 x raw, and >= 200,000 msg/s)
 //   heartbeat  CPU time of a real `omnilearn head` while simulated nodes heartbeat it
 //              (reported per 1,000 heartbeats/s), and the wall time to register them, with
-//              the head's state in memory and in its SQLite store, run alternately
+//              the head's state in memory, in its SQLite store and in etcd (when installed),
+//              run alternately
 //
 // The far side of each measurement is a real second process: this binary re-executed with
 // --serve ROLE. Within a run, short blocks of the baseline and the actor path alternate, so both
@@ -49,6 +50,7 @@
 #include "runtime/shutdown.hpp"
 #include "runtime/system_messages.hpp"
 #include "tests/support/child_process.hpp"
+#include "tests/support/etcd.hpp"
 
 namespace {
 
@@ -782,16 +784,29 @@ int main(int argc, char** argv) {
       const char* name;
       std::vector<std::string> args;
     };
-    const std::vector<StoreCase> stores = {{"memory", {"--store", "memory:"}},
-                                           {"sqlite", {"--state-dir", state_dir.string()}}};
+    std::vector<StoreCase> stores = {{"memory", {"--store", "memory:"}},
+                                     {"sqlite", {"--state-dir", state_dir.string()}}};
+    // etcd too where Debian's etcd-server is installed: one member on loopback, a fresh prefix
+    // for every run.
+    std::unique_ptr<omnilearn::testing::EtcdCluster> etcd;
+    if (omnilearn::testing::EtcdCluster::unavailable().empty()) {
+      etcd = std::make_unique<omnilearn::testing::EtcdCluster>(1, state_dir.string() + "-etcd");
+      stores.push_back({"etcd", {"--store", ""}});
+    } else {
+      std::printf("(no etcd row: %s)\n", omnilearn::testing::EtcdCluster::unavailable().c_str());
+    }
+    int etcd_runs = 0;
     std::printf("%6s %7s %5s %10s %12s %12s %18s %14s %12s\n", "nodes", "store", "run", "hb/s",
                 "head CPU %", "idle CPU %", "CPU % per 1k hb/s", "us CPU per hb",
                 "register s");
     for (int nodes : node_counts) {
       std::map<std::string, std::vector<double>> per_k, registering;
       for (int r = 0; r < std::max(3, rounds / 2); ++r) {
-        for (const auto& store : stores) {
+        for (auto& store : stores) {
           std::filesystem::remove_all(state_dir);  // every run registers its nodes anew
+          if (std::string(store.name) == "etcd") {
+            store.args[1] = etcd->store("bench-" + std::to_string(++etcd_runs));
+          }
           auto result =
               heartbeat_cost(omnilearn, nodes, 500ms, hb_seconds, !heartbeat_tell, store.args);
           double cost = (result.head_cpu - result.idle_cpu) * 100 / (result.rate / 1000);
@@ -810,11 +825,16 @@ int main(int argc, char** argv) {
                     nodes, store.name, median(per_k[store.name]),
                     min_max(per_k[store.name], "%.3f").c_str(), median(registering[store.name]));
       }
-      std::printf("%6d sqlite/memory: heartbeat CPU %.2fx, registration time %.2fx\n", nodes,
-                  median(per_k["sqlite"]) / median(per_k["memory"]),
-                  median(registering["sqlite"]) / median(registering["memory"]));
+      for (const auto& store : stores) {
+        if (std::string(store.name) == "memory") continue;
+        std::printf("%6d %s/memory: heartbeat CPU %.2fx, registration time %.2fx\n", nodes,
+                    store.name, median(per_k[store.name]) / median(per_k["memory"]),
+                    median(registering[store.name]) / median(registering["memory"]));
+      }
     }
+    etcd.reset();
     std::filesystem::remove_all(state_dir);
+    std::filesystem::remove_all(state_dir.string() + "-etcd");
   }
   return 0;
 }
