@@ -5,9 +5,10 @@
 # tests that save users' models and tensors from Python; cpp-httplib and Chart.js for the head's
 # dashboard and `omnilearn report`).
 # `--test` adds what only the tests need: Chromium (the dashboard and report are checked in a
-# real headless browser), Prometheus's promtool (checks /metrics) and curl (asks a dashboard
-# inside a network namespace). scripts/test.sh passes it; scripts/demo.sh does not, so a first
-# run does not wait for a browser to install.
+# real headless browser), Prometheus's promtool (checks /metrics), curl (asks a dashboard
+# inside a network namespace), and for the deployment tests (tests/deploy, ctest label
+# `deploy`) a one-node Slurm with munge (slurmctld, slurmd). scripts/test.sh passes it;
+# scripts/demo.sh does not, so a first run does not wait for a browser to install.
 # Idempotent: packages already present are skipped by apt-get. Needs root (or sudo).
 set -euo pipefail
 
@@ -28,6 +29,7 @@ packages=(
 )
 test_packages=(
   chromium prometheus curl
+  slurmctld slurmd slurm-client munge
 )
 if [ "${1:-}" = "--test" ]; then
   packages+=("${test_packages[@]}")

@@ -24,6 +24,7 @@ for example in synthetic_quick fashion_mnist_mlp fashion_mnist_cnn; do
   expect_file "$prefix/share/omnilearn/examples/$example.toml"
 done
 expect_file "$prefix/share/doc/omnilearn/README.md"
+expect_file "$prefix/share/omnilearn/deploy/slurm/omnilearn.sbatch"
 for unit in omnilearn-head omnilearn-worker; do
   file="$prefix/lib/systemd/system/$unit.service"
   expect_file "$file"

@@ -41,3 +41,43 @@ summary_status() {
     2>/dev/null || true
 }
 
+# generation_members RUN_DIR NODE: succeeds when the job's latest generation has a trainer on
+# NODE (trainer names end in "<node>-t<n>"); `generation_members RUN_DIR NODE absent`: when a
+# generation formed after the node's trainers took part has none.
+generation_members() {
+  python3 - "$1/events.jsonl" "$2" "${3:-present}" <<'PY'
+import json, re, sys
+path, node, want = sys.argv[1:]
+on_node = re.compile(r"(^|[-_])" + re.escape(node) + r"-t\d+$")
+generations = []
+try:
+    for line in open(path):
+        event = json.loads(line)
+        if event.get("event") == "generation":
+            generations.append([m for m in event.get("members", []) if on_node.search(m)])
+except (OSError, ValueError):
+    sys.exit(1)
+if not generations:
+    sys.exit(1)
+if want == "present":
+    sys.exit(0 if generations[-1] else 1)
+seen = [i for i, g in enumerate(generations) if g]
+sys.exit(0 if seen and not generations[-1] and seen[-1] < len(generations) - 1 else 1)
+PY
+}
+
+# trained_steps RUN_DIR: the job's last committed step in its events (0 before the first).
+trained_steps() {
+  python3 - "$1/events.jsonl" <<'PY'
+import json, sys
+step = 0
+try:
+    for line in open(sys.argv[1]):
+        event = json.loads(line)
+        if event.get("event") == "step":
+            step = max(step, event.get("step", 0))
+except (OSError, ValueError):
+    pass
+print(step)
+PY
+}
