@@ -7,7 +7,8 @@
 # `--test` adds what only the tests need: Chromium (the dashboard and report are checked in a
 # real headless browser), Prometheus's promtool (checks /metrics), curl (asks a dashboard
 # inside a network namespace), and for the deployment tests (tests/deploy, ctest label
-# `deploy`) a one-node Slurm with munge (slurmctld, slurmd). scripts/test.sh passes it;
+# `deploy`) podman with its network stack, mmdebstrap (the image's Debian base), PyYAML (reads
+# the Kubernetes manifests) and a one-node Slurm with munge. scripts/test.sh passes it;
 # scripts/demo.sh does not, so a first run does not wait for a browser to install.
 # Idempotent: packages already present are skipped by apt-get. Needs root (or sudo).
 set -euo pipefail
@@ -29,6 +30,7 @@ packages=(
 )
 test_packages=(
   chromium prometheus curl
+  podman crun netavark aardvark-dns iptables catatonit mmdebstrap python3-yaml
   slurmctld slurmd slurm-client munge
 )
 if [ "${1:-}" = "--test" ]; then

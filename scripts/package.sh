@@ -10,10 +10,11 @@ cd "$(dirname "$0")/.."
 build_dir="${OMNILEARN_BUILD_DIR:-build}"
 out_dir="${OMNILEARN_PACKAGE_DIR:-dist}"
 OMNILEARN_TARGETS="omnilearn omnilearn-trainer omnilearn_runtime" bash scripts/build.sh >&2
+build_dir=$(cd "$build_dir" && pwd)
 mkdir -p "$out_dir"
 rm -f "$build_dir"/cpack/omnilearn_*.deb
-cpack --config "$build_dir/CPackConfig.cmake" -B "$PWD/$build_dir/cpack" >&2
+cpack --config "$build_dir/CPackConfig.cmake" -B "$build_dir/cpack" >&2
 deb=$(ls "$build_dir"/cpack/omnilearn_*_amd64.deb)
 cp "$deb" "$out_dir/"
 echo "package.sh: Depends: $(dpkg-deb -f "$deb" Depends)" >&2
-echo "$out_dir/$(basename "$deb")"
+echo "$(cd "$out_dir" && pwd)/$(basename "$deb")"
