@@ -28,8 +28,10 @@ expect_contains "$depends" "libtorch1.13" "Depends"
 expect_contains "$depends" "libzmq5" "Depends"
 files=$(dpkg-deb -c "$deb")
 for path in ./usr/bin/omnilearn ./usr/libexec/omnilearn/omnilearn-trainer \
-  ./usr/lib/systemd/system/omnilearn-head.service ./usr/lib/systemd/system/omnilearn-worker.service \
-  ./usr/share/omnilearn/examples/synthetic_quick.toml ./usr/include/omnilearn/omnilearn.hpp; do
+  ./usr/lib/systemd/system/omnilearn-head.service \
+  ./usr/lib/systemd/system/omnilearn-worker.service \
+  ./usr/share/omnilearn/examples/synthetic_quick.toml ./usr/include/omnilearn/omnilearn.hpp \
+  ./usr/share/doc/omnilearn/docs/DEPLOYMENT.md; do
   expect_contains "$files" " $path" "the package's files"
 done
 

@@ -7,7 +7,8 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 build=$(cd "$1" && pwd)
-[ -x "$build/bin/omnilearn-trainer" ] || skip "no omnilearn-trainer in $build (OMNILEARN_WITH_TORCH=OFF)"
+[ -x "$build/bin/omnilearn-trainer" ] ||
+  skip "no omnilearn-trainer in $build (OMNILEARN_WITH_TORCH=OFF)"
 
 work=$(mktemp -d /tmp/omnilearn-install-test-XXXXXX)
 trap 'rm -rf "$work"' EXIT
@@ -16,7 +17,8 @@ cmake --install "$build" --prefix "$prefix" >"$work/install.log"
 
 expect_file "$prefix/bin/omnilearn"
 expect_file "$prefix/libexec/omnilearn/omnilearn-trainer"
-ls "$prefix"/lib*/libomnilearn.so.* >/dev/null 2>&1 || fail "no libomnilearn.so.* under $prefix/lib*"
+ls "$prefix"/lib*/libomnilearn.so.* >/dev/null 2>&1 ||
+  fail "no libomnilearn.so.* under $prefix/lib*"
 expect_file "$prefix/include/omnilearn/omnilearn.hpp"
 ls "$prefix"/lib*/cmake/OmniLearn/OmniLearnConfig.cmake >/dev/null 2>&1 ||
   fail "no OmniLearnConfig.cmake under $prefix/lib*/cmake/OmniLearn"
@@ -24,6 +26,7 @@ for example in synthetic_quick fashion_mnist_mlp fashion_mnist_cnn; do
   expect_file "$prefix/share/omnilearn/examples/$example.toml"
 done
 expect_file "$prefix/share/doc/omnilearn/README.md"
+expect_file "$prefix/share/doc/omnilearn/docs/DEPLOYMENT.md"
 expect_file "$prefix/share/omnilearn/deploy/slurm/omnilearn.sbatch"
 for unit in omnilearn-head omnilearn-worker; do
   file="$prefix/lib/systemd/system/$unit.service"
@@ -31,10 +34,15 @@ for unit in omnilearn-head omnilearn-worker; do
   # The unit runs the program of the prefix it was installed into, and restarts on failure.
   expect_contains "$(cat "$file")" "ExecStart=$prefix/bin/omnilearn " "$unit.service"
   expect_contains "$(cat "$file")" "Restart=on-failure" "$unit.service"
+  # The documentation it names is installed.
+  doc=$(sed -n 's|^Documentation=file:||p' "$file")
+  expect_file "$doc"
   if command -v systemd-analyze >/dev/null; then
     # `verify` checks the unit's syntax and that ExecStart's program exists.
     verify=$(systemd-analyze verify "$file" 2>&1 || true)
-    case "$verify" in *"$unit.service"*) fail "systemd-analyze verify $unit.service: $verify" ;; esac
+    case "$verify" in
+      *"$unit.service"*) fail "systemd-analyze verify $unit.service: $verify" ;;
+    esac
   fi
 done
 
