@@ -58,7 +58,8 @@ fi
 image="localhost/omnilearn:$version"
 # The image is rebuilt when what goes into it changed: the package's files and this folder's.
 content=$( (dpkg-deb --fsys-tarfile "$deb" | tar -xO; cat deploy/container/Containerfile \
-  deploy/container/entrypoint.sh deploy/container/drain.sh; echo "$base_image") | sha256sum | cut -c1-16)
+  deploy/container/entrypoint.sh deploy/container/drain.sh; echo "$base_image") |
+  sha256sum | cut -c1-16)
 if [ "$(podman image inspect "$image" --format '{{index .Labels "omnilearn.content"}}' \
   2>/dev/null)" = "$content" ]; then
   step "$image is up to date"

@@ -17,4 +17,7 @@ while [ -n "$(trainers)" ] && [ "$waited" -lt "$limit" ]; do
   sleep 1
   waited=$((waited + 1))
 done
-[ -z "$(trainers)" ] || { echo "omnilearn-drain: trainers still running after ${limit} s" >&2; exit 1; }
+if [ -n "$(trainers)" ]; then
+  echo "omnilearn-drain: trainers still running after ${limit} s" >&2
+  exit 1
+fi

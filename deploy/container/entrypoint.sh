@@ -7,7 +7,8 @@
 set -eu
 if [ -n "${OMNILEARN_CLUSTER_SECRET:-}" ]; then
   if [ ! -r "$OMNILEARN_CLUSTER_SECRET" ]; then
-    echo "omnilearn-entrypoint: OMNILEARN_CLUSTER_SECRET=$OMNILEARN_CLUSTER_SECRET cannot be read (mount the cluster file's secret there)" >&2
+    echo "omnilearn-entrypoint: OMNILEARN_CLUSTER_SECRET=$OMNILEARN_CLUSTER_SECRET cannot be" \
+      "read (mount the cluster file's secret there)" >&2
     exit 2
   fi
   OMNILEARN_CLUSTER_FILE="${OMNILEARN_CLUSTER_FILE:-/var/lib/omnilearn/cluster.toml}"

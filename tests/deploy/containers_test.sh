@@ -91,8 +91,11 @@ joined() { client status --address "$head_ip:7070" 2>/dev/null | grep -q "^$1 ";
 for w in w1 w2 w3; do wait_for 60 "worker $w did not join" joined "$w"; done
 
 submitted=$(client submit /job.toml --address "$head_ip:7070" --json)
-job_id=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["job_id"])' "$submitted")
-run_dir="$work/runs/$(basename "$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["run_dir"])' "$submitted")")"
+field() {
+  python3 -c 'import json, sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$submitted" "$1"
+}
+job_id=$(field job_id)
+run_dir="$work/runs/$(basename "$(field run_dir)")"
 client logs "$job_id" --address "$head_ip:7070" --follow >"$work/follow.log" 2>&1 &
 follow_pid=$!
 
@@ -111,4 +114,4 @@ wait "$follow_pid" || status=$?
 [ "$status" -eq 0 ] || { cat "$work/follow.log"; fail "logs --follow exited $status"; }
 [ "$(summary_status "$run_dir")" = succeeded ] || fail "summary: $(cat "$run_dir/summary.json")"
 [ "$(trained_steps "$run_dir")" -gt "$step_at_kill" ] || fail "no step after the kill"
-echo "containers_test: job $job_id succeeded across the kill of w2 (step $step_at_kill) and w4's join"
+echo "containers_test: job $job_id succeeded across w2's kill (step $step_at_kill) and w4's join"
