@@ -8,9 +8,11 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 
 #include <spdlog/spdlog.h>
 
+#include "actors/trainer_program.hpp"
 #include "actors/worker_agent.hpp"
 #include "core/executor.hpp"
 #include "cli/command.hpp"
@@ -37,13 +39,18 @@ struct WorkerFlags {
   std::vector<std::string> other_heads;  // --other-heads: standbys over the same state
 };
 
-// omnilearn-trainer sits next to this binary (both are built into bin/); $OMNILEARN_TRAINER
-// overrides it.
+// The trainer program this worker starts: $OMNILEARN_TRAINER, or found beside this binary (the
+// build tree) or in the prefix it was installed into (actors::find_trainer_program).
 std::string trainer_binary() {
-  if (const char* env = std::getenv("OMNILEARN_TRAINER")) return env;
+  std::optional<std::string> override_path;
+  if (const char* env = std::getenv("OMNILEARN_TRAINER")) override_path = env;
   std::error_code ec;
   auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
-  return (self.parent_path() / "omnilearn-trainer").string();
+  auto search = actors::find_trainer_program(self, override_path);
+  if (search.found.empty()) {
+    throw CliError(actors::trainer_program_not_found(search, override_path.has_value()));
+  }
+  return search.found;
 }
 
 std::map<std::string, std::string> parse_labels(const std::vector<std::string>& items) {
@@ -134,10 +141,6 @@ int run_worker(const WorkerFlags& flags) {
                  "WARNING: %s (trainers on other machines connect there for the "
                  "collectives)\n",
                  warning->c_str());
-  }
-  if (::access(worker.trainer_binary.c_str(), X_OK) != 0) {
-    throw CliError("cannot run the trainer program " + worker.trainer_binary +
-                   " (build the omnilearn-trainer target, or set OMNILEARN_TRAINER)");
   }
   // User libraries load before anything joins: one that cannot load is an error at start.
   std::vector<core::LoadedLibrary> libraries;

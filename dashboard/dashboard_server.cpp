@@ -15,6 +15,8 @@ namespace {
 
 using Json = nlohmann::json;
 
+constexpr const char* kHealthPath = "/healthz";
+
 void send_json(httplib::Response& response, const Json& body, int status = 200) {
   response.status = status;
   response.set_header("Cache-Control", "no-store");
@@ -52,6 +54,9 @@ struct DashboardServer::Impl {
       send_error(response, 405, "the dashboard is read-only");
       return httplib::Server::HandlerResponse::Handled;
     }
+    // Liveness for supervisors (a Kubernetes probe comes from the node, without the token):
+    // it says only whether the head's actors answer.
+    if (request.path == kHealthPath) return httplib::Server::HandlerResponse::Unhandled;
     if (options.token.empty()) {
       if (!is_loopback_host_header(request.get_header_value("Host"))) {
         send_error(response, 403,
@@ -106,6 +111,10 @@ struct DashboardServer::Impl {
                [this](const httplib::Request& request, httplib::Response& response) {
                  serve_asset(request.matches[1], response);
                });
+    server.Get(kHealthPath, [this](const httplib::Request&, httplib::Response& response) {
+      if (!feed.status()) return send_error(response, 503, "the head's actors did not answer");
+      response.set_content("ok\n", "text/plain; charset=utf-8");
+    });
     server.Get("/api/status", [this](const httplib::Request&, httplib::Response& response) {
       auto status = feed.status();
       if (!status) return send_error(response, 503, "the head's actors did not answer");

@@ -11,6 +11,8 @@
 //   /api/jobs/<id>/events   ?since=N: its events.jsonl objects from N, {"events","next","finished"}
 //   /metrics                Prometheus text format
 //   /static/<file>          the pages' scripts and styles, and chart.min.js
+//   /healthz                "ok" (200) while the head's actors answer, else 503; the one path
+//                           answered without the token (liveness probes carry none)
 //
 // Threads: construct and destroy on one thread; the server answers on its own pool.
 

@@ -6,8 +6,11 @@
 # dashboard and `omnilearn report`).
 # `--test` adds what only the tests need: Chromium (the dashboard and report are checked in a
 # real headless browser), Prometheus's promtool (checks /metrics), curl (asks a dashboard
-# inside a network namespace) and etcd (the tests of heads sharing their state start one). scripts/test.sh passes it; scripts/demo.sh does not, so a first
-# run does not wait for a browser to install.
+# inside a network namespace), etcd (the tests of heads sharing their state start one), and for
+# the deployment tests (tests/deploy, ctest label `deploy`) podman with its network stack,
+# mmdebstrap (the image's Debian base), PyYAML (reads the Kubernetes manifests) and a one-node
+# Slurm with munge. scripts/test.sh passes it; scripts/demo.sh does not, so a first run does not
+# wait for a browser to install.
 # Idempotent: packages already present are skipped by apt-get. Needs root (or sudo).
 set -euo pipefail
 
@@ -30,6 +33,8 @@ packages=(
 test_packages=(
   chromium prometheus curl
   etcd-server etcd-client
+  podman crun netavark aardvark-dns iptables catatonit mmdebstrap python3-yaml
+  slurmctld slurmd slurm-client munge
 )
 if [ "${1:-}" = "--test" ]; then
   packages+=("${test_packages[@]}")

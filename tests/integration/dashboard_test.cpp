@@ -426,6 +426,14 @@ TEST_F(Dashboard, BeyondLoopbackEveryRequestNeedsTheClustersToken) {
   auto nodes = get_json(client, "/api/nodes?token=" + url->token);
   ASSERT_EQ(nodes.size(), 1u);
   EXPECT_EQ(nodes[0]["name"], "tok-a");
+  // Liveness probes carry no token: /healthz answers them, and says nothing but "ok".
+  auto health = client.Get("/healthz");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  EXPECT_EQ(health->body, "ok\n");
+  auto posted = client.Post("/healthz", "", "text/plain");
+  ASSERT_TRUE(posted);
+  EXPECT_EQ(posted->status, 405) << "read-only, /healthz included";
 
   if (!installed(kChromium)) {
     GTEST_SKIP() << "chromium is not installed (Debian package chromium; scripts/test.sh "
