@@ -103,5 +103,62 @@ TEST_F(JobHeadRestart, JobsOutliveTheHeadAsRecordsAndTheClusterGoesOn) {
   EXPECT_EQ(next_summary->at("status"), "succeeded") << next.describe();
 }
 
+// The same for an asynchronous job: its parameter server and workers are stopped by their
+// agents once the restarted head says the job ended, and the job's record says why.
+TEST_F(JobHeadRestart, AnAsynchronousJobEndsWithItsServersAndWorkers) {
+  auto& cluster = start_cluster();
+  for (const auto* worker : {"w1", "w2"}) start_worker(worker);
+  for (const auto* worker : {"w1", "w2"}) {
+    ASSERT_TRUE(cluster.wait_worker_joined(worker, 15s)) << cluster.worker(worker).describe();
+  }
+  ScratchDir scratch("head-restart-asp");
+  const std::string job = R"([job]
+name = "asp-restart"
+mode = "asp"
+[model]
+kind = "mlp"
+hidden = [32]
+[data]
+dataset = "synthetic"
+train_size = 1024
+test_size = 256
+[train]
+global_batch = 64
+optimizer = "sgd"
+lr = 0.01
+steps = 100000
+seed = 7
+[elastic]
+min_workers = 1
+max_workers = 2
+[asp]
+servers = 1
+)";
+  JobRun run(cluster, scratch.write("asp.toml", job), scratch.path() / "asp");
+  ASSERT_TRUE(run.wait_for_event("first_push", 60s)) << run.describe();
+  const auto trainers = job_trainer_processes(run.id());
+  ASSERT_GE(trainers.size(), 2u) << describe(trainers);
+
+  cluster.kill_head();
+  std::this_thread::sleep_for(300ms);
+  cluster.restart_head();
+
+  auto summary = run.wait_finished(30s);
+  ASSERT_TRUE(summary) << run.describe();
+  EXPECT_EQ(summary->at("status"), "failed");
+  EXPECT_NE(summary->at("reason").get<std::string>().find("the head restarted"),
+            std::string::npos)
+      << *summary;
+  EXPECT_TRUE(run.wait_for_event("head_restarted", 1s)) << run.describe();
+  std::vector<ProcessInfo> left;
+  EXPECT_TRUE(wait_until(
+      [&] {
+        left = job_trainer_processes(run.id());
+        return left.empty();
+      },
+      15s))
+      << "servers or workers of the ended job still run:\n" << describe(left);
+}
+
 }  // namespace
 }  // namespace omnilearn::testing
