@@ -77,7 +77,7 @@ void AspSchedulerActor::on_start() {
         }
         for (const auto& node : snapshot->nodes) {
           if (node.state == "alive" || node.state == "suspect") {
-            nodes_[node.id] = Node{node.name, node.system, true};
+            nodes_[node.id] = Node{node.name, node.system, true, node.drained};
           }
         }
         place();
@@ -154,7 +154,7 @@ void AspSchedulerActor::place() {
   if (finished_) return;
   std::vector<std::string> live;
   for (const auto& [id, node] : nodes_) {
-    if (node.alive) live.push_back(id);
+    if (node.alive && !node.drained) live.push_back(id);
   }
   if (live.empty()) return;
   // Servers first, spread over the nodes (shard s on the s-th live node, round robin); a server
@@ -239,8 +239,20 @@ void AspSchedulerActor::on_node_event(const NodeEvent& event) {
   if (event.event == "joined" || event.event == "alive") {
     auto& node = nodes_[info.id];
     const bool was_alive = node.alive;
-    node = Node{info.name, info.system, true};
+    node = Node{info.name, info.system, true, node.drained || info.drained};
     if (!was_alive) place();
+    return;
+  }
+  // `omnilearn node drain` for every job: a running job is also told directly (DrainNode),
+  // which moves its trainers off; this keeps later placements off the node. `undrain`: usable
+  // again.
+  if (event.event == "drained" || event.event == "undrained") {
+    auto& node = nodes_[info.id];
+    node.name = info.name;
+    node.system = info.system;
+    node.alive = info.state == "alive" || info.state == "suspect";
+    node.drained = event.event == "drained";
+    if (!node.drained) place();
     return;
   }
   if (event.event == "dead" || event.event == "left") {
@@ -1245,7 +1257,7 @@ void AspSchedulerActor::on_message(const runtime::Envelope& message) {
           if (finished_) break;
         }
         auto node = nodes_.find(drain->node);
-        if (node != nodes_.end()) node->second.alive = false;  // place nothing more there
+        if (node != nodes_.end()) node->second.drained = true;  // place nothing more there
         place();
       }
       if (message.correlation) {

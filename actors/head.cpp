@@ -10,10 +10,13 @@ namespace omnilearn::actors {
 
 void spawn_head_actors(runtime::ActorSystem& system, const HeadOptions& options) {
   auto store = std::make_shared<StoreStats>();
-  system.spawn<NodeRegistry>(kRegistryActor, options.membership, [store] {
-    return std::map<std::string, std::uint64_t>{{"store_keys", store->keys.load()},
-                                                {"store_waiting", store->waiting.load()}};
-  });
+  system.spawn<NodeRegistry>(
+      kRegistryActor, options.membership,
+      [store] {
+        return std::map<std::string, std::uint64_t>{{"store_keys", store->keys.load()},
+                                                    {"store_waiting", store->waiting.load()}};
+      },
+      DashboardAddress{options.dashboard_url, options.dashboard_token});
   system.spawn<StoreActor>(kStoreActor, StoreLimits{}, store);
   JobManagerOptions jobs;
   jobs.runs_root = options.runs_root;

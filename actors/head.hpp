@@ -13,6 +13,9 @@ struct HeadOptions {
   MembershipConfig membership;
   std::string runs_root = "runs";
   std::size_t max_jobs = 256;
+  // The head's dashboard, told to whoever asks the registry for the status ("" : none).
+  std::string dashboard_url;
+  bool dashboard_token = false;
 };
 
 // Spawns the registry, the rendezvous store and the job manager on `system`.

@@ -38,8 +38,9 @@ std::uint64_t count_proc_entries(const char* path) {
 }
 }  // namespace
 
-NodeRegistry::NodeRegistry(MembershipConfig config, HeadCounterSource head_counters)
-    : table_(config), head_counters_(std::move(head_counters)) {}
+NodeRegistry::NodeRegistry(MembershipConfig config, HeadCounterSource head_counters,
+                           DashboardAddress dashboard)
+    : table_(config), head_counters_(std::move(head_counters)), dashboard_(std::move(dashboard)) {}
 
 void NodeRegistry::on_start() {
   spdlog::info("registry: heartbeat interval {} ms, dead after {} ms",
@@ -61,14 +62,20 @@ void NodeRegistry::publish(const StateChange& change) {
   if (change.to == NodeState::kAlive && change.from == NodeState::kDead) {
     spdlog::info("registry: node {} ({}) joined, incarnation {}", node.name, node.id,
                  node.incarnation);
-    publish_event(table_.info(node, Clock::now()), "joined");
+    publish_event(info(node, Clock::now()), "joined");
     return;
   }
   spdlog::info("registry: node {} ({}) is {}", node.name, node.id, to_string(change.to));
   if (change.to == NodeState::kDead || change.to == NodeState::kLeft) {
     system().declare_system_down(node.system, std::string("node ") + to_string(change.to));
   }
-  publish_event(table_.info(node, Clock::now()), event_name(change.to));
+  publish_event(info(node, Clock::now()), event_name(change.to));
+}
+
+NodeInfo NodeRegistry::info(const NodeRecord& record, Clock::time_point now) const {
+  NodeInfo node = table_.info(record, now);
+  node.drained = drained_.count(node.name) > 0;
+  return node;
 }
 
 void NodeRegistry::publish_event(const NodeInfo& node, const std::string& event) {
@@ -103,7 +110,7 @@ void NodeRegistry::on_message(const runtime::Envelope& message) {
       if (change) publish(*change);
       if (known && !beat->actors.empty()) {
         if (const auto* record = table_.find(beat->node_id)) {
-          publish_event(table_.info(*record, now), "heartbeat");
+          publish_event(info(*record, now), "heartbeat");
         }
       }
       return;
@@ -125,7 +132,7 @@ void NodeRegistry::on_message(const runtime::Envelope& message) {
             (record.state == NodeState::kDead || record.state == NodeState::kLeft)) {
           continue;
         }
-        status.nodes.push_back(table_.info(record, now));
+        status.nodes.push_back(info(record, now));
       }
       const auto& stats = system().transport_stats();
       const auto system_stats = system().stats();
@@ -151,6 +158,8 @@ void NodeRegistry::on_message(const runtime::Envelope& message) {
       if (head_counters_) {
         for (const auto& [name, value] : head_counters_()) status.counters[name] = value;
       }
+      status.dashboard_url = dashboard_.url;
+      status.dashboard_token = dashboard_.token;
       reply(message, status);
       return;
     }
@@ -160,9 +169,26 @@ void NodeRegistry::on_message(const runtime::Envelope& message) {
       if (subscribers_.insert(message.from).second) monitor(message.from);
       if (message.correlation != 0) {
         StatusReply snapshot;
-        for (const auto& record : table_.nodes()) snapshot.nodes.push_back(table_.info(record, now));
+        for (const auto& record : table_.nodes()) snapshot.nodes.push_back(info(record, now));
         reply(message, snapshot);
       }
+      return;
+    }
+    case MessageKind::kSetNodeDrained: {
+      auto request = runtime::unpack_payload<SetNodeDrained>(message.payload);
+      if (!request) return;
+      const bool changed = request->drained ? drained_.insert(request->node).second
+                                            : drained_.erase(request->node) > 0;
+      if (changed) {
+        spdlog::info("registry: node {} {}", request->node,
+                     request->drained ? "drained for every job" : "usable again");
+        for (const auto& record : table_.nodes()) {
+          if (record.name == request->node) {
+            publish_event(info(record, now), request->drained ? "drained" : "undrained");
+          }
+        }
+      }
+      if (message.correlation != 0) reply(message, SimpleReply{true, ""});
       return;
     }
     case MessageKind::kUnsubscribeNodes:

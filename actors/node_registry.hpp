@@ -18,9 +18,16 @@ namespace omnilearn::actors {
 // called on the registry's thread for every status request: it must be thread-safe.
 using HeadCounterSource = std::function<std::map<std::string, std::uint64_t>()>;
 
+// Where the head's dashboard answers, for StatusReply (url "" : no dashboard).
+struct DashboardAddress {
+  std::string url;
+  bool token = false;
+};
+
 class NodeRegistry : public runtime::Actor {
  public:
-  explicit NodeRegistry(MembershipConfig config, HeadCounterSource head_counters = {});
+  explicit NodeRegistry(MembershipConfig config, HeadCounterSource head_counters = {},
+                        DashboardAddress dashboard = {});
 
   void on_start() override;
   void on_message(const runtime::Envelope& message) override;
@@ -29,11 +36,15 @@ class NodeRegistry : public runtime::Actor {
   void sweep();
   void publish(const StateChange& change);
   void publish_event(const NodeInfo& node, const std::string& event);
+  // The table's view of a node, with whether it is drained.
+  NodeInfo info(const NodeRecord& record, std::chrono::steady_clock::time_point now) const;
 
   MembershipTable table_;
   HeadCounterSource head_counters_;
+  DashboardAddress dashboard_;
   std::set<runtime::ActorAddress> subscribers_;
   std::uint64_t refused_registrations_ = 0;
+  std::set<std::string> drained_;  // names of the nodes drained for every job
 };
 
 }  // namespace omnilearn::actors

@@ -76,6 +76,25 @@ TEST(ElasticJob, TrainersThatCannotStartAreRetriedWithBackOffThenFailTheJob) {
   EXPECT_GE(spawned_at[3] - spawned_at[2], 2000);
 }
 
+// A node drained before it came up (`omnilearn node drain` holds for later jobs) gets no
+// trainer until it is undrained; then it gets one.
+TEST(ElasticJob, ANodeUpDrainedGetsTrainersOnlyOnceUndrained) {
+  ElasticJobOptions o;
+  o.min_workers = 1;
+  o.max_workers = 2;
+  o.total_steps = 10;
+  ElasticJob job = make_job(o);
+  job.node_up("n1", "w1", 0, /*draining=*/true);
+  job.start(0);
+  EXPECT_TRUE(commands_of<SpawnCommand>(job).empty());
+  job.node_up("n1", "w1", 50);  // a later "alive" does not undo the drain
+  EXPECT_TRUE(commands_of<SpawnCommand>(job).empty());
+  job.undrain("w1", 100);
+  const auto spawns = commands_of<SpawnCommand>(job);
+  ASSERT_EQ(spawns.size(), 1u);
+  EXPECT_EQ(spawns[0].node, "n1");
+}
+
 // A job that needs more workers than the cluster has fails within its bound, and the reason
 // says how many nodes could take a trainer (a drained one cannot).
 TEST(ElasticJob, TooFewNodesFailsTheJobSayingHowManyWereUsable) {
