@@ -67,7 +67,8 @@ void AspSchedulerActor::on_start() {
             {"servers", asp.servers},
             {"staleness", asp.staleness},
             {"max_staleness", asp.max_staleness},
-            {"lr_scaling", asp.lr_scaling}});
+            {"lr_scaling", asp.lr_scaling},
+            {"scale_lr_by_workers", asp.scale_lr_by_workers}});
   ask(runtime::ActorAddress{"", kRegistryActor}, SubscribeNodes{}, std::chrono::seconds(5),
       [this](runtime::AskResult result) {
         auto snapshot = result.as<StatusReply>();
@@ -716,9 +717,13 @@ void AspSchedulerActor::trainer_gone(const std::string& name, const std::string&
   const bool started = t.server ? t.ready : t.first_push_at.has_value();
   if (!started && !finished_) {
     // A trainer that cannot start (bad data on its node, a model too big for the shards, ...)
-    // would otherwise be restarted forever.
-    const int limit = std::max<int>(
-        5, 2 * (static_cast<int>(shards_.size()) + options_.spec.elastic.max_workers));
+    // would otherwise be restarted forever. Twice the trainers the job can have now: its
+    // max_workers may be far above the workers the cluster holds (by default it is all of them).
+    int live_nodes = 0;
+    for (const auto& [id, node] : nodes_) live_nodes += node.alive && !node.drained;
+    const int workers =
+        std::min(options_.spec.elastic.max_workers, live_nodes * options_.spec.elastic.slots);
+    const int limit = std::max<int>(5, 2 * (static_cast<int>(shards_.size()) + workers));
     if (++start_failures_ >= limit) {
       fail(
           fmt::format("trainers cannot start: {} ended before they served or pushed (last: {}: "
