@@ -94,11 +94,17 @@ int run_head(const HeadFlags& flags) {
   head.membership.max_nodes = static_cast<std::size_t>(flags.max_nodes);
   head.runs_root = flags.runs_dir;
   head.max_jobs = static_cast<std::size_t>(flags.max_jobs);
-  actors::spawn_head_actors(system, head);
-  // Before "listening": a dashboard that cannot start ends the head with the reason.
+  // Before "listening": a dashboard that cannot start ends the head with the reason. Before the
+  // actors too, so that the registry can tell `omnilearn dashboard` where it is (it asks the
+  // actors only when a request comes).
   auto dashboard = start_dashboard(
       system, flags.dashboard,
       cluster ? std::optional<runtime::ClusterCredentials>(cluster->credentials) : std::nullopt);
+  if (dashboard) {
+    head.dashboard_url = dashboard->base_url();
+    head.dashboard_token = dashboard->needs_token();
+  }
+  actors::spawn_head_actors(system, head);
 
   // What workers and clients are told (the cluster file's address): --advertise-address, else
   // the interface listened on, else (all interfaces) the host name.
@@ -197,6 +203,9 @@ void add_head_command(CLI::App& app, int& exit_code) {
                     "No authentication or encryption: anyone who reaches the port can run jobs. "
                     "Local experiments only");
   add_dashboard_flags(command, flags->dashboard, /*allow_host=*/true);
+  command->footer(
+      "Example: omnilearn head --host 0.0.0.0 --advertise-address 10.0.0.1 "
+      "--dashboard-port 8265");
   command->callback([flags, &exit_code] { exit_code = run_head(*flags); });
 }
 
