@@ -13,6 +13,7 @@
 #include "actors/atomic_file.hpp"
 #include "actors/reply_envelope.hpp"
 #include "runtime/system_messages.hpp"
+#include "scheduler/elastic_protocol.hpp"
 
 namespace omnilearn::actors {
 namespace {
@@ -705,6 +706,12 @@ void AspSchedulerActor::on_trainer_exited(const TrainerExited& exited) {
             {"exit_code", exited.exit_code},
             {"reason", exited.reason},
             {"last_error", exited.last_error}});
+  if (exited.exit_code == scheduler::kTrainerExitBadInput) {
+    // The job's own files or model are wrong: every retry would fail the same way.
+    fail(fmt::format("trainer {}: {}", exited.trainer,
+                     exited.last_error.empty() ? exited.reason : exited.last_error));
+    return;
+  }
   trainer_gone(exited.trainer, exited.reason.empty() ? "exited" : exited.reason);
   place();
 }

@@ -286,6 +286,13 @@ void ElasticJob::trainer_exited(const std::string& trainer, int exit_code,
   Trainer* t = find(trainer);
   if (!t || t->exited) return;
   t->exited = true;
+  if (!finished_ && exit_code == kTrainerExitBadInput) {
+    // The job's own files or model are wrong: every retry would fail the same way.
+    const std::string why = reason.empty() ? "its input is invalid" : reason;
+    trainer_gone(trainer, why, now, false);
+    finish("failed", "trainer " + trainer + ": " + why, now);
+    return;
+  }
   if (!finished_ && exit_code != 0 && t->synced_generation < 0 && t->view.phase != Phase::kGone) {
     // It never got as far as training: a failed start. Back off on its node; fail the job
     // once starts keep failing everywhere (a bad model path, data missing on every worker).
