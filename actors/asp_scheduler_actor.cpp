@@ -13,6 +13,7 @@
 #include "actors/atomic_file.hpp"
 #include "actors/reply_envelope.hpp"
 #include "runtime/system_messages.hpp"
+#include "scheduler/elastic_protocol.hpp"
 
 namespace omnilearn::actors {
 namespace {
@@ -67,7 +68,8 @@ void AspSchedulerActor::on_start() {
             {"servers", asp.servers},
             {"staleness", asp.staleness},
             {"max_staleness", asp.max_staleness},
-            {"lr_scaling", asp.lr_scaling}});
+            {"lr_scaling", asp.lr_scaling},
+            {"scale_lr_by_workers", asp.scale_lr_by_workers}});
   ask(runtime::ActorAddress{"", kRegistryActor}, SubscribeNodes{}, std::chrono::seconds(5),
       [this](runtime::AskResult result) {
         auto snapshot = result.as<StatusReply>();
@@ -77,7 +79,7 @@ void AspSchedulerActor::on_start() {
         }
         for (const auto& node : snapshot->nodes) {
           if (node.state == "alive" || node.state == "suspect") {
-            nodes_[node.id] = Node{node.name, node.system, true};
+            nodes_[node.id] = Node{node.name, node.system, true, node.drained};
           }
         }
         place();
@@ -154,7 +156,7 @@ void AspSchedulerActor::place() {
   if (finished_) return;
   std::vector<std::string> live;
   for (const auto& [id, node] : nodes_) {
-    if (node.alive) live.push_back(id);
+    if (node.alive && !node.drained) live.push_back(id);
   }
   if (live.empty()) return;
   // Servers first, spread over the nodes (shard s on the s-th live node, round robin); a server
@@ -239,8 +241,20 @@ void AspSchedulerActor::on_node_event(const NodeEvent& event) {
   if (event.event == "joined" || event.event == "alive") {
     auto& node = nodes_[info.id];
     const bool was_alive = node.alive;
-    node = Node{info.name, info.system, true};
+    node = Node{info.name, info.system, true, node.drained || info.drained};
     if (!was_alive) place();
+    return;
+  }
+  // `omnilearn node drain` for every job: a running job is also told directly (DrainNode),
+  // which moves its trainers off; this keeps later placements off the node. `undrain`: usable
+  // again.
+  if (event.event == "drained" || event.event == "undrained") {
+    auto& node = nodes_[info.id];
+    node.name = info.name;
+    node.system = info.system;
+    node.alive = info.state == "alive" || info.state == "suspect";
+    node.drained = event.event == "drained";
+    if (!node.drained) place();
     return;
   }
   if (event.event == "dead" || event.event == "left") {
@@ -692,6 +706,12 @@ void AspSchedulerActor::on_trainer_exited(const TrainerExited& exited) {
             {"exit_code", exited.exit_code},
             {"reason", exited.reason},
             {"last_error", exited.last_error}});
+  if (exited.exit_code == scheduler::kTrainerExitBadInput) {
+    // The job's own files or model are wrong: every retry would fail the same way.
+    fail(fmt::format("trainer {}: {}", exited.trainer,
+                     exited.last_error.empty() ? exited.reason : exited.last_error));
+    return;
+  }
   trainer_gone(exited.trainer, exited.reason.empty() ? "exited" : exited.reason);
   place();
 }
@@ -704,9 +724,13 @@ void AspSchedulerActor::trainer_gone(const std::string& name, const std::string&
   const bool started = t.server ? t.ready : t.first_push_at.has_value();
   if (!started && !finished_) {
     // A trainer that cannot start (bad data on its node, a model too big for the shards, ...)
-    // would otherwise be restarted forever.
-    const int limit = std::max<int>(
-        5, 2 * (static_cast<int>(shards_.size()) + options_.spec.elastic.max_workers));
+    // would otherwise be restarted forever. Twice the trainers the job can have now: its
+    // max_workers may be far above the workers the cluster holds (by default it is all of them).
+    int live_nodes = 0;
+    for (const auto& [id, node] : nodes_) live_nodes += node.alive && !node.drained;
+    const int workers =
+        std::min(options_.spec.elastic.max_workers, live_nodes * options_.spec.elastic.slots);
+    const int limit = std::max<int>(5, 2 * (static_cast<int>(shards_.size()) + workers));
     if (++start_failures_ >= limit) {
       fail(
           fmt::format("trainers cannot start: {} ended before they served or pushed (last: {}: "
@@ -1245,7 +1269,7 @@ void AspSchedulerActor::on_message(const runtime::Envelope& message) {
           if (finished_) break;
         }
         auto node = nodes_.find(drain->node);
-        if (node != nodes_.end()) node->second.alive = false;  // place nothing more there
+        if (node != nodes_.end()) node->second.drained = true;  // place nothing more there
         place();
       }
       if (message.correlation) {

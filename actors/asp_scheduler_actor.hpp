@@ -48,6 +48,7 @@ class AspSchedulerActor : public runtime::Actor {
     std::string name;
     std::string system;  // its agent's actor system
     bool alive = false;
+    bool drained = false;  // omnilearn node drain: nothing more is placed there
   };
   struct Trainer {
     std::string node;  // node id

@@ -152,6 +152,7 @@ void AspServerActor::on_push(const runtime::Envelope& message) {
   try {
     if (push->global_batch >= 1 && push->workers >= 1) {
       core_.set_batch_plan(push->global_batch, push->workers);
+      if (config_.on_workers) config_.on_workers(push->workers);
     }
     applying_version_ = core_.pull().number;
     const asp::PushOutcome outcome =

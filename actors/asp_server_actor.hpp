@@ -58,6 +58,9 @@ struct AspServerConfig {
   // Set: steady_clock ticks of the last pull or push, stored on every message (any thread may
   // read it: the trainer's idle limit).
   std::shared_ptr<std::atomic<std::int64_t>> last_message;
+  // Set: told the worker count n of each push's batch plan, before the push is applied (on the
+  // actor's thread): [asp] scale_lr_by_workers divides the learning rate by it.
+  std::function<void(int workers)> on_workers;
 };
 
 class AspServerActor : public runtime::Actor {

@@ -37,13 +37,14 @@ HeadInfo spawn_head_actors(runtime::ActorSystem& system, const HeadOptions& opti
   registry.head = restored.info;
   registry.nodes = std::move(restored.nodes);
   registry.incarnations = std::move(restored.incarnations);
+  registry.drained = std::move(restored.drained);
   system.spawn<NodeRegistry>(
       kRegistryActor, options.membership,
       [store] {
         return std::map<std::string, std::uint64_t>{{"store_keys", store->keys.load()},
                                                     {"store_waiting", store->waiting.load()}};
       },
-      std::move(registry));
+      DashboardAddress{options.dashboard_url, options.dashboard_token}, std::move(registry));
   system.spawn<StoreActor>(kStoreActor, StoreLimits{}, store);
   JobManagerOptions jobs;
   jobs.store = durable;

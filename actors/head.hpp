@@ -19,6 +19,9 @@ struct HeadOptions {
   // Where the head keeps what it must not forget (nodes, jobs, its epoch); null: in memory,
   // forgotten when the head stops (`run --local`, tests of one head's life).
   std::shared_ptr<state::StateStore> store;
+  // The head's dashboard, told to whoever asks the registry for the status ("" : none).
+  std::string dashboard_url;
+  bool dashboard_token = false;
 };
 
 // Reads the head's state from options.store (a previous head's nodes and jobs), raises its

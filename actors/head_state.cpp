@@ -24,6 +24,7 @@ using Json = nlohmann::json;
 std::string node_key(const std::string& node_id) { return "nodes/" + node_id; }
 std::string name_key(const std::string& name) { return "names/" + name; }
 std::string job_key(const std::string& job_id) { return "jobs/" + job_id; }
+std::string drained_key(const std::string& node_name) { return "drained/" + node_name; }
 
 std::string encode_node(const NodeRecord& node) {
   return Json{{"id", node.id},
@@ -95,6 +96,8 @@ RestoredHead start_head_epoch(state::StateStore& store, double now_unix) {
         node.resources.labels = resources.at("labels").get<std::map<std::string, std::string>>();
         if (node_key(node.id) != key) unreadable(store, key, "its id does not match its key");
         out.nodes.push_back(std::move(node));
+      } else if (key.rfind("drained/", 0) == 0) {
+        out.drained.insert(key.substr(8));
       } else if (key.rfind("names/", 0) == 0) {
         out.incarnations[key.substr(6)] = std::stoull(value);
       } else if (key.rfind("jobs/", 0) == 0) {

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,7 @@ struct StoredJob {
 std::string node_key(const std::string& node_id);
 std::string name_key(const std::string& name);
 std::string job_key(const std::string& job_id);
+std::string drained_key(const std::string& node_name);  // a node drained for every job
 inline constexpr const char* kHeadEpochKey = "head/epoch";
 inline constexpr const char* kHeadAliveKey = "head/alive_at";
 
@@ -43,6 +45,7 @@ std::string encode_job(const StoredJob& job);
 struct RestoredHead {
   std::vector<NodeRecord> nodes;                      // live when the previous head last wrote them
   std::map<std::string, std::uint64_t> incarnations;  // by name
+  std::set<std::string> drained;  // names of the nodes drained for every job
   std::vector<StoredJob> jobs;                        // oldest submission first
   HeadInfo info;  // epoch, store, started_at, outage_s, restored_nodes, restored_jobs
 };

@@ -480,6 +480,10 @@ void JobManager::on_message(const runtime::Envelope& message) {
         reply(message, SimpleReply{false, "no live node named '" + drain->node + "'"});
         return;
       }
+      // For every job, later ones included: the registry marks the node, and schedulers
+      // (running ones here, and every one from its node snapshot) place nothing there.
+      drained_.insert(node->name);
+      tell(runtime::ActorAddress{"", kRegistryActor}, SetNodeDrained{node->name, true});
       int jobs = 0;
       for (const auto& [id, job] : jobs_) {
         if (job.finished || (job.info.state != "pending" && job.info.state != "running")) continue;
@@ -487,8 +491,27 @@ void JobManager::on_message(const runtime::Envelope& message) {
         ++jobs;
       }
       spdlog::info("jobs: draining node {} ({}) from {} jobs", node->name, node->id, jobs);
-      reply(message, SimpleReply{true, fmt::format("draining node {} ({}) from {} running jobs",
-                                                   node->name, node->id, jobs)});
+      reply(message,
+            SimpleReply{true, fmt::format("draining node {} ({}) from {} running jobs; no job "
+                                          "places trainers there until `omnilearn node undrain "
+                                          "{}`",
+                                          node->name, node->id, jobs, node->name)});
+      return;
+    }
+    case MessageKind::kUndrainNode: {
+      auto undrain = runtime::unpack_payload<UndrainNode>(message.payload);
+      if (!undrain) return;
+      const NodeInfo* node = find_node(undrain->node);
+      const std::string name = node ? node->name : undrain->node;
+      if (drained_.erase(name) == 0) {
+        reply(message, SimpleReply{false, "node '" + undrain->node +
+                                              "' is not drained (omnilearn node list shows "
+                                              "which are)"});
+        return;
+      }
+      tell(runtime::ActorAddress{"", kRegistryActor}, SetNodeDrained{name, false});
+      spdlog::info("jobs: node {} usable again", name);
+      reply(message, SimpleReply{true, fmt::format("node {} is usable again by every job", name)});
       return;
     }
     case MessageKind::kSetNodeResources: {

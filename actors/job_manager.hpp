@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <vector>
+#include <set>
 #include <string>
 
 #include "actors/head_state.hpp"
@@ -90,6 +91,7 @@ class JobManager : public runtime::Actor {
   std::map<std::string, Job> jobs_;        // by id
   std::deque<std::string> submitted_;      // the ids in jobs_, oldest submission first
   std::map<std::string, NodeInfo> nodes_;  // by id, from the registry's events
+  std::set<std::string> drained_;          // names of the nodes drained for every job
 };
 
 }  // namespace omnilearn::actors

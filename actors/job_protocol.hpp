@@ -47,10 +47,17 @@ struct StopJob {
   MSGPACK_DEFINE(job_id, reason);
 };
 
-// client -> jobs; the node's trainers leave their jobs at a step boundary; answered with
-// SimpleReply once every affected job has re-formed without it (or failed to).
+// client -> jobs; the node's trainers leave their jobs at a step boundary, and no job (running
+// or later) places trainers on it until an UndrainNode; answered with SimpleReply.
 struct DrainNode {
   static constexpr MessageKind kKind = MessageKind::kDrainNode;
+  std::string node;  // name or id
+  MSGPACK_DEFINE(node);
+};
+
+// client -> jobs; a drained node usable again by every job; answered with SimpleReply.
+struct UndrainNode {
+  static constexpr MessageKind kKind = MessageKind::kUndrainNode;
   std::string node;  // name or id
   MSGPACK_DEFINE(node);
 };

@@ -39,6 +39,16 @@ const char* type_name(toml::node_type type) {
   }
 }
 
+// While job_spec_keys() parses its representative jobs, every typed read lands here.
+thread_local std::vector<JobKey>* t_recorded_keys = nullptr;
+
+std::string toml_string(const std::string& text) { return "\"" + text + "\""; }
+
+std::string int_range(std::int64_t min, std::int64_t max) {
+  if (max == std::numeric_limits<std::int64_t>::max()) return fmt::format(">= {}", min);
+  return fmt::format("[{}, {}]", min, max);
+}
+
 // One [section] being read: typed getters that fail with the key's location, and a check that
 // every key in the file was understood (a typo is an error, not a silently ignored setting).
 class Section {
@@ -73,7 +83,18 @@ class Section {
     return table_ ? table_->get(key) : nullptr;
   }
 
+  // The next typed read's default, in words (a default that other keys decide).
+  Section& defaults_to(std::string words) {
+    default_words_ = std::move(words);
+    return *this;
+  }
+  // The condition under which the following reads apply (for a key read two ways).
+  void when(std::string condition) { when_ = std::move(condition); }
+
   void string(const std::string& key, std::string& out, std::initializer_list<const char*> allowed = {}) {
+    std::string range;
+    for (const char* a : allowed) range += (range.empty() ? "" : ", ") + toml_string(a);
+    record(key, "string", toml_string(out), range.empty() ? "any" : range);
     const auto* n = node(key);
     if (!n) return;
     auto value = n->value<std::string>();
@@ -93,10 +114,6 @@ class Section {
   template <class Int>
   void integer(const std::string& key, Int& out, std::int64_t min,
                std::int64_t max = std::numeric_limits<std::int64_t>::max()) {
-    const auto* n = node(key);
-    if (!n) return;
-    if (!n->is_integer()) fail(key, fmt::format("expected an integer, got {}", type_name(n->type())));
-    auto value = *n->value<std::int64_t>();
     // The field's own type bounds the value too: `min_batch = 4294967297` must be an error, not
     // a silent 1 in an int.
     // (An unsigned 64-bit field holds every non-negative int64: its max must not wrap to -1.)
@@ -104,6 +121,12 @@ class Section {
         static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
       max = std::min<std::int64_t>(max, static_cast<std::int64_t>(std::numeric_limits<Int>::max()));
     }
+    record(key, "integer", fmt::format("{}", out), int_range(min, max));
+    const auto* n = node(key);
+    if (!n) return;
+    if (!n->is_integer())
+      fail(key, fmt::format("expected an integer, got {}", type_name(n->type())));
+    auto value = *n->value<std::int64_t>();
     if (value < min || value > max) {
       if (max == std::numeric_limits<std::int64_t>::max()) {
         fail(key, fmt::format("expected an integer >= {}, got {}", min, value));
@@ -114,6 +137,8 @@ class Section {
   }
 
   void number(const std::string& key, double& out, double min, double max, bool min_open = false) {
+    record(key, "number", fmt::format("{}", out),
+           fmt::format("{}{}, {}]", min_open ? "(" : "[", min, max));
     const auto* n = node(key);
     if (!n) return;
     if (!n->is_number()) fail(key, fmt::format("expected a number, got {}", type_name(n->type())));
@@ -130,6 +155,7 @@ class Section {
   }
 
   void boolean(const std::string& key, bool& out) {
+    record(key, "boolean", out ? "true" : "false", "true, false");
     const auto* n = node(key);
     if (!n) return;
     if (!n->is_boolean()) fail(key, fmt::format("expected true or false, got {}", type_name(n->type())));
@@ -137,6 +163,8 @@ class Section {
   }
 
   void int_list(const std::string& key, std::vector<std::int64_t>& out, std::int64_t min) {
+    record(key, "array of integers", fmt::format("[{}]", fmt::join(out, ", ")),
+           fmt::format("integers >= {}", min));
     const auto* n = node(key);
     if (!n) return;
     const auto* array = n->as_array();
@@ -167,11 +195,23 @@ class Section {
   const std::string& name() const { return name_; }
 
  private:
+  void record(const std::string& key, const char* type, std::string default_value,
+              std::string range) {
+    std::string words = std::move(default_words_);
+    default_words_.clear();
+    if (!t_recorded_keys) return;
+    t_recorded_keys->push_back(JobKey{name_, key, when_, type,
+                                      words.empty() ? std::move(default_value) : words,
+                                      std::move(range)});
+  }
+
   const std::string& source_;
   std::string name_;
   const toml::table* table_;
   toml::source_region where_;
   std::set<std::string> known_;
+  std::string default_words_;
+  std::string when_;
 };
 
 // Runs a validate() of a lower layer and turns its std::invalid_argument into a located error.
@@ -286,7 +326,7 @@ JobSpec parse_job_spec(std::string_view toml_text, const std::string& source, Fi
 
   auto job = section("job");
   if (!job.has("name")) job.fail_section("missing key 'name' (a name for the job)");
-  job.string("name", spec.name);
+  job.defaults_to("required").string("name", spec.name);
   if (spec.name.empty() || spec.name.size() > 64) job.fail("name", "expected 1 to 64 characters");
   job.string("mode", spec.mode, {"bsp", "asp"});
   job.finish();
@@ -295,7 +335,8 @@ JobSpec parse_job_spec(std::string_view toml_text, const std::string& source, Fi
   auto asp = section("asp");
   asp.integer("servers", spec.asp.servers, 1, 4096);
   asp.string("staleness", spec.asp.staleness, {"none", "inverse", "bound"});
-  asp.integer("max_staleness", spec.asp.max_staleness, 1);
+  asp.defaults_to("none (required with \"bound\")")
+      .integer("max_staleness", spec.asp.max_staleness, 1);
   if (spec.asp.staleness == "bound" && !asp.has("max_staleness")) {
     asp.fail("staleness", "\"bound\" needs max_staleness (an integer >= 1: pushes staler than "
                           "that are dropped)");
@@ -305,6 +346,7 @@ JobSpec parse_job_spec(std::string_view toml_text, const std::string& source, Fi
                                           spec.asp.staleness));
   }
   asp.string("lr_scaling", spec.asp.lr_scaling, {"none", "linear"});
+  asp.boolean("scale_lr_by_workers", spec.asp.scale_lr_by_workers);
   asp.integer("refresh_statistics", spec.asp.refresh_statistics, 0, 100000);
   asp.finish();
   if (spec.mode != "asp" && root.contains("asp")) {
@@ -313,9 +355,9 @@ JobSpec parse_job_spec(std::string_view toml_text, const std::string& source, Fi
 
   auto train = section("train");
   if (!train.has("global_batch")) train.fail_section("missing key 'global_batch'");
-  train.integer("global_batch", spec.train.global_batch, 1, 1 << 24);
-  train.integer("epochs", spec.train.epochs, 1);
-  train.integer("steps", spec.train.steps, 1);
+  train.defaults_to("required").integer("global_batch", spec.train.global_batch, 1, 1 << 24);
+  train.defaults_to("none (set epochs or steps)").integer("epochs", spec.train.epochs, 1);
+  train.defaults_to("none (set epochs or steps)").integer("steps", spec.train.steps, 1);
   if ((spec.train.epochs > 0) == (spec.train.steps > 0)) {
     train.fail_section("set exactly one of 'epochs' or 'steps'");
   }
@@ -393,6 +435,7 @@ JobSpec parse_job_spec(std::string_view toml_text, const std::string& source, Fi
                        "train_x, train_y, test_x and test_y)");
       }
     }
+    data.when("dataset = \"tensors\"");
     for (auto [key, field] : tensor_keys(spec.data.tensors)) {
       data.string(key, *field);
       *field = resolve_path(source, *field);
@@ -405,8 +448,10 @@ JobSpec parse_job_spec(std::string_view toml_text, const std::string& source, Fi
                                    spec.data.dataset));
       }
     }
+    data.when("dataset = \"fashion-mnist\"");
     data.string("path", spec.data.path);
     spec.data.path = resolve_path(source, spec.data.path);
+    data.when("dataset = \"synthetic\"");
     data.integer("train_size", spec.data.synthetic.train_size, 1);
     data.integer("test_size", spec.data.synthetic.test_size, 1);
     data.integer("classes", spec.data.synthetic.num_classes, 2, 1000);
@@ -434,7 +479,7 @@ JobSpec parse_job_spec(std::string_view toml_text, const std::string& source, Fi
   controller.number("deadband", config.deadband, 0, 0.99);
   controller.number("gain", config.gain, 0, 1, true);
   controller.integer("min_batch", config.min_batch, 1);
-  controller.integer("max_batch", config.max_batch, 1);
+  controller.defaults_to("global_batch").integer("max_batch", config.max_batch, 1);
   controller.integer("interval", spec.controller.interval_steps, 1);
   controller.number("interval_s", spec.controller.interval_s, 0, 3600);
   controller.integer("cooldown", spec.controller.cooldown_steps, 0);
@@ -449,8 +494,14 @@ JobSpec parse_job_spec(std::string_view toml_text, const std::string& source, Fi
 
   auto elastic = section("elastic");
   elastic.integer("min_workers", spec.elastic.min_workers, 1, 4096);
-  spec.elastic.max_workers = spec.elastic.min_workers;
-  elastic.integer("max_workers", spec.elastic.max_workers, 1, 4096);
+  // Elastic by default: without max_workers a job takes every worker the cluster has, as many
+  // as the batch can feed min_batch samples each (the scheduler places one trainer per slot on
+  // every usable node, up to this).
+  const bool max_workers_given = elastic.has("max_workers");
+  spec.elastic.max_workers = std::max(
+      spec.elastic.min_workers, std::clamp(spec.train.global_batch / config.min_batch, 1, 4096));
+  elastic.defaults_to("every worker the cluster has, at most global_batch / min_batch (and 4096)")
+      .integer("max_workers", spec.elastic.max_workers, 1, 4096);
   elastic.integer("slots", spec.elastic.slots, 1, 64);
   elastic.number("grace_period_s", spec.elastic.grace_period_s, 0, 86400);
   if (spec.elastic.min_workers > spec.elastic.max_workers) {
@@ -461,6 +512,14 @@ JobSpec parse_job_spec(std::string_view toml_text, const std::string& source, Fi
 
   // Cross-section checks: the batch must be splittable over every worker count the job allows.
   const int B = spec.train.global_batch;
+  if (!max_workers_given &&
+      static_cast<std::int64_t>(spec.elastic.min_workers) * config.min_batch > B) {
+    train.fail("global_batch",
+               fmt::format("global_batch {} cannot give {} workers (elastic.min_workers) at least "
+                           "controller.min_batch = {} samples each; raise global_batch or lower "
+                           "min_workers/min_batch",
+                           B, spec.elastic.min_workers, config.min_batch));
+  }
   if (static_cast<std::int64_t>(spec.elastic.max_workers) * config.min_batch > B) {
     train.fail("global_batch",
                fmt::format("global_batch {} cannot give {} workers (elastic.max_workers) at least "
@@ -480,6 +539,61 @@ JobSpec parse_job_spec(std::string_view toml_text, const std::string& source, Fi
   checkpoint.integer("every", spec.checkpoint.every, 0);
   checkpoint.finish();
   return spec;
+}
+
+std::vector<JobKey> job_spec_keys() {
+  // Between them these jobs take every branch of the parser: bsp and asp, the built-in and
+  // TorchScript models, and both kinds of dataset.
+  static constexpr const char* kJobs[] = {
+      R"([job]
+name = "bsp"
+[train]
+global_batch = 256
+steps = 1
+)",
+      R"([job]
+name = "asp"
+mode = "asp"
+[model]
+kind = "torchscript"
+path = "model.pt"
+[data]
+dataset = "tensors"
+train = "train.pt"
+test = "test.pt"
+[train]
+global_batch = 256
+steps = 1
+[asp]
+staleness = "bound"
+max_staleness = 1
+)"};
+  std::vector<JobKey> reads;
+  t_recorded_keys = &reads;
+  try {
+    for (const char* job : kJobs) parse_job_spec(job, "job_spec_keys.toml");
+  } catch (...) {
+    t_recorded_keys = nullptr;
+    throw;
+  }
+  t_recorded_keys = nullptr;
+  // One entry per key, or one per reading where a key is read two ways.
+  auto same = [](const JobKey& a, const JobKey& b) {
+    return a.type == b.type && a.default_value == b.default_value && a.range == b.range;
+  };
+  std::vector<JobKey> keys;
+  for (const auto& read : reads) {
+    bool seen = false;
+    for (const auto& k : keys)
+      seen |= k.section == read.section && k.key == read.key && same(k, read);
+    if (!seen) keys.push_back(read);
+  }
+  for (auto& k : keys) {
+    int readings = 0;
+    for (const auto& other : keys) readings += other.section == k.section && other.key == k.key;
+    if (readings == 1) k.when.clear();
+  }
+  return keys;
 }
 
 JobSpec load_job_spec(const std::string& path, FileChecks checks) {

@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "scheduler/batch_controller.hpp"
 #include "training/specs.hpp"
@@ -31,6 +32,8 @@ struct ControllerSection {
 
 struct ElasticSection {
   int min_workers = 1;
+  // Without the key: every worker the cluster has, up to what the batch allows (the parser
+  // sets min(4096, global_batch / controller.min_batch), so every worker gets min_batch).
   int max_workers = 1;
   int slots = 1;               // trainers per node
   double grace_period_s = 30;  // below min_workers this long -> the job fails
@@ -48,6 +51,9 @@ struct AspSection {
   std::string staleness = "none";      // "none" | "inverse" | "bound"
   std::int64_t max_staleness = 0;      // >= 1 with "bound" (required there), 0 otherwise
   std::string lr_scaling = "linear";   // "none" | "linear": gradient x b_i / (B / n)
+  // Each push's learning rate is [train] lr / n, n the workers of the current batch plan: BSP's
+  // rate, shared out over the n pushes that take the place of one BSP step.
+  bool scale_lr_by_workers = true;
   // Training-mode forward passes (64 samples each) by which a worker sets the running
   // statistics (BatchNorm) from the parameters it evaluates, before each evaluation and the
   // final model: the servers' running average lags parameters that move on every push.
@@ -99,5 +105,21 @@ JobSpec parse_job_spec(std::string_view toml_text, const std::string& source,
                        FileChecks checks = FileChecks::kNone);
 // Reads the file first; a missing file is a JobSpecError at line 0.
 JobSpec load_job_spec(const std::string& path, FileChecks checks = FileChecks::kNone);
+
+// One key of a job file as the parser reads it: its type, the range it accepts and the value a
+// job without it gets. What the reference (docs/job-file.md) must say about the key.
+struct JobKey {
+  std::string section;  // "train"
+  std::string key;      // "global_batch"
+  // Set only for a key read two ways, by the other keys' values ("dataset = \"tensors\"").
+  std::string when;
+  std::string type;           // "integer" | "number" | "string" | "boolean" | "array of integers"
+  std::string default_value;  // as TOML writes it, or words for a default other keys decide
+  std::string range;          // "[1, 4096]", ">= 0", "(0, 1000]", "\"bsp\", \"asp\"", "any"
+};
+
+// Every key of every section, recorded from the parser's own reads of representative jobs (so
+// the ranges are the ones it enforces and the defaults the ones a job gets), in section order.
+std::vector<JobKey> job_spec_keys();
 
 }  // namespace omnilearn::actors

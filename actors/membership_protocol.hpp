@@ -134,7 +134,11 @@ struct NodeInfo {
   NodeResources resources;
   NodeUsage usage;
   std::vector<ActorCounters> actors;
-  MSGPACK_DEFINE(id, name, state, incarnation, last_heartbeat_ms, system, resources, usage, actors);
+  // Drained (`omnilearn node drain`): no job places trainers on it, until it is undrained. By
+  // name, so a restarted node stays drained.
+  bool drained = false;
+  MSGPACK_DEFINE(id, name, state, incarnation, last_heartbeat_ms, system, resources, usage, actors,
+                 drained);
 };
 
 struct JobWorkerInfo {
@@ -186,15 +190,28 @@ struct StatusReply {
   std::vector<NodeInfo> nodes;
   std::vector<JobInfo> jobs;
   std::map<std::string, std::uint64_t> counters;  // the head's transport and registry counters
+  // The head's web dashboard ("" without one): "http://HOST:PORT/" ("HOST" for a wildcard
+  // interface), and whether it asks for the token derived from the cluster file.
+  std::string dashboard_url;
+  bool dashboard_token = false;
   HeadInfo head;  // from the registry (empty from an older head)
-  MSGPACK_DEFINE(nodes, jobs, counters, head);
+  MSGPACK_DEFINE(nodes, jobs, counters, dashboard_url, dashboard_token, head);
+};
+
+// jobs -> registry: mark the node named `node` drained for every job, or usable again. The
+// registry then tells its subscribers ("drained" / "undrained" NodeEvents).
+struct SetNodeDrained {
+  static constexpr MessageKind kKind = MessageKind::kSetNodeDrained;
+  std::string node;  // name
+  bool drained = true;
+  MSGPACK_DEFINE(node, drained);
 };
 
 // Sent by the registry to subscribers when a node changes state.
 struct NodeEvent {
   static constexpr MessageKind kKind = MessageKind::kNodeEvent;
   NodeInfo node;
-  std::string event;  // joined | suspect | alive | dead | left
+  std::string event;  // joined | suspect | alive | dead | left | heartbeat | drained | undrained
   MSGPACK_DEFINE(node, event);
 };
 

@@ -40,12 +40,14 @@ std::uint64_t count_proc_entries(const char* path) {
 }  // namespace
 
 NodeRegistry::NodeRegistry(MembershipConfig config, HeadCounterSource head_counters,
-                           RegistryState state)
+                           DashboardAddress dashboard, RegistryState state)
     : table_(config),
       head_counters_(std::move(head_counters)),
+      dashboard_(std::move(dashboard)),
       store_(std::move(state.store)),
       head_(std::move(state.head)) {
   table_.restore(state.nodes, state.incarnations, Clock::now());
+  drained_ = std::move(state.drained);
   for (const auto& node : state.nodes) awaited_.insert(node.id);
 }
 
@@ -64,7 +66,14 @@ void NodeRegistry::stage_registration(const runtime::Envelope& message,
   }
   staged_.push_back({node_key(record->id), encode_node(*record)});
   staged_.push_back({name_key(record->name), std::to_string(record->incarnation)});
-  unacknowledged_.push_back({message, answer});
+  unacknowledged_.push_back([this, message, answer](bool written) {
+    if (written) {
+      reply(message, answer);
+    } else {
+      reply(message, runtime::ErrorReply{
+                          "unavailable", "the head cannot write to its state store; see its log"});
+    }
+  });
   schedule_flush();
 }
 
@@ -99,15 +108,7 @@ void NodeRegistry::flush() {
                   e.what());
     ok = false;
   }
-  for (const auto& pending : waiting) {
-    if (ok) {
-      reply(pending.request, pending.answer);
-    } else {
-      reply(pending.request,
-            runtime::ErrorReply{"unavailable",
-                                "the head cannot write to its state store; see its log"});
-    }
-  }
+  for (const auto& answer : waiting) answer(ok);
 }
 
 void NodeRegistry::restored_node_settled(const std::string& node_id) {
@@ -153,7 +154,7 @@ void NodeRegistry::publish(const StateChange& change) {
   if (change.to == NodeState::kAlive && change.from == NodeState::kDead) {
     spdlog::info("registry: node {} ({}) joined, incarnation {}", node.name, node.id,
                  node.incarnation);
-    publish_event(table_.info(node, Clock::now()), "joined");
+    publish_event(info(node, Clock::now()), "joined");
     return;
   }
   spdlog::info("registry: node {} ({}) is {}", node.name, node.id, to_string(change.to));
@@ -162,7 +163,13 @@ void NodeRegistry::publish(const StateChange& change) {
     restored_node_settled(node.id);
     system().declare_system_down(node.system, std::string("node ") + to_string(change.to));
   }
-  publish_event(table_.info(node, Clock::now()), event_name(change.to));
+  publish_event(info(node, Clock::now()), event_name(change.to));
+}
+
+NodeInfo NodeRegistry::info(const NodeRecord& record, Clock::time_point now) const {
+  NodeInfo node = table_.info(record, now);
+  node.drained = drained_.count(node.name) > 0;
+  return node;
 }
 
 void NodeRegistry::publish_event(const NodeInfo& node, const std::string& event) {
@@ -203,7 +210,7 @@ void NodeRegistry::on_message(const runtime::Envelope& message) {
       if (change) publish(*change);
       if (known && !beat->actors.empty()) {
         if (const auto* record = table_.find(beat->node_id)) {
-          publish_event(table_.info(*record, now), "heartbeat");
+          publish_event(info(*record, now), "heartbeat");
         }
       }
       return;
@@ -225,7 +232,7 @@ void NodeRegistry::on_message(const runtime::Envelope& message) {
             (record.state == NodeState::kDead || record.state == NodeState::kLeft)) {
           continue;
         }
-        status.nodes.push_back(table_.info(record, now));
+        status.nodes.push_back(info(record, now));
       }
       const auto& stats = system().transport_stats();
       const auto system_stats = system().stats();
@@ -252,6 +259,8 @@ void NodeRegistry::on_message(const runtime::Envelope& message) {
         for (const auto& [name, value] : head_counters_()) status.counters[name] = value;
       }
       status.head = head_;
+      status.dashboard_url = dashboard_.url;
+      status.dashboard_token = dashboard_.token;
       reply(message, status);
       return;
     }
@@ -261,9 +270,38 @@ void NodeRegistry::on_message(const runtime::Envelope& message) {
       if (subscribers_.insert(message.from).second) monitor(message.from);
       if (message.correlation != 0) {
         StatusReply snapshot;
-        for (const auto& record : table_.nodes()) snapshot.nodes.push_back(table_.info(record, now));
+        for (const auto& record : table_.nodes()) snapshot.nodes.push_back(info(record, now));
         reply(message, snapshot);
       }
+      return;
+    }
+    case MessageKind::kSetNodeDrained: {
+      auto request = runtime::unpack_payload<SetNodeDrained>(message.payload);
+      if (!request) return;
+      const bool changed = request->drained ? drained_.insert(request->node).second
+                                            : drained_.erase(request->node) > 0;
+      if (changed) {
+        spdlog::info("registry: node {} {}", request->node,
+                     request->drained ? "drained for every job" : "usable again");
+        for (const auto& record : table_.nodes()) {
+          if (record.name == request->node) {
+            publish_event(info(record, now), request->drained ? "drained" : "undrained");
+          }
+        }
+      }
+      if (!changed || !store_) {
+        if (message.correlation != 0) reply(message, SimpleReply{true, ""});
+        return;
+      }
+      // A drain holds for later jobs, so it holds across a head restart too: written first.
+      staged_.push_back({drained_key(request->node),
+                         request->drained ? std::optional<std::string>("1") : std::nullopt});
+      unacknowledged_.push_back([this, message](bool written) {
+        if (message.correlation == 0) return;
+        reply(message, SimpleReply{written, written ? "" : "the head cannot write to its state "
+                                                           "store; see its log"});
+      });
+      schedule_flush();
       return;
     }
     case MessageKind::kUnsubscribeNodes:

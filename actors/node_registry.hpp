@@ -27,12 +27,19 @@ struct RegistryState {
   HeadInfo head;                             // this head's start, for status and replies
   std::vector<NodeRecord> nodes;             // live nodes of the previous head
   std::map<std::string, std::uint64_t> incarnations;
+  std::set<std::string> drained;  // node names drained for every job
+};
+
+// Where the head's dashboard answers, for StatusReply (url "" : no dashboard).
+struct DashboardAddress {
+  std::string url;
+  bool token = false;
 };
 
 class NodeRegistry : public runtime::Actor {
  public:
   explicit NodeRegistry(MembershipConfig config, HeadCounterSource head_counters = {},
-                        RegistryState state = {});
+                        DashboardAddress dashboard = {}, RegistryState state = {});
 
   void on_start() override;
   void on_stop() override;
@@ -55,9 +62,12 @@ class NodeRegistry : public runtime::Actor {
   // A restored node was heard from, or declared dead: once none is awaited, the time since the
   // start is the head's nodes_back_ms.
   void restored_node_settled(const std::string& node_id);
+  // The table's view of a node, with whether it is drained.
+  NodeInfo info(const NodeRecord& record, std::chrono::steady_clock::time_point now) const;
 
   MembershipTable table_;
   HeadCounterSource head_counters_;
+  DashboardAddress dashboard_;
   std::set<runtime::ActorAddress> subscribers_;
   std::uint64_t refused_registrations_ = 0;
   std::shared_ptr<state::StateStore> store_;
@@ -66,12 +76,10 @@ class NodeRegistry : public runtime::Actor {
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point alive_written_{};
   std::vector<state::Write> staged_;  // not yet committed
-  struct PendingReply {
-    runtime::Envelope request;
-    RegisterNodeReply answer;
-  };
-  std::vector<PendingReply> unacknowledged_;  // registrations waiting on the staged batch
+  // Replies waiting on the staged batch: each is told whether it reached the store.
+  std::vector<std::function<void(bool written)>> unacknowledged_;
   bool flush_scheduled_ = false;
+  std::set<std::string> drained_;  // names of the nodes drained for every job
 };
 
 }  // namespace omnilearn::actors

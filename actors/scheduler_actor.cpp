@@ -135,7 +135,7 @@ void SchedulerActor::on_start() {
           for (const auto& node : snapshot->nodes) {
             if (node.state == "alive" || node.state == "suspect") {
               node_systems_[node.id] = node.system;
-              job_.node_up(node.id, node.name, now());
+              job_.node_up(node.id, node.name, now(), node.drained);
             }
           }
           job_.start(now());
@@ -306,7 +306,16 @@ void SchedulerActor::on_node_event(const NodeEvent& event) {
   }
   if (event.event == "joined" || event.event == "alive") {
     node_systems_[info.id] = info.system;
-    drive([&] { job_.node_up(info.id, info.name, now()); });
+    drive([&] { job_.node_up(info.id, info.name, now(), info.drained); });
+    return;
+  }
+  // `omnilearn node drain` / `undrain`, for every job (a running one is also told directly).
+  if (event.event == "drained") {
+    drive([&] { job_.drain(info.id, now()); });
+    return;
+  }
+  if (event.event == "undrained") {
+    drive([&] { job_.undrain(info.id, now()); });
     return;
   }
   if (event.event == "dead" || event.event == "left") {

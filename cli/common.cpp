@@ -112,12 +112,34 @@ std::string handshake_hint(const runtime::ActorSystem& system) {
          "side runs --insecure";
 }
 
+std::optional<spdlog::level::level_enum> parse_log_level(const std::string& name) {
+  if (name.empty()) return spdlog::level::info;
+  for (const char* known : kLogLevels) {
+    // spdlog's own names, and "warning" (which spdlog also takes for warn).
+    if (name == known) return spdlog::level::from_str(name);
+  }
+  if (name == "warning") return spdlog::level::warn;
+  return std::nullopt;
+}
+
+int no_answer_exit_code(const runtime::ActorSystem& system) {
+  return system.transport_stats().failed_handshakes_out.load() > 0 ? kExitUsage : kExitUnreachable;
+}
+
 void setup_logging() {
+  const char* env = std::getenv("OMNILEARN_LOG");
+  const std::string name = env ? env : "";
+  const auto level = parse_log_level(name);
+  if (!level) {
+    throw CliError(
+        fmt::format("OMNILEARN_LOG='{}' is not a log level: use one of {} (or unset "
+                    "it: info)",
+                    name, fmt::join(kLogLevels, ", ")));
+  }
   auto logger = spdlog::stderr_color_mt("omnilearn");
   logger->set_pattern("%Y-%m-%d %H:%M:%S.%e %^%l%$ [%P] %v");
   spdlog::set_default_logger(logger);
-  const char* level = std::getenv("OMNILEARN_LOG");
-  spdlog::set_level(level ? spdlog::level::from_str(level) : spdlog::level::info);
+  spdlog::set_level(*level);
 }
 
 std::string local_hostname() {

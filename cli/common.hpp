@@ -4,6 +4,8 @@
 #include <optional>
 #include <string>
 
+#include <spdlog/common.h>
+
 #include "runtime/actor_system.hpp"
 #include "runtime/endpoint.hpp"
 #include "runtime/security.hpp"
@@ -43,11 +45,23 @@ void warn_insecure(const std::string& who);
 // process's handshakes failed (wrong cluster file, or --insecure against a closed cluster).
 std::string handshake_hint(const runtime::ActorSystem& system);
 
+// The exit code of "no answer from the head": 2 (bad input) when this process's handshakes
+// failed, since then the cluster file is not that cluster's (or one side runs --insecure);
+// else 3 (the head could not be reached).
+int no_answer_exit_code(const runtime::ActorSystem& system);
+
 // The head's address from --address, else $OMNILEARN_ADDRESS; CliError (exit 2) if neither is
 // set or it does not parse.
 runtime::HostPort resolve_head_address(const std::string& flag_value);
 
+// The levels $OMNILEARN_LOG may name.
+inline constexpr const char* kLogLevels[] = {"trace", "debug",    "info", "warn",
+                                             "error", "critical", "off"};
+// The level a $OMNILEARN_LOG value names ("" : info); nullopt for a word that is none.
+std::optional<spdlog::level::level_enum> parse_log_level(const std::string& name);
+
 // Logs go to stderr (stdout stays machine-readable); level from $OMNILEARN_LOG (info default).
+// A value that names no level is a CliError (exit 2) listing the levels.
 void setup_logging();
 
 std::string local_hostname();

@@ -25,8 +25,9 @@ void add_dashboard_flags(CLI::App* command, DashboardFlags& flags, bool allow_ho
 // Starts the dashboard when flags.port >= 0 and prints "dashboard: URL" on stdout; nullptr
 // otherwise. A host other than 127.0.0.1, ::1 or localhost needs the cluster's credentials
 // (every request must then carry the token derived from them). CliError when it cannot start.
+// `announce` false: no "dashboard: URL" line (`run --json`, whose stdout is JSON only).
 std::unique_ptr<dashboard::DashboardServer> start_dashboard(
     runtime::ActorSystem& system, const DashboardFlags& flags,
-    const std::optional<runtime::ClusterCredentials>& credentials);
+    const std::optional<runtime::ClusterCredentials>& credentials, bool announce = true);
 
 }  // namespace omnilearn::cli

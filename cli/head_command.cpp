@@ -174,16 +174,22 @@ int run_head(const HeadFlags& flags) {
   } catch (const state::StateStoreError& e) {
     throw CliError(e.what());
   }
+  // Before "listening": a dashboard that cannot start ends the head with the reason. Before the
+  // actors too, so that the registry can tell `omnilearn dashboard` where it is; after the
+  // store, so that a standby serves nothing until it is elected.
+  auto dashboard = start_dashboard(
+      system, flags.dashboard,
+      cluster ? std::optional<runtime::ClusterCredentials>(cluster->credentials) : std::nullopt);
+  if (dashboard) {
+    head.dashboard_url = dashboard->base_url();
+    head.dashboard_token = dashboard->needs_token();
+  }
   actors::HeadInfo restored;
   try {
     restored = actors::spawn_head_actors(system, head);
   } catch (const state::StateStoreError& e) {
     throw CliError(e.what());
   }
-  // Before "listening": a dashboard that cannot start ends the head with the reason.
-  auto dashboard = start_dashboard(
-      system, flags.dashboard,
-      cluster ? std::optional<runtime::ClusterCredentials>(cluster->credentials) : std::nullopt);
 
   if (cluster) {
     cluster->address = address;
@@ -276,6 +282,9 @@ void add_head_command(CLI::App& app, int& exit_code) {
                     "No authentication or encryption: anyone who reaches the port can run jobs. "
                     "Local experiments only");
   add_dashboard_flags(command, flags->dashboard, /*allow_host=*/true);
+  command->footer(
+      "Example: omnilearn head --host 0.0.0.0 --advertise-address 10.0.0.1 "
+      "--dashboard-port 8265");
   command->callback([flags, &exit_code] { exit_code = run_head(*flags); });
 }
 

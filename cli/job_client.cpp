@@ -15,6 +15,7 @@
 #include "cli/report.hpp"
 #include "dashboard/progress_line.hpp"
 #include "dashboard/report.hpp"
+#include "runtime/shutdown.hpp"
 #include "runtime/system_messages.hpp"
 
 namespace omnilearn::cli {
@@ -312,6 +313,21 @@ int follow_job(runtime::ActorSystem& system, const runtime::ActorAddress& jobs,
                const std::string& job_id, std::chrono::milliseconds head_timeout,
                const FollowOptions& options) {
   EventPrinter printer(options.live_progress && !options.json);
+  // A wait between asks; with options.interruptible, the one place a signal ends the command.
+  auto pause = [&](std::chrono::milliseconds wait) {
+    if (!options.interruptible) {
+      std::this_thread::sleep_for(wait);
+      return;
+    }
+    if (runtime::wait_for_shutdown_signal(wait) != 0) {
+      printer.clear_progress();
+      std::fflush(stdout);
+      throw CliError(fmt::format("interrupted; job {} goes on (`omnilearn job stop {}` stops it, "
+                                 "`omnilearn job logs {} -f` follows it again)",
+                                 job_id, job_id, job_id),
+                     kExitInterrupted);
+    }
+  };
   std::uint64_t since = 0;
   bool answered = options.head_answered;
   auto last_answer = std::chrono::steady_clock::now();
@@ -327,26 +343,29 @@ int follow_job(runtime::ActorSystem& system, const runtime::ActorAddress& jobs,
     }
     if (!status && !answered) {
       throw CliError("cannot read job " + job_id + ": no answer from the head at " + jobs.system +
-                     " (" + answer.error + handshake_hint(system) +
-                     "); is `omnilearn head` running there?");
+                         " (" + answer.error + handshake_hint(system) +
+                         "); is `omnilearn head` running there?",
+                     no_answer_exit_code(system));
     }
     if (!status) {
       // The head may be busy or restarting; give up only after a long silence. No answer is
-      // exit code 2, as for any head that cannot be reached: the job's fate is unknown here.
+      // exit code 3, as for any head that cannot be reached: the job's fate is unknown here.
       const auto silent = std::chrono::steady_clock::now() - last_answer;
       if (silent > std::chrono::seconds(30)) {
         throw CliError(
             fmt::format("lost contact with the head at {} while following job {}: no answer for "
                         "{} s (the last ask: {}{}); is `omnilearn head` still running there? A "
-                        "head that is back re-attaches with `omnilearn logs {} --follow` (a "
+                        "head that is back re-attaches with `omnilearn job logs {} -f` (a "
                         "restarted head ends the jobs that were running as failed; its run "
                         "directory keeps what was written)",
                         jobs.system, job_id,
                         std::chrono::duration_cast<std::chrono::seconds>(silent).count(),
                         answer.error, handshake_hint(system), job_id),
-            2);
+            // It answered before, so the credentials are right (a handshake cut short by the
+            // head's end is no sign of the contrary): unreachable.
+            kExitUnreachable);
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      pause(std::chrono::milliseconds(500));
       continue;
     }
     answered = true;
@@ -376,10 +395,9 @@ int follow_job(runtime::ActorSystem& system, const runtime::ActorAddress& jobs,
       }
       return status->job.state == "succeeded" ? 0 : 1;
     }
-    if (status->events.empty()) {
-      if (!options.follow) return 0;
-      std::this_thread::sleep_for(std::chrono::milliseconds(250));
-    }
+    if (status->events.empty() && !options.follow) return 0;
+    // While events flow, only a look for a signal; else a quarter of a second between asks.
+    pause(std::chrono::milliseconds(status->events.empty() ? 250 : 0));
   }
 }
 

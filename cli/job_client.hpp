@@ -20,7 +20,8 @@ Reply ask_or_fail(runtime::ActorSystem& system, const runtime::ActorAddress& to,
   if (auto reply = answer.template as<Reply>()) return *reply;
   std::string why = answer.error.empty() ? "unexpected reply" : answer.error;
   throw CliError("cannot " + what + ": no answer from the head at " + to.system + " (" + why +
-                 handshake_hint(system) + "); is `omnilearn head` running there?");
+                     handshake_hint(system) + "); is `omnilearn head` running there?",
+                 no_answer_exit_code(system));
 }
 
 // How follow_job shows a job.
@@ -37,6 +38,9 @@ struct FollowOptions {
   // Redraw one progress line for the steps instead of printing step lines: on a terminal
   // (stdout a TTY, not --json) unless $OMNILEARN_PROGRESS=plain.
   bool live_progress = false;
+  // SIGINT and SIGTERM end the following with exit code 130 (the job goes on): the caller
+  // blocked them (runtime::block_shutdown_signals) before any thread started.
+  bool interruptible = false;
 };
 
 // Whether follow_job should redraw a progress line: stdout is a terminal, no --json, and
@@ -47,7 +51,7 @@ bool want_live_progress(bool json);
 // or one redrawn progress line with options.live_progress) and, once it has finished, its
 // summary and where its report is. Returns 0 if the job succeeded or, not following,
 // has not finished yet; 1 if it failed or was stopped. Throws CliError: no such job (exit 1),
-// no answer from the head at all (2), contact lost while following (1).
+// no answer from the head at all or contact lost while following (3), interrupted (130).
 int follow_job(runtime::ActorSystem& system, const runtime::ActorAddress& jobs,
                const std::string& job_id, std::chrono::milliseconds head_timeout,
                const FollowOptions& options = {});

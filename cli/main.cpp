@@ -31,27 +31,57 @@ std::optional<std::string> unknown_command(const CLI::App& app, int argc, char**
   return std::nullopt;
 }
 
+// The commands named on the command line before the first option or other word ("job submit"),
+// for pointing a parse error at that command's help.
+std::string command_path(const CLI::App& app, int argc, char** argv) {
+  const CLI::App* current = &app;
+  std::string path;
+  for (int i = 1; i < argc; ++i) {
+    std::string word = argv[i];
+    if (word.empty() || word.front() == '-') break;
+    try {
+      current = current->get_subcommand(word);
+    } catch (const CLI::OptionNotFound&) {
+      break;
+    }
+    path += " " + word;
+  }
+  return path;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"OmniLearn: elastic, heterogeneity-aware training on an actor runtime"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "omnilearn " OMNILEARN_VERSION);
+  app.footer(
+      "Example: omnilearn run examples/fashion_mnist_mlp.toml --local 4 --slowdowns "
+      "1,1,2,4\nExit codes: 0 success, 1 the job or request failed, 2 usage or bad "
+      "input, 3 the head or a worker could not be reached, 130 interrupted");
   // Logs always go to stderr, so stdout stays machine-readable (status --json, submit).
-  omnilearn::cli::setup_logging();
+  try {
+    omnilearn::cli::setup_logging();
+  } catch (const omnilearn::cli::CliError& e) {
+    std::fprintf(stderr, "omnilearn: error: %s\n", e.what());
+    return e.exit_code();
+  }
   int exit_code = 0;
   omnilearn::cli::add_head_command(app, exit_code);
   omnilearn::cli::add_worker_command(app, exit_code);
-  omnilearn::cli::add_status_command(app, exit_code);
   omnilearn::cli::add_job_commands(app, exit_code);
+  omnilearn::cli::add_status_command(app, exit_code);
   omnilearn::cli::add_run_command(app, exit_code);
   omnilearn::cli::add_simulate_command(app, exit_code);
   omnilearn::cli::add_report_command(app, exit_code);
+  omnilearn::cli::add_dashboard_command(app, exit_code);
   omnilearn::cli::add_dashboard_token_command(app, exit_code);
   if (auto word = unknown_command(app, argc, argv)) {
-    std::fprintf(stderr, "omnilearn: error: unknown command '%s'; see omnilearn --help\n",
-                 word->c_str());
-    return 2;
+    const auto space = word->rfind(' ');
+    const std::string parent = space == std::string::npos ? "" : " " + word->substr(0, space);
+    std::fprintf(stderr, "omnilearn: error: unknown command '%s'; see 'omnilearn%s --help'\n",
+                 word->c_str(), parent.c_str());
+    return omnilearn::cli::kExitUsage;
   }
   try {
     app.parse(argc, argv);
@@ -62,14 +92,15 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "omnilearn: error: %s (see 'omnilearn --help')\n", e.what());
-    return 2;
+    std::fprintf(stderr, "omnilearn: error: %s (see 'omnilearn%s --help')\n", e.what(),
+                 command_path(app, argc, argv).c_str());
+    return omnilearn::cli::kExitUsage;
   } catch (const omnilearn::cli::CliError& e) {
     std::fprintf(stderr, "omnilearn: error: %s\n", e.what());
     return e.exit_code();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "omnilearn: error: %s\n", e.what());
-    return 1;
+    return omnilearn::cli::kExitFailed;
   }
   return exit_code;
 }

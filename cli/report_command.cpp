@@ -16,6 +16,8 @@
 #include <sstream>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "cli/command.hpp"
 #include "cli/report.hpp"
 #include "dashboard/assets.hpp"
@@ -30,6 +32,7 @@ struct ReportFlags {
   std::string run_dir;
   std::string output;
   bool png = true;
+  bool json = false;
 };
 
 std::optional<fs::path> find_on_path(const std::string& name) {
@@ -227,6 +230,10 @@ void add_report_command(CLI::App& app, int& exit_code) {
   command->add_option("-o,--output", flags->output, "The HTML file (default RUN_DIR/report.html)");
   command->add_flag("!--no-png", flags->png,
                     "Skip the PNG copies of the charts (made with a headless Chromium if present)");
+  command->add_flag("--json", flags->json,
+                    "Machine-readable output: {\"report\": HTML, \"charts\": [PNG, ...], "
+                    "\"note\": why there are no PNGs}");
+  command->footer("Example: omnilearn report runs/1a2b3c4d -o report.html");
   command->callback([flags, &exit_code] {
     ReportResult result;
     try {
@@ -234,7 +241,17 @@ void add_report_command(CLI::App& app, int& exit_code) {
     } catch (const dashboard::ReportError& e) {
       throw CliError(e.what());
     }
-    print_report(result);
+    if (flags->json) {
+      nlohmann::json charts = nlohmann::json::array();
+      for (const auto& png : result.pngs) charts.push_back(fs::absolute(png).string());
+      nlohmann::json out{{"report", fs::absolute(result.html).string()},
+                         {"charts", charts},
+                         {"note", result.png_note}};
+      std::printf("%s\n", out.dump().c_str());
+      std::fflush(stdout);
+    } else {
+      print_report(result);
+    }
     exit_code = 0;
   });
 }

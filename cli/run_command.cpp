@@ -15,6 +15,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include "actors/cluster_file.hpp"
@@ -42,6 +43,7 @@ struct RunFlags {
   int heartbeat_interval_ms = 500;
   int heartbeat_timeout_ms = 3000;
   bool pin = false;
+  bool json = false;
   DashboardFlags dashboard;
 };
 
@@ -169,8 +171,8 @@ int run_local(const RunFlags& flags) {
                                "--local starts {}",
                                flags.job, spec.elastic.min_workers, flags.local));
   }
-  auto slowdown = expand(flags.slowdown, flags.local, "--slowdown");
-  auto quota = expand(flags.cpu_quota, flags.local, "--cpu-quota");
+  auto slowdown = expand(flags.slowdown, flags.local, "--slowdowns");
+  auto quota = expand(flags.cpu_quota, flags.local, "--cpu-quotas");
   if (!std::getenv("OMNILEARN_LOG")) {
     // Progress lines are the output here; the cluster's own logs only when something is wrong.
     setenv("OMNILEARN_LOG", "warn", 1);
@@ -186,14 +188,21 @@ int run_local(const RunFlags& flags) {
   actors::HeadOptions head;
   head.membership.heartbeat_interval = std::chrono::milliseconds(flags.heartbeat_interval_ms);
   head.membership.heartbeat_timeout = std::chrono::milliseconds(flags.heartbeat_timeout_ms);
-  actors::spawn_head_actors(system, head);
   std::string address = fmt::format("127.0.0.1:{}", runtime::endpoint_port(bound));
   cluster.write(address);
-  std::printf("embedded cluster: head at %s, %d workers (slowdown %s)\n", address.c_str(),
-              flags.local,
-              flags.slowdown.empty() ? "none" : fmt::format("{}", fmt::join(slowdown, ",")).c_str());
-  std::fflush(stdout);
-  auto dashboard = start_dashboard(system, flags.dashboard, cluster.credentials());
+  if (!flags.json) {
+    std::printf(
+        "embedded cluster: head at %s, %d workers (slowdown %s)\n", address.c_str(), flags.local,
+        flags.slowdown.empty() ? "none" : fmt::format("{}", fmt::join(slowdown, ",")).c_str());
+    std::fflush(stdout);
+  }
+  // Before the head's actors, so that its registry can tell `omnilearn dashboard` the address.
+  auto dashboard = start_dashboard(system, flags.dashboard, cluster.credentials(), !flags.json);
+  if (dashboard) {
+    head.dashboard_url = dashboard->base_url();
+    head.dashboard_token = dashboard->needs_token();
+  }
+  actors::spawn_head_actors(system, head);
 
   std::error_code ec;
   std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
@@ -227,7 +236,9 @@ int run_local(const RunFlags& flags) {
     if (std::chrono::steady_clock::now() > deadline) {
       throw CliError("the local workers did not join within 30 s", 1);
     }
-    if (runtime::wait_for_shutdown_signal(std::chrono::milliseconds(100))) return 130;
+    if (runtime::wait_for_shutdown_signal(std::chrono::milliseconds(100))) {
+      throw CliError("interrupted before the job started", kExitInterrupted);
+    }
   }
 
   runtime::ActorAddress jobs{"", actors::kJobsActor};
@@ -242,17 +253,25 @@ int run_local(const RunFlags& flags) {
     // Refused by the embedded head: exit 1, as `submit` refused by a head.
     throw CliError("the job was refused: " + (submitted ? submitted->error : answer.error), 1);
   }
-  std::printf("job %s, run directory %s\n", submitted->job_id.c_str(),
-              submitted->run_dir.c_str());
+  if (flags.json) {
+    // As `job submit --json -f`: the ids, then events.jsonl's lines, then the summary.
+    nlohmann::json ids{{"job_id", submitted->job_id}, {"run_dir", submitted->run_dir}};
+    std::printf("%s\n", ids.dump().c_str());
+  } else {
+    std::printf("job %s, run directory %s\n", submitted->job_id.c_str(),
+                submitted->run_dir.c_str());
+  }
   std::fflush(stdout);
 
   // Ctrl-C stops the job (its summary still gets written), then everything shuts down.
   std::atomic<bool> done{false};
+  std::atomic<bool> interrupted{false};
   std::thread interrupt([&] {
     while (!done) {
       if (runtime::wait_for_shutdown_signal(std::chrono::milliseconds(200))) {
         std::fprintf(stderr, "omnilearn: interrupted; stopping job %s\n",
                      submitted->job_id.c_str());
+        interrupted = true;
         system.tell(jobs, actors::StopJob{submitted->job_id, "interrupted"});
         return;
       }
@@ -261,8 +280,9 @@ int run_local(const RunFlags& flags) {
   int code = 1;
   try {
     FollowOptions follow;
+    follow.json = flags.json;
     follow.run_dir = submitted->run_dir;
-    follow.live_progress = want_live_progress(false);
+    follow.live_progress = want_live_progress(flags.json);
     code = follow_job(system, jobs, submitted->job_id, std::chrono::seconds(5), follow);
   } catch (...) {
     done = true;
@@ -274,7 +294,8 @@ int run_local(const RunFlags& flags) {
   workers.stop();
   dashboard.reset();
   system.shutdown();
-  return code;
+  // Stopped by Ctrl-C: the summary was written and shown; the exit code says why it ended.
+  return interrupted ? kExitInterrupted : code;
 }
 
 }  // namespace
@@ -288,22 +309,38 @@ void add_run_command(CLI::App& app, int& exit_code) {
       ->required()
       ->check(CLI::Range(1, 64));
   // Lists are taken whole and checked item by item (a CLI11 delimiter drops empty items).
-  command
-      ->add_option_function<std::string>(
-          "--slowdown",
-          [flags](const std::string& text) { flags->slowdown = parse_number_list(text); },
-          "Per-worker slowdown factors, e.g. 1,1,2,4 (emulated heterogeneity)")
-      ->check(number_list_in(1.0, 1000.0));
+  // Plural: one value per worker (`worker --slowdown` and `node set --slowdown` take one number).
+  // The singular spellings are older and still accepted: options of their own, listed apart in
+  // --help, so that an error names the flag as it was typed.
+  for (const char* name : {"--slowdowns", "--slowdown"}) {
+    auto* option =
+        command
+            ->add_option_function<std::string>(
+                name,
+                [flags](const std::string& text) { flags->slowdown = parse_number_list(text); },
+                "Per-worker slowdown factors, e.g. 1,1,2,4: worker i takes F times as long per "
+                "step (>= 1; higher is slower; emulated heterogeneity)")
+            ->check(number_list_in(1.0, 1000.0));
+    if (std::string(name) == "--slowdown") {
+      option->group("Older spellings")->description("The same as --slowdowns");
+    }
+  }
   command->add_flag("--slowdown-spin", flags->slowdown_spin,
                     "Slowed workers burn (F-1) x their compute's CPU time instead of sleeping, "
                     "as slower CPUs would (with --cpu-quota: a sleeping worker is never "
                     "throttled)");
-  command
-      ->add_option_function<std::string>(
-          "--cpu-quota",
-          [flags](const std::string& text) { flags->cpu_quota = parse_number_list(text); },
-          "Per-worker CPU quotas in CPUs, e.g. 0.5,0.5,0.25 (needs cgroups)")
-      ->check(positive_number_list());
+  for (const char* name : {"--cpu-quotas", "--cpu-quota"}) {
+    auto* option =
+        command
+            ->add_option_function<std::string>(
+                name,
+                [flags](const std::string& text) { flags->cpu_quota = parse_number_list(text); },
+                "Per-worker CPU quotas in CPUs, e.g. 0.5,0.5,0.25 (needs cgroups)")
+            ->check(positive_number_list());
+    if (std::string(name) == "--cpu-quota") {
+      option->group("Older spellings")->description("The same as --cpu-quotas");
+    }
+  }
   command->add_option("--run-dir", flags->run_dir, "Run directory (default: runs/<job-id>)");
   command->add_option("--heartbeat-interval-ms", flags->heartbeat_interval_ms)
       ->check(positive_number())
@@ -312,6 +349,12 @@ void add_run_command(CLI::App& app, int& exit_code) {
       ->check(positive_number())
       ->capture_default_str();
   command->add_flag("--pin", flags->pin, "Pin worker i to CPU i mod #cpus");
+  command->add_flag("--json", flags->json,
+                    "Machine-readable output: {job_id, run_dir}, then the job's events (one JSON "
+                    "object a line), then its summary");
+  command->footer(
+      "Example: omnilearn run examples/fashion_mnist_mlp.toml --local 4 --slowdowns "
+      "1,1,2,4");
   add_dashboard_flags(command, flags->dashboard, /*allow_host=*/false);
   command->callback([flags, &exit_code] { exit_code = run_local(*flags); });
 }

@@ -131,7 +131,8 @@ void add_simulate_command(CLI::App& app, int& exit_code) {
   // Taken whole and checked item by item (a CLI11 delimiter drops empty items).
   cmd->add_option_function<std::string>(
          "--speeds", [opts](const std::string& text) { opts->speeds = parse_number_list(text); },
-         "Per-worker speeds in samples per ms, comma-separated (worker ids 0, 1, ...)")
+         "Per-worker speeds in samples per ms, comma-separated (worker ids 0, 1, ...); "
+         "higher is faster (run's --slowdowns are the other way: a factor F is speed 1/F)")
       ->required()
       ->check(positive_number_list());
   cmd->add_option("--global-batch", opts->global_batch, "Global batch B (default 256)");
@@ -152,6 +153,7 @@ void add_simulate_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--seed", opts->seed, "Noise seed (default 1)");
   cmd->add_flag("--hints", opts->hints, "Tell the controller each worker's speed when it joins");
   cmd->add_flag("--json", opts->json, "Print one JSON object instead of the table");
+  cmd->footer("Example: omnilearn simulate --speeds 4,4,2,1 --rounds 8");
   cmd->callback([opts, &exit_code] {
     const sched::SimulationConfig config = to_config(*opts);
     sched::SimulationResult result;

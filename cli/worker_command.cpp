@@ -201,9 +201,10 @@ int run_worker(const WorkerFlags& flags) {
     check_name();
     if (flags.join_timeout_s > 0 && std::chrono::steady_clock::now() > deadline) {
       throw CliError("could not reach the head at " + head.host + ":" + std::to_string(head.port) +
-                     " within " + std::to_string(flags.join_timeout_s) +
-                     " s (is `omnilearn head` running there, and the port open?)" +
-                     handshake_hint(system));
+                         " within " + std::to_string(flags.join_timeout_s) +
+                         " s (is `omnilearn head` running there, and the port open?)" +
+                         handshake_hint(system),
+                     no_answer_exit_code(system));
     }
   }
   std::printf("omnilearn worker '%s' joined\n", options.name.c_str());
@@ -255,6 +256,7 @@ void add_worker_command(CLI::App& app, int& exit_code) {
                       "Give up if the head cannot be reached this long at start (0: never)")
       ->check(non_negative_number())
       ->capture_default_str();
+  command->footer("Example: omnilearn worker --name gpu-a --advertise-address 10.0.0.2");
   command->callback([flags, &exit_code] { exit_code = run_worker(*flags); });
 }
 

@@ -222,10 +222,28 @@ DashboardServer::~DashboardServer() {
 
 std::uint16_t DashboardServer::port() const { return static_cast<std::uint16_t>(impl_->port); }
 
+std::string DashboardServer::base_url() const {
+  return fmt::format("http://{}:{}/", host_for_url(impl_->options.host), impl_->port);
+}
+
+bool DashboardServer::needs_token() const { return !impl_->options.token.empty(); }
+
 std::string DashboardServer::url() const {
-  auto url = fmt::format("http://{}:{}/", host_for_url(impl_->options.host), impl_->port);
-  if (!impl_->options.token.empty()) url += "?token=" + impl_->options.token;
+  auto url = base_url();
+  if (needs_token()) url += "?token=" + impl_->options.token;
   return url;
+}
+
+ProbeResult probe_dashboard(const std::string& host, std::uint16_t port, const std::string& token,
+                            std::chrono::milliseconds timeout) {
+  httplib::Client client(host, port);
+  const auto seconds = static_cast<time_t>(timeout.count() / 1000);
+  const auto micros = static_cast<time_t>((timeout.count() % 1000) * 1000);
+  client.set_connection_timeout(seconds, micros);
+  client.set_read_timeout(seconds, micros);
+  auto response = client.Get(token.empty() ? "/" : "/?token=" + token);
+  if (!response) return ProbeResult{0, httplib::to_string(response.error())};
+  return ProbeResult{response->status, ""};
 }
 
 }  // namespace omnilearn::dashboard

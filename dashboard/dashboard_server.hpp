@@ -53,10 +53,24 @@ class DashboardServer {
   std::uint16_t port() const;
   // "http://HOST:PORT/" (with "?token=..." when a token is needed): what to open.
   std::string url() const;
+  // url() without the token: what may be told to anyone who asks the head (`omnilearn
+  // dashboard` adds the token its cluster file gives).
+  std::string base_url() const;
+  bool needs_token() const;
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// What a GET of a dashboard's page answered: the HTTP status, or (status 0) why nothing came.
+struct ProbeResult {
+  int status = 0;
+  std::string error;
+};
+// GETs "/" (with ?token= when `token` is not empty) of the dashboard at host:port, waiting at
+// most `timeout`: whether a dashboard answers there (`omnilearn dashboard`).
+ProbeResult probe_dashboard(const std::string& host, std::uint16_t port, const std::string& token,
+                            std::chrono::milliseconds timeout);
 
 }  // namespace omnilearn::dashboard

@@ -16,6 +16,7 @@ nlohmann::json to_json(const actors::NodeInfo& node) {
   return {{"id", node.id},
           {"name", node.name},
           {"state", node.state},
+          {"drained", node.drained},
           {"incarnation", node.incarnation},
           {"last_heartbeat_ms", node.last_heartbeat_ms},
           {"resources",

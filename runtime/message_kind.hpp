@@ -29,6 +29,7 @@ enum class MessageKind : std::uint16_t {
   kNodeEvent = 107,
   kSubscribeNodes = 108,
   kUnsubscribeNodes = 109,
+  kSetNodeDrained = 110,  // jobs -> registry: a node drained for every job, or usable again
   // jobs and scheduling (200..299)
   kSubmitJob = 200,
   kSubmitJobReply = 201,
@@ -54,6 +55,7 @@ enum class MessageKind : std::uint16_t {
   kTrainerHelloReply = 221,
   kLeaseRequest = 222,
   kLeaseGrant = 223,
+  kUndrainNode = 224,     // client -> jobs: a drained node usable again by every job
   // remote tasks and actors, core/ (300..399)
   kExecutorHello = 300,   // executor -> task router: this node runs these functions
   kExecutorHelloReply = 301,

@@ -170,10 +170,12 @@ void ElasticJob::tick(Millis now) {
 // ---------------------------------------------------------------------------------------------
 // Membership
 
-void ElasticJob::node_up(const std::string& node, const std::string& name, Millis now) {
+void ElasticJob::node_up(const std::string& node, const std::string& name, Millis now,
+                         bool draining) {
   Node& n = nodes_[node];
   n.name = name;
   n.alive = true;
+  n.draining = n.draining || draining;
   if (finished_ || !started_) return;
   place_trainers(now);
 }
@@ -189,6 +191,16 @@ void ElasticJob::node_down(const std::string& node, const std::string& reason, M
   for (const auto& name : gone) trainer_gone(name, "node " + node_name(node) + " " + reason, now, false);
   maybe_regroup("node " + node_name(node) + " " + reason, now);
   place_trainers(now);
+}
+
+void ElasticJob::undrain(const std::string& node_or_name, Millis now) {
+  bool any = false;
+  for (auto& [id, node] : nodes_) {
+    if (id != node_or_name && node.name != node_or_name) continue;
+    any |= node.draining;
+    node.draining = false;
+  }
+  if (any && !finished_ && started_) place_trainers(now);
 }
 
 int ElasticJob::drain(const std::string& node_or_name, Millis now) {
@@ -274,6 +286,13 @@ void ElasticJob::trainer_exited(const std::string& trainer, int exit_code,
   Trainer* t = find(trainer);
   if (!t || t->exited) return;
   t->exited = true;
+  if (!finished_ && exit_code == kTrainerExitBadInput) {
+    // The job's own files or model are wrong: every retry would fail the same way.
+    const std::string why = reason.empty() ? "its input is invalid" : reason;
+    trainer_gone(trainer, why, now, false);
+    finish("failed", "trainer " + trainer + ": " + why, now);
+    return;
+  }
   if (!finished_ && exit_code != 0 && t->synced_generation < 0 && t->view.phase != Phase::kGone) {
     // It never got as far as training: a failed start. Back off on its node; fail the job
     // once starts keep failing everywhere (a bad model path, data missing on every worker).

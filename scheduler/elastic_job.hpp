@@ -139,9 +139,13 @@ class ElasticJob {
   void tick(Millis now);                              // deadlines; call every ~100-200 ms
 
   // Membership (from the node registry).
-  void node_up(const std::string& node, const std::string& name, Millis now);
+  // `draining`: the node is drained for every job (omnilearn node drain): nothing is placed
+  // there until undrain().
+  void node_up(const std::string& node, const std::string& name, Millis now, bool draining = false);
   void node_down(const std::string& node, const std::string& reason, Millis now);
   int drain(const std::string& node_or_name, Millis now);  // returns trainers leaving
+  // A drained node is usable again: trainers are placed there as on any node.
+  void undrain(const std::string& node_or_name, Millis now);
 
   // From trainers and their agents. Returns whether the hello is accepted.
   bool hello(const std::string& trainer, Millis now);

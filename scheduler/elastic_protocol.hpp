@@ -74,6 +74,11 @@ struct MemberReport {
   std::uint64_t checksum = 0; // kSynced: a digest of the replica's state (equal on every rank)
 };
 
+// A trainer's exit code for an error in the job's own input (a data file that is not a tensor
+// archive, a label out of range, a model that does not fit the data): another try cannot end
+// differently, so the scheduler fails the job at once instead of retrying (sysexits' EX_DATAERR).
+inline constexpr int kTrainerExitBadInput = 65;
+
 // trainer -> scheduler at the end of its part: finished all steps, drained, or an error.
 struct MemberDone {
   enum class Outcome { kFinished, kDrained, kError };

@@ -12,4 +12,4 @@ cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 OMNILEARN_TARGETS="omnilearn omnilearn-trainer" bash scripts/build.sh
 exec "${OMNILEARN_BUILD_DIR:-build}/bin/omnilearn" run examples/fashion_mnist_mlp.toml --local 4 \
-  --slowdown 1,1,2,4 "$@"
+  --slowdowns 1,1,2,4 "$@"

@@ -167,6 +167,11 @@ int run_asp_server(AspRoleContext& c) {
   config.max_staleness = config.mode == asp::StalenessMode::kBound ? c.spec.asp.max_staleness : 0;
   config.lr_scaling =
       asp::parse_lr_scaling(c.spec.asp.lr_scaling).value_or(asp::LrScaling::kLinear);
+  if (c.spec.asp.scale_lr_by_workers) {
+    // Each push is a whole optimizer step: n workers at BSP's rate take n steps where BSP takes
+    // one, and diverge; at lr / n they move as far per round of pushes as BSP per step.
+    server.on_workers = [state](int workers) { state->lr_factor = 1.0 / std::max(1, workers); };
+  }
   // steady_clock ticks of the last pull or push (the idle limit below reads it).
   server.last_message =
       std::make_shared<std::atomic<std::int64_t>>(Clock::now().time_since_epoch().count());

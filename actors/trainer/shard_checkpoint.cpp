@@ -24,7 +24,8 @@ void apply_push(ShardState& s, std::int64_t from_version, double weight,
                            {static_cast<int64_t>(gradient.size())},
                            at::TensorOptions().dtype(at::kFloat)));
   if (weight != 1.0) grad.mul_(weight);
-  s.optimizer->step(training::scheduled_lr(s.optimizer_spec, from_version), from_version + 1);
+  s.optimizer->step(training::scheduled_lr(s.optimizer_spec, from_version) * s.lr_factor,
+                    from_version + 1);
 }
 
 std::unique_ptr<ShardState> make_shard_state(const asp::ShardLayout& layout, std::int32_t shard,

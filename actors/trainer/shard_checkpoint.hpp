@@ -34,6 +34,9 @@ struct ShardState {
   // Shard 0 of a model with buffers: them, flat (Trainer::copy_flat_buffers); else undefined.
   at::Tensor buffers;
   std::unique_ptr<training::Optimizer> optimizer;
+  // Multiplies the scheduled learning rate of every push: 1 / n for n workers under [asp]
+  // scale_lr_by_workers (set from each push's batch plan), else 1.
+  double lr_factor = 1.0;
   std::int64_t checkpoint_every = 0;
   std::string checkpoint_path;
 };

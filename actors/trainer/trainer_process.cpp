@@ -41,6 +41,7 @@
 #include "runtime/shutdown.hpp"
 #include "scheduler/elastic_member.hpp"
 #include "training/trainer.hpp"
+#include "training/user_files.hpp"
 
 namespace omnilearn::actors {
 namespace {
@@ -667,7 +668,11 @@ int main(int argc, char** argv) {
       exit_code = training.run();
     } catch (const std::exception& e) {
       // A training error (bad data, a failed load): its text goes to the scheduler; the exit
-      // code goes to the agent, which reports the exit, so the job sees it either way.
+      // code goes to the agent, which reports the exit, so the job sees it either way. An error
+      // in the job's own input gets its own code: the scheduler fails the job instead of
+      // starting the trainer again.
+      const bool bad_input = dynamic_cast<const training::DatasetError*>(&e) != nullptr ||
+                             dynamic_cast<const training::ModelError*>(&e) != nullptr;
       spdlog::error("trainer {}: {}", args.trainer, e.what());
       actors::TrainerDone done;
       done.job_id = args.job;
@@ -677,7 +682,7 @@ int main(int argc, char** argv) {
       done.outcome = "error";
       system.ask(runtime::ActorAddress{args.head, args.scheduler}, done, std::chrono::seconds(2))
           .wait_for(std::chrono::seconds(2));
-      exit_code = 1;
+      exit_code = bad_input ? scheduler::kTrainerExitBadInput : 1;
     }
   });
   while (exit_code.load() < 0) {

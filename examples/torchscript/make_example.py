@@ -4,7 +4,7 @@ as tensor files (train.pt, test.pt: torch.save({"x": X, "y": Y})). Any PyTorch m
 tensors go the same way: script (or trace) the model, save the data as {"x", "y"}.
 
     /usr/bin/python3 examples/torchscript/make_example.py
-    build/bin/omnilearn run examples/torchscript/job.toml --local 3 --slowdown 1,1,2 \\
+    build/bin/omnilearn run examples/torchscript/job.toml --local 3 --slowdowns 1,1,2 \\
         --run-dir runs/byo
     /usr/bin/python3 examples/torchscript/evaluate.py runs/byo/summary.json
 

@@ -313,5 +313,55 @@ TEST(JobSpecAsp, ABspJobMayNotCarryTheTable) {
   EXPECT_NE(error.find("only for mode = \"asp\" (mode is \"bsp\")"), std::string::npos) << error;
 }
 
+// Elastic by default: a job without max_workers takes every worker the cluster has, as many as
+// the batch can feed min_batch samples each.
+TEST(JobSpecElastic, WithoutMaxWorkersAJobTakesAsManyWorkersAsTheBatchCanFeed) {
+  EXPECT_EQ(parse_job_spec(kBase, "job.toml").elastic.max_workers, 64);
+  EXPECT_EQ(parse_job_spec(kBase + "[controller]\nmin_batch = 8\n", "job.toml").elastic.max_workers,
+            8);
+  EXPECT_EQ(parse_job_spec(kBase + "[elastic]\nmin_workers = 3\n", "job.toml").elastic.max_workers,
+            64);
+  // Set, it is kept.
+  EXPECT_EQ(parse_job_spec(kBase + "[elastic]\nmax_workers = 2\n", "job.toml").elastic.max_workers,
+            2);
+  // More min_workers than the batch can feed names min_workers, not the key the user left out.
+  auto error = error_of(kBase + "[controller]\nmin_batch = 16\n[elastic]\nmin_workers = 5\n");
+  EXPECT_NE(error.find("5 workers (elastic.min_workers)"), std::string::npos) << error;
+}
+
+// The recorded keys are the parser's: a range it enforces, the default a job gets.
+TEST(JobSpecKeys, RecordTheParsersRangesAndDefaults) {
+  auto keys = job_spec_keys();
+  auto find = [&](const std::string& section, const std::string& key,
+                  const std::string& when = "") -> const JobKey* {
+    for (const auto& k : keys) {
+      if (k.section == section && k.key == key && k.when == when) return &k;
+    }
+    return nullptr;
+  };
+  const JobKey* gain = find("controller", "gain");
+  ASSERT_NE(gain, nullptr);
+  EXPECT_EQ(gain->type, "number");
+  EXPECT_EQ(gain->default_value, "1");
+  EXPECT_EQ(gain->range, "(0, 1]");
+  const JobKey* mode = find("job", "mode");
+  ASSERT_NE(mode, nullptr);
+  EXPECT_EQ(mode->default_value, "\"bsp\"");
+  EXPECT_EQ(mode->range, "\"bsp\", \"asp\"");
+  const JobKey* servers = find("asp", "servers");
+  ASSERT_NE(servers, nullptr);
+  EXPECT_EQ(servers->range, "[1, 4096]");
+  // A key read two ways is listed once per reading.
+  EXPECT_NE(find("data", "classes", "dataset = \"tensors\""), nullptr);
+  EXPECT_EQ(find("data", "classes"), nullptr);
+  // Every section is there, and every key once per reading.
+  for (const char* section :
+       {"job", "model", "data", "train", "controller", "elastic", "checkpoint", "asp"}) {
+    bool any = false;
+    for (const auto& k : keys) any |= k.section == section;
+    EXPECT_TRUE(any) << section;
+  }
+}
+
 }  // namespace
 }  // namespace omnilearn::actors

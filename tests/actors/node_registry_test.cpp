@@ -322,7 +322,8 @@ TEST(RegistryState, RegistrationsAreWrittenBeforeTheReplyAndARestartedRegistryKn
     first.store = store;
     auto restored = start_head_epoch(*store, 1000.0);
     first.head = restored.info;
-    head.spawn<NodeRegistry>(kRegistryActor, config, HeadCounterSource{}, first);
+    head.spawn<NodeRegistry>(kRegistryActor, config, HeadCounterSource{}, DashboardAddress{},
+                             first);
     std::vector<std::future<runtime::AskResult>> asks;
     for (int i = 0; i < 200; ++i) {
       RegisterNode request;
@@ -341,6 +342,20 @@ TEST(RegistryState, RegistrationsAreWrittenBeforeTheReplyAndARestartedRegistryKn
   }
   EXPECT_EQ(store->load("nodes/").size(), 200u);
   EXPECT_EQ(store->get(name_key("n7")), "1");
+  {
+    // A drain holds for later jobs, so a restarted head knows it too.
+    runtime::ActorSystem head;
+    RegistryState again;
+    again.store = store;
+    again.head.epoch = 1;
+    head.spawn<NodeRegistry>(kRegistryActor, config, HeadCounterSource{}, DashboardAddress{},
+                             again);
+    auto drained = head.ask(ActorAddress{"", kRegistryActor}, SetNodeDrained{"n3", true}, 5s)
+                       .get()
+                       .as<SimpleReply>();
+    ASSERT_TRUE(drained && drained->ok);
+    EXPECT_EQ(store->get(drained_key("n3")), "1") << "answered before it was written";
+  }
 
   runtime::ActorSystem head;
   auto restored = start_head_epoch(*store, 1002.5);
@@ -352,7 +367,9 @@ TEST(RegistryState, RegistrationsAreWrittenBeforeTheReplyAndARestartedRegistryKn
   second.head = restored.info;
   second.nodes = restored.nodes;
   second.incarnations = restored.incarnations;
-  head.spawn<NodeRegistry>(kRegistryActor, config, HeadCounterSource{}, second);
+  second.drained = restored.drained;
+  EXPECT_EQ(restored.drained, (std::set<std::string>{"n3"}));
+  head.spawn<NodeRegistry>(kRegistryActor, config, HeadCounterSource{}, DashboardAddress{}, second);
   for (const auto& node : registered) {
     Heartbeat beat;
     beat.node_id = node.node_id;
@@ -368,6 +385,7 @@ TEST(RegistryState, RegistrationsAreWrittenBeforeTheReplyAndARestartedRegistryKn
   EXPECT_EQ(status->nodes.size(), 200u);
   EXPECT_EQ(status->head.epoch, 2u);
   EXPECT_EQ(status->head.restored_nodes, 200);
+  for (const auto& node : status->nodes) EXPECT_EQ(node.drained, node.name == "n3") << node.name;
   EXPECT_GE(status->head.nodes_back_ms, 0.0) << "every restored node was heard from";
 
   // The same name from the same machine is a restart: a newer incarnation than the stored one.

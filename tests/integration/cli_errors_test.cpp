@@ -1,6 +1,7 @@
 // User errors get one line on stderr and exit code 2, within a bounded wait — never a hang or a
-// stack trace; a request the head answers with no (no such job or node) gets one line and exit
-// code 1; --json answers are one JSON object on stdout.
+// stack trace; a head that does not answer, one line and exit code 3; a request the head answers
+// with no (no such job or node) gets one line and exit code 1; --json answers are one JSON
+// object on stdout.
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -55,6 +56,18 @@ void expect_usage_error(const CommandResult& result, const std::string& needle) 
   EXPECT_EQ(result.err.find("terminate called"), std::string::npos) << result.err;
 }
 
+// Exit 3 (the head could not be reached), nothing on stdout, exactly one "omnilearn: error: ..."
+// line on stderr containing `needle`.
+void expect_unreachable(const CommandResult& result, const std::string& needle) {
+  EXPECT_FALSE(result.timed_out) << "hung";
+  EXPECT_TRUE(result.status.exited()) << result.status.to_string();
+  EXPECT_EQ(result.status.code, 3) << result.err;
+  EXPECT_EQ(count_lines(result.err), 1u) << "stderr:\n" << result.err;
+  EXPECT_EQ(result.err.rfind("omnilearn: error: ", 0), 0u) << result.err;
+  EXPECT_NE(result.err.find(needle), std::string::npos) << result.err;
+  EXPECT_TRUE(result.out.empty()) << result.out;
+}
+
 // No address anywhere: not in the environment, not in the (otherwise valid) cluster file.
 ProcessOptions without_address_env() {
   ProcessOptions options;
@@ -63,16 +76,16 @@ ProcessOptions without_address_env() {
   return options;
 }
 
-TEST(CliErrors, StatusAgainstAnUnreachableHeadExits2WithinItsTimeout) {
+TEST(CliErrors, StatusAgainstAnUnreachableHeadExits3WithinItsTimeout) {
   auto port = unused_port();
   ASSERT_NE(port, 0);
   auto address = "127.0.0.1:" + std::to_string(port);
   auto quick = run_omnilearn({"status", "--address", address, "--timeout-ms", "300"}, 20s);
-  expect_usage_error(quick, "cannot reach the head at " + address);
+  expect_unreachable(quick, "cannot reach the head at " + address);
   EXPECT_LT(quick.elapsed, 300ms + 3s);
   // The default wait is bounded too (3 s).
   auto by_default = run_omnilearn({"status", "--address", address, "--json"}, 20s);
-  expect_usage_error(by_default, "cannot reach the head");
+  expect_unreachable(by_default, "cannot reach the head");
   EXPECT_GE(by_default.elapsed, 2900ms);
   EXPECT_LT(by_default.elapsed, 3s + 3s);
   EXPECT_TRUE(by_default.out.empty()) << "no half-written JSON: " << by_default.out;
@@ -118,8 +131,14 @@ TEST(CliErrors, UnknownFlagsAndCommandsExit2WithOneLine) {
                      "--nope");
   // An unknown command is named as such, at any level that needs one.
   expect_usage_error(run_omnilearn({"frobnicate"}, 20s),
-                     "unknown command 'frobnicate'; see omnilearn --help");
-  expect_usage_error(run_omnilearn({"node", "frob", "w1"}, 20s), "unknown command 'node frob'");
+                     "unknown command 'frobnicate'; see 'omnilearn --help'");
+  expect_usage_error(run_omnilearn({"node", "frob", "w1"}, 20s),
+                     "unknown command 'node frob'; see 'omnilearn node --help'");
+  // A parse error points to the help of the command it is about.
+  expect_usage_error(run_omnilearn({"status", "--bogus"}, 20s), "see 'omnilearn status --help'");
+  expect_usage_error(run_omnilearn({"job", "submit", "--bogus"}, 20s),
+                     "see 'omnilearn job submit --help'");
+  expect_usage_error(run_omnilearn({"job", "logs"}, 20s), "see 'omnilearn job logs --help'");
   expect_usage_error(run_omnilearn({}, 20s), "subcommand");
   expect_usage_error(run_omnilearn({"head", "--port", "99999"}, 20s), "--port");
   expect_usage_error(run_omnilearn({"head", "--heartbeat-interval-ms", "abc"}, 20s),
@@ -151,6 +170,11 @@ TEST(CliErrors, NumericFlagsRefuseNanEmptyItemsAndWordsInPlainWords) {
                      "--slowdown: must be between 1 and 1000 (got 0.5)");
   expect_usage_error(run_omnilearn({"run", job, "--local", "2", "--cpu-quota", "0.5,-1"}, 20s),
                      "--cpu-quota: item 2 of '0.5,-1': must be greater than 0 (got -1)");
+  // The plural spellings of run's lists, named as typed.
+  expect_usage_error(run_omnilearn({"run", job, "--local", "2", "--slowdowns", "1,abc"}, 20s),
+                     "--slowdowns: item 2 of '1,abc': 'abc' is not a number");
+  expect_usage_error(run_omnilearn({"run", job, "--local", "2", "--cpu-quotas", "0"}, 20s),
+                     "--cpu-quotas: must be greater than 0 (got 0)");
   const auto huge = run_omnilearn({"head", "--max-jobs", "0"}, 20s);
   expect_usage_error(huge, "--max-jobs: must be greater than 0 (got 0)");
   EXPECT_LT(huge.err.size(), 200u) << "no range printed to DBL_MAX: " << huge.err;
@@ -254,7 +278,7 @@ TEST(CliErrors, ExitCodesAndJsonOfSubmitLogsStopAndDrain) {
   expect_refusal(run_omnilearn({"logs", "nosuchjob", "--address", address, "--follow"}, 20s),
                  "no job with id 'nosuchjob'");
 
-  // No answer at all: exit 2.
+  // No answer at all: exit 3.
   auto port = unused_port();
   ASSERT_NE(port, 0);
   auto nowhere = "127.0.0.1:" + std::to_string(port);
@@ -265,15 +289,14 @@ TEST(CliErrors, ExitCodesAndJsonOfSubmitLogsStopAndDrain) {
     command.insert(command.end(), {"--address", nowhere, "--timeout-ms", "300"});
     auto result = run_omnilearn(command, 20s);
     SCOPED_TRACE(args[0]);
-    expect_usage_error(result, "no answer from the head at");
-    EXPECT_TRUE(result.out.empty()) << result.out;
+    expect_unreachable(result, "no answer from the head at");
   }
 }
 
 // A head that dies while `submit --follow` watches: the client gives up after its 30 s of
-// silence with exit code 2 (no answer, as for any unreachable head), the silence it waited, and
+// silence with exit code 3 (no answer, as for any unreachable head), the silence it waited, and
 // what to do: re-attach to a head that is back, or know that a restarted one forgot the job.
-TEST(CliErrors, FollowGivesUpOnADeadHeadWithCode2AndSaysWhatToDo) {
+TEST(CliErrors, FollowGivesUpOnADeadHeadWithCode3AndSaysWhatToDo) {
   TestCluster cluster;  // no workers: the job stays pending while it is followed
   ScratchDir dir("cli-lost-head");
   auto job = dir.write("job.toml", synthetic_elastic_job("cli-lost-head", 10, 1)).string();
@@ -286,11 +309,11 @@ TEST(CliErrors, FollowGivesUpOnADeadHeadWithCode2AndSaysWhatToDo) {
   cluster.kill_head();
   const auto status = follow.wait_exit(90s);
   ASSERT_TRUE(status) << "still following a dead head: " << follow.describe();
-  EXPECT_EQ(status->code, 2) << follow.describe();
+  EXPECT_EQ(status->code, 3) << follow.describe();
   const auto err = follow.output(Stream::kStderr);
   EXPECT_NE(err.find("lost contact with the head at "), std::string::npos) << err;
   EXPECT_TRUE(std::regex_search(err, std::regex("no answer for [0-9]+ s"))) << err;
-  EXPECT_NE(err.find("omnilearn logs " + job_id + " --follow"), std::string::npos) << err;
+  EXPECT_NE(err.find("omnilearn job logs " + job_id + " -f"), std::string::npos) << err;
 }
 
 TEST(CliErrors, HeadRejectsInconsistentHeartbeatSettings) {
@@ -311,14 +334,14 @@ TEST(CliErrors, HeadOnAPortInUseExits2) {
   EXPECT_EQ(bad_host.err.find("another head"), std::string::npos) << bad_host.err;
 }
 
-TEST(CliErrors, WorkerGivesUpAfterJoinTimeoutWhenNoHeadAppears) {
+TEST(CliErrors, WorkerGivesUpAfterJoinTimeoutWhenNoHeadAppearsWithCode3) {
   auto port = unused_port();
   ASSERT_NE(port, 0);
   auto address = "127.0.0.1:" + std::to_string(port);
   auto result = run_omnilearn(
       {"worker", "--address", address, "--name", "lonely", "--join-timeout-s", "1"}, 20s);
   EXPECT_FALSE(result.timed_out);
-  EXPECT_EQ(result.status.code, 2) << result.status.to_string() << "\n" << result.err;
+  EXPECT_EQ(result.status.code, 3) << result.status.to_string() << "\n" << result.err;
   EXPECT_GE(result.elapsed, 1s);
   EXPECT_LT(result.elapsed, 1s + 3s);
   // The worker may log while it retries; the error itself is one line, and the last one.

@@ -177,5 +177,64 @@ TEST_F(JobTorchScript, PythonScoresTheTrainedCheckpointAsTheSummarySays) {
   EXPECT_NEAR(python_view.at("loss").get<double>(), loss, 1e-5 * loss) << scored.out;
 }
 
+// An error in the job's own data is not retried: a torch.save training split with a label past
+// [data] classes (which `submit` cannot read without LibTorch) fails the job with the trainer's
+// message after one start, where a failed start that may pass (a port in use, a lost peer) is
+// tried again on a back-off.
+TEST_F(JobTorchScript, ALabelOutOfRangeFailsTheJobAtOnceWithTheMessage) {
+  std::string why;
+  const auto python = find_torch_python(&why);
+  if (!python) GTEST_SKIP() << why;
+  ScratchDir dir("bad-label-job");
+  const auto made = run_python(
+      *python, {"-c",
+                "import sys, torch\n"
+                "torch.manual_seed(0)\n"
+                "y = torch.randint(0, 10, (128,))\n"
+                "y[5] = 12\n"
+                "torch.save({'x': torch.rand(128, 1, 8, 8), 'y': y}, sys.argv[1] + '/train.pt')\n"
+                "torch.save({'x': torch.rand(64, 1, 8, 8), 'y': torch.randint(0, 10, (64,))},"
+                " sys.argv[1] + '/test.pt')\n",
+                dir.path().string()});
+  ASSERT_EQ(made.status.code, 0) << made.out << made.err;
+  dir.write("job.toml", R"([job]
+name = "e2e-bad-label"
+[model]
+kind = "mlp"
+hidden = [8]
+[data]
+dataset = "tensors"
+train = "train.pt"
+test = "test.pt"
+classes = 10
+[train]
+global_batch = 32
+steps = 5
+[elastic]
+max_workers = 1
+)");
+  auto& cluster = start_cluster();
+  start_worker("w1");
+  ASSERT_TRUE(cluster.wait_worker_joined("w1", 15s)) << cluster.worker("w1").describe();
+  const fs::path run_dir = dir.path() / "run";
+  const auto followed =
+      run_omnilearn({"job", "submit", (dir.path() / "job.toml").string(), "--address",
+                     cluster.address(), "--run-dir", run_dir.string(), "-f"},
+                    120s);
+  ASSERT_FALSE(followed.timed_out) << followed.out << followed.err;
+  EXPECT_EQ(followed.status.code, 1) << followed.out << followed.err;
+  const auto summary = read_summary(run_dir);
+  ASSERT_TRUE(summary) << followed.out;
+  EXPECT_EQ(summary->at("status"), "failed") << summary->dump(2);
+  const std::string reason = summary->value("reason", "");
+  EXPECT_NE(reason.find("12"), std::string::npos) << reason;
+  EXPECT_NE(reason.find("classes = 10"), std::string::npos) << reason;
+  const auto events = read_events(run_dir);
+  EXPECT_EQ(events_named(events, "spawn").size(), 1u) << "started once, not retried";
+  const auto exits = events_named(events, "trainer_exited");
+  ASSERT_EQ(exits.size(), 1u);
+  EXPECT_EQ(exits[0].value("exit_code", 0), 65) << exits[0].dump();
+}
+
 }  // namespace
 }  // namespace omnilearn::testing

@@ -76,6 +76,44 @@ TEST(ElasticJob, TrainersThatCannotStartAreRetriedWithBackOffThenFailTheJob) {
   EXPECT_GE(spawned_at[3] - spawned_at[2], 2000);
 }
 
+// An error in the job's own input (exit code kTrainerExitBadInput) fails the job at once with
+// the trainer's message: another start could not end differently.
+TEST(ElasticJob, ATrainerThatFailsOnBadInputFailsTheJobWithoutRetrying) {
+  ElasticJobOptions o;
+  o.min_workers = 1;
+  o.max_workers = 1;
+  o.total_steps = 10;
+  ElasticJob job = started_job(o, 1);
+  auto spawns = commands_of<SpawnCommand>(job);
+  ASSERT_EQ(spawns.size(), 1u);
+  job.trainer_exited(spawns[0].trainer, kTrainerExitBadInput,
+                     "train.pt: label 12 is out of range [0, 10)", 10);
+  ASSERT_TRUE(job.finished());
+  EXPECT_EQ(job.state(), "failed");
+  EXPECT_NE(job.reason().find("label 12 is out of range"), std::string::npos) << job.reason();
+  for (Millis now = 100; now < 5000; now += 100) job.tick(now);
+  EXPECT_TRUE(commands_of<SpawnCommand>(job).empty()) << "retried";
+}
+
+// A node drained before it came up (`omnilearn node drain` holds for later jobs) gets no
+// trainer until it is undrained; then it gets one.
+TEST(ElasticJob, ANodeUpDrainedGetsTrainersOnlyOnceUndrained) {
+  ElasticJobOptions o;
+  o.min_workers = 1;
+  o.max_workers = 2;
+  o.total_steps = 10;
+  ElasticJob job = make_job(o);
+  job.node_up("n1", "w1", 0, /*draining=*/true);
+  job.start(0);
+  EXPECT_TRUE(commands_of<SpawnCommand>(job).empty());
+  job.node_up("n1", "w1", 50);  // a later "alive" does not undo the drain
+  EXPECT_TRUE(commands_of<SpawnCommand>(job).empty());
+  job.undrain("w1", 100);
+  const auto spawns = commands_of<SpawnCommand>(job);
+  ASSERT_EQ(spawns.size(), 1u);
+  EXPECT_EQ(spawns[0].node, "n1");
+}
+
 // A job that needs more workers than the cluster has fails within its bound, and the reason
 // says how many nodes could take a trainer (a drained one cannot).
 TEST(ElasticJob, TooFewNodesFailsTheJobSayingHowManyWereUsable) {
