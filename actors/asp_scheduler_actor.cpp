@@ -10,8 +10,8 @@
 #include <iterator>
 #include <numeric>
 
-#include "actors/atomic_file.hpp"
 #include "actors/reply_envelope.hpp"
+#include "runtime/atomic_file.hpp"
 #include "runtime/system_messages.hpp"
 
 namespace omnilearn::actors {
@@ -374,11 +374,13 @@ void AspSchedulerActor::on_server_report(const runtime::Envelope& message,
     std::error_code ec;
     std::filesystem::create_directories(std::filesystem::path(head_copy_path(report.shard)).parent_path(), ec);
     const auto& bytes = message.attachments[0];
-    if (write_text_atomically(head_copy_path(report.shard), std::string(bytes.data(), bytes.size()))) {
+    try {
+      runtime::write_file_atomically(head_copy_path(report.shard),
+                                     std::string_view(bytes.data(), bytes.size()));
       shard.head_copy_version = report.version;
-    } else {
-      spdlog::warn("job {}: cannot keep shard {}'s checkpoint at {}", options_.job_id,
-                   report.shard, head_copy_path(report.shard));
+    } catch (const runtime::AtomicWriteError& e) {
+      spdlog::warn("job {}: cannot keep shard {}'s checkpoint: {}", options_.job_id, report.shard,
+                   e.what());
     }
   }
   shard.version = std::max(shard.version, report.version);
@@ -1023,8 +1025,12 @@ void AspSchedulerActor::finish(const std::string& state, const std::string& reas
   }
   emit(Json{{"event", "finished"}, {"status", state}, {"reason", why}, {"step", updates_}});
   events_file_.close();
-  write_text_atomically(std::filesystem::path(options_.run_dir) / "summary.json",
-                        summary_json() + "\n");
+  try {
+    runtime::write_file_atomically(std::filesystem::path(options_.run_dir) / "summary.json",
+                                   summary_json() + "\n");
+  } catch (const runtime::AtomicWriteError& e) {
+    spdlog::warn("job {}: {}", options_.job_id, e.what());
+  }
   tell(runtime::ActorAddress{"", kRegistryActor}, UnsubscribeNodes{});
   publish_info();
 }

@@ -1,7 +1,7 @@
 #include "actors/job_manager.hpp"
 
 #include "actors/asp_scheduler_actor.hpp"
-#include "actors/atomic_file.hpp"
+#include "runtime/atomic_file.hpp"
 
 #include <algorithm>
 #include <filesystem>
@@ -244,8 +244,10 @@ void JobManager::on_scheduler_down(const runtime::Down& down) {
                   .dump()
            << '\n';
   }
-  if (!write_text_atomically(fs::path(job.run_dir) / "summary.json", job.summary_json + "\n")) {
-    spdlog::warn("jobs: cannot write {}/summary.json for job {}", job.run_dir, job_id);
+  try {
+    runtime::write_file_atomically(fs::path(job.run_dir) / "summary.json", job.summary_json + "\n");
+  } catch (const runtime::AtomicWriteError& e) {
+    spdlog::warn("jobs: job {}: {}", job_id, e.what());
   }
 }
 

@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
-#include "actors/atomic_file.hpp"
+#include "runtime/atomic_file.hpp"
 #include "runtime/system_messages.hpp"
 #include "scheduler/simulator.hpp"
 
@@ -502,8 +502,12 @@ void SchedulerActor::finished(const std::string& state, const std::string& reaso
             {"step", std::max(step_, job_.committed_step())}}
            .dump());
   events_file_.close();
-  write_text_atomically(std::filesystem::path(options_.run_dir) / "summary.json",
-                        summary_json() + "\n");
+  try {
+    runtime::write_file_atomically(std::filesystem::path(options_.run_dir) / "summary.json",
+                                   summary_json() + "\n");
+  } catch (const runtime::AtomicWriteError& e) {
+    spdlog::warn("job {}: {}", options_.job_id, e.what());
+  }
   // Nothing more to hear about nodes; the JobManager keeps the summary and stops this actor.
   tell(runtime::ActorAddress{"", kRegistryActor}, UnsubscribeNodes{});
   publish_info();

@@ -8,9 +8,9 @@
 
 #include <fmt/format.h>
 
-#include "actors/cluster_file.hpp"
 #include "core/protocol.hpp"
 #include "runtime/actor_system.hpp"
+#include "runtime/cluster_file.hpp"
 #include "runtime/endpoint.hpp"
 #include "runtime/system_messages.hpp"
 
@@ -202,8 +202,8 @@ Cluster Cluster::connect(const ConnectOptions& options) {
       if (path.empty()) {
         if (const char* env = std::getenv("OMNILEARN_CLUSTER_FILE")) path = env;
       }
-      if (path.empty()) path = actors::default_cluster_file_path().string();
-      auto file = actors::read_cluster_file(path);
+      if (path.empty()) path = runtime::default_cluster_file_path().string();
+      auto file = runtime::read_cluster_file(path);
       system_options.credentials = file.credentials;
       if (address.empty()) address = file.address;
     }

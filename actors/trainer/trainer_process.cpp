@@ -32,12 +32,12 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
-#include "actors/cluster_file.hpp"
 #include "actors/job_protocol.hpp"
 #include "actors/job_spec.hpp"
 #include "actors/trainer/asp_roles.hpp"
 #include "actors/trainer/runtime_store.hpp"
 #include "runtime/actor_system.hpp"
+#include "runtime/cluster_file.hpp"
 #include "runtime/shutdown.hpp"
 #include "scheduler/elastic_member.hpp"
 #include "training/trainer.hpp"
@@ -638,8 +638,8 @@ int main(int argc, char** argv) {
       return 2;
     }
     try {
-      system_options.credentials = actors::read_cluster_file(args.cluster_file).credentials;
-    } catch (const actors::ClusterFileError& e) {
+      system_options.credentials = runtime::read_cluster_file(args.cluster_file).credentials;
+    } catch (const runtime::ClusterFileError& e) {
       std::fprintf(stderr, "omnilearn-trainer: %s\n", e.what());
       return 2;
     }
