@@ -1175,46 +1175,46 @@ std::string AspSchedulerActor::summary_json() const {
 
 void AspSchedulerActor::on_message(const runtime::Envelope& message) {
   if (message.kind == runtime::kind_of<AspDealRequest>()) {
-    if (auto request = runtime::unpack_payload<AspDealRequest>(message.payload)) {
+    if (auto request = decode<AspDealRequest>(message)) {
       on_deal(message, *request);
     }
     return;
   }
   if (message.kind == runtime::kind_of<AspServerReady>()) {
-    if (auto ready = runtime::unpack_payload<AspServerReady>(message.payload)) {
+    if (auto ready = decode<AspServerReady>(message)) {
       on_server_ready(message, *ready);
     }
     return;
   }
   if (message.kind == runtime::kind_of<AspServerReport>()) {
-    if (auto report = runtime::unpack_payload<AspServerReport>(message.payload)) {
+    if (auto report = decode<AspServerReport>(message)) {
       on_server_report(message, *report);
     }
     return;
   }
   if (message.kind == runtime::kind_of<AspFetchCheckpoint>()) {
-    if (auto fetch = runtime::unpack_payload<AspFetchCheckpoint>(message.payload)) {
+    if (auto fetch = decode<AspFetchCheckpoint>(message)) {
       on_fetch_checkpoint(message, *fetch);
     }
     return;
   }
   if (message.kind == runtime::kind_of<AspFinished>()) {
-    if (auto done = runtime::unpack_payload<AspFinished>(message.payload))
+    if (auto done = decode<AspFinished>(message))
       on_finished(message, *done);
     return;
   }
   switch (message.kind) {
     case MessageKind::kNodeEvent:
-      if (auto event = runtime::unpack_payload<NodeEvent>(message.payload)) on_node_event(*event);
+      if (auto event = decode<NodeEvent>(message)) on_node_event(*event);
       return;
     case MessageKind::kTrainerHello:
-      if (auto hello = runtime::unpack_payload<TrainerHello>(message.payload)) {
+      if (auto hello = decode<TrainerHello>(message)) {
         on_hello(message, *hello);
       }
       return;
     case MessageKind::kTrainerDone: {
       // A trainer that failed before it knew its role (bad data, say) says so this way.
-      auto done = runtime::unpack_payload<TrainerDone>(message.payload);
+      auto done = decode_or_count<TrainerDone>(message);
       if (message.correlation) reply(message, SimpleReply{true, ""});
       if (done && !done->ok && !done->error.empty()) {
         last_trainer_error_ = done->trainer + ": " + done->error;
@@ -1222,12 +1222,12 @@ void AspSchedulerActor::on_message(const runtime::Envelope& message) {
       return;
     }
     case MessageKind::kTrainerExited:
-      if (auto exited = runtime::unpack_payload<TrainerExited>(message.payload)) {
+      if (auto exited = decode<TrainerExited>(message)) {
         on_trainer_exited(*exited);
       }
       return;
     case MessageKind::kDrainNode: {
-      auto drain = runtime::unpack_payload<DrainNode>(message.payload);
+      auto drain = decode_or_count<DrainNode>(message);
       int leaving = 0;
       if (drain && !finished_) {
         // Workers just go (their batches fenced and dealt again); a server first hands its
@@ -1260,13 +1260,13 @@ void AspSchedulerActor::on_message(const runtime::Envelope& message) {
       return;
     }
     case MessageKind::kStopJob: {
-      auto stop = runtime::unpack_payload<StopJob>(message.payload);
+      auto stop = decode_or_count<StopJob>(message);
       finish("stopped", stop && !stop->reason.empty() ? stop->reason : "stopped by user");
       if (message.correlation) reply(message, SimpleReply{true, "stopped"});
       return;
     }
     case MessageKind::kJobStatusRequest: {
-      auto request = runtime::unpack_payload<JobStatusRequest>(message.payload);
+      auto request = decode_or_count<JobStatusRequest>(message);
       reply(message, job_status_page(info(), events_, request ? request->since : 0, finished_,
                                      [&] { return summary_json(); }));
       return;

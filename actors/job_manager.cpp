@@ -294,7 +294,7 @@ JobStatusReply JobManager::finished_job_status(Job& job, std::uint64_t since) {
 void JobManager::on_message(const runtime::Envelope& message) {
   switch (message.kind) {
     case MessageKind::kSubmitJob: {
-      auto request = runtime::unpack_payload<SubmitJob>(message.payload);
+      auto request = decode_or_count<SubmitJob>(message);
       if (!request) {
         reply(message, SubmitJobReply{false, "", "", "malformed submission"});
         return;
@@ -303,7 +303,7 @@ void JobManager::on_message(const runtime::Envelope& message) {
       return;
     }
     case MessageKind::kStopJob: {
-      auto stop = runtime::unpack_payload<StopJob>(message.payload);
+      auto stop = decode<StopJob>(message);
       if (!stop) return;
       auto it = jobs_.find(stop->job_id);
       if (it != jobs_.end() && it->second.finished) {
@@ -318,7 +318,7 @@ void JobManager::on_message(const runtime::Envelope& message) {
       return;
     }
     case MessageKind::kJobStatusRequest: {
-      auto request = runtime::unpack_payload<JobStatusRequest>(message.payload);
+      auto request = decode<JobStatusRequest>(message);
       if (!request) return;
       auto it = jobs_.find(request->job_id);
       if (it != jobs_.end() && it->second.finished) {
@@ -332,12 +332,12 @@ void JobManager::on_message(const runtime::Envelope& message) {
     }
     case MessageKind::kJobStatusReply:
       // A scheduler publishing its job's state.
-      if (auto update = runtime::unpack_payload<JobStatusReply>(message.payload)) {
+      if (auto update = decode<JobStatusReply>(message)) {
         on_job_update(message, *update);
       }
       return;
     case MessageKind::kDown:
-      if (auto down = runtime::unpack_payload<runtime::Down>(message.payload)) {
+      if (auto down = decode<runtime::Down>(message)) {
         on_scheduler_down(*down);
       }
       return;
@@ -348,12 +348,12 @@ void JobManager::on_message(const runtime::Envelope& message) {
       return;
     }
     case MessageKind::kNodeEvent:
-      if (auto event = runtime::unpack_payload<NodeEvent>(message.payload)) {
+      if (auto event = decode<NodeEvent>(message)) {
         if (event->event != "heartbeat") nodes_[event->node.id] = event->node;
       }
       return;
     case MessageKind::kDrainNode: {
-      auto drain = runtime::unpack_payload<DrainNode>(message.payload);
+      auto drain = decode<DrainNode>(message);
       if (!drain) return;
       const NodeInfo* node = find_node(drain->node);
       if (!node) {
@@ -372,7 +372,7 @@ void JobManager::on_message(const runtime::Envelope& message) {
       return;
     }
     case MessageKind::kSetNodeResources: {
-      auto request = runtime::unpack_payload<SetNodeResources>(message.payload);
+      auto request = decode<SetNodeResources>(message);
       if (!request) return;
       const NodeInfo* node = find_node(request->node);
       if (!node) {

@@ -116,22 +116,22 @@ void Executor::on_message(const runtime::Envelope& message) {
   using runtime::MessageKind;
   switch (message.kind) {
     case MessageKind::kSubmitTask:
-      if (auto task = runtime::unpack_payload<SubmitTask>(message.payload)) {
+      if (auto task = decode<SubmitTask>(message)) {
         run_task(message, std::move(*task));
       }
       break;
     case MessageKind::kCreateActor:
-      if (auto request = runtime::unpack_payload<CreateActor>(message.payload)) {
+      if (auto request = decode<CreateActor>(message)) {
         create_actor(message, std::move(*request));
       }
       break;
     case MessageKind::kActorCall:
-      if (auto call = runtime::unpack_payload<ActorCall>(message.payload)) {
+      if (auto call = decode<ActorCall>(message)) {
         call_actor(message, std::move(*call));
       }
       break;
     case MessageKind::kKillActor:
-      if (auto kill = runtime::unpack_payload<KillActor>(message.payload)) {
+      if (auto kill = decode<KillActor>(message)) {
         std::shared_ptr<Hosted> hosted;
         {
           std::lock_guard lock(mutex_);

@@ -100,7 +100,7 @@ class TrainerActor : public runtime::Actor {
   void on_message(const runtime::Envelope& message) override {
     switch (message.kind) {
       case MessageKind::kRendezvous:
-        if (auto rv = runtime::unpack_payload<Rendezvous>(message.payload)) {
+        if (auto rv = decode<Rendezvous>(message)) {
           std::int64_t newest = control_.newest_generation.load();
           while (newest < rv->generation &&
                  !control_.newest_generation.compare_exchange_weak(newest, rv->generation)) {
@@ -117,23 +117,23 @@ class TrainerActor : public runtime::Actor {
         }
         break;
       case MessageKind::kPlanUpdate:
-        if (auto plan = runtime::unpack_payload<PlanUpdate>(message.payload)) {
+        if (auto plan = decode<PlanUpdate>(message)) {
           control_.push(proto::PlanOrder{plan->generation, plan->version, plan->batches});
         }
         break;
       case MessageKind::kLeaseGrant:
-        if (auto grant = runtime::unpack_payload<LeaseGrant>(message.payload)) {
+        if (auto grant = decode<LeaseGrant>(message)) {
           control_.push(proto::LeaseAnswer{grant->generation, grant->seq, grant->granted,
                                            grant->duration_ms, grant->reason, grant->superseded});
         }
         break;
       case MessageKind::kStopTrainer: {
-        auto stop = runtime::unpack_payload<StopTrainer>(message.payload);
+        auto stop = decode<StopTrainer>(message);
         control_.push(StopRequest{stop ? stop->reason : "stopped", 0});
         break;
       }
       case MessageKind::kSetTrainerSpeed:
-        if (auto speed = runtime::unpack_payload<SetTrainerSpeed>(message.payload)) {
+        if (auto speed = decode<SetTrainerSpeed>(message)) {
           control_.slowdown = speed->slowdown;
           control_.slowdown_changed = true;
         }
