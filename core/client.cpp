@@ -2,9 +2,13 @@
 // Client that turns submits, spawns and calls into asks to the head's task router.
 #include <omnilearn/omnilearn.hpp>
 
+#include <atomic>
+#include <condition_variable>
 #include <cstdlib>
+#include <deque>
 #include <filesystem>
 #include <random>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -28,9 +32,71 @@ std::string_view to_string(ErrorCode code) {
     case ErrorCode::kNotRegistered: return "not registered";
     case ErrorCode::kBadValue: return "bad value";
     case ErrorCode::kRefused: return "refused";
+    case ErrorCode::kEmptyHandle: return "empty handle";
   }
   return "error";
 }
+
+namespace detail {
+namespace {
+
+// The one thread then() functions run on, started on first use. Work still queued when the
+// program exits is dropped (its futures are going away with the program).
+class ContinuationThread {
+ public:
+  ~ContinuationThread() {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_one();
+    if (thread_.joinable()) thread_.join();
+  }
+  void post(std::function<void()> work) {
+    {
+      std::lock_guard lock(mutex_);
+      if (stopping_) return;
+      queue_.push_back(std::move(work));
+      if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+    }
+    wake_.notify_one();
+  }
+  bool on_this_thread() const { return std::this_thread::get_id() == id_.load(); }
+
+ private:
+  void run() {
+    id_ = std::this_thread::get_id();
+    std::unique_lock lock(mutex_);
+    while (true) {
+      wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (stopping_) return;
+      auto work = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      work();  // run_continuation catches what the user's function throws
+      work = nullptr;  // its captures released outside the lock
+      lock.lock();
+    }
+  }
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::function<void()>> queue_;  // guarded by mutex_
+  bool stopping_ = false;                    // guarded by mutex_
+  std::thread thread_;                       // started under mutex_
+  std::atomic<std::thread::id> id_{};
+};
+
+ContinuationThread& continuations() {
+  static ContinuationThread instance;
+  return instance;
+}
+
+}  // namespace
+
+void post_continuation(std::function<void()> work) { continuations().post(std::move(work)); }
+bool on_continuation_thread() { return continuations().on_this_thread(); }
+
+}  // namespace detail
 
 namespace {
 
@@ -44,7 +110,7 @@ Resources from_spec(const core::ResourceSpec& spec) {
 }
 
 ErrorCode known_code(int code) {
-  if (code < 0 || code > static_cast<int>(ErrorCode::kRefused)) return ErrorCode::kBadValue;
+  if (code < 0 || code > static_cast<int>(ErrorCode::kEmptyHandle)) return ErrorCode::kBadValue;
   return static_cast<ErrorCode>(code);
 }
 
