@@ -147,6 +147,26 @@ TEST_F(RemoteTest, TasksRoundTripUserTypesAndReportRemoteErrors) {
   EXPECT_GT(slow.get(30s), 0);
 }
 
+// More than the head takes from one peer at once (8,192 messages): the client keeps the rest
+// in its own bounded queue and the loop blocks only while that queue is full.
+TEST_F(RemoteTest, ADriverSubmitsOneHundredThousandTasksInOneLoop) {
+  start(2);
+  constexpr int kTasks = 100000;
+  std::vector<Future<int>> futures;
+  futures.reserve(kTasks);
+  for (int i = 0; i < kTasks; ++i) futures.push_back(driver_->submit(remote_test::square, i % 10000));
+  int wrong = 0;
+  std::string first_error;
+  for (int i = 0; i < kTasks; ++i) {
+    try {
+      if (futures[i].get(120s) != (i % 10000) * (i % 10000)) ++wrong;
+    } catch (const Error& e) {
+      if (wrong++ == 0) first_error = e.what();
+    }
+  }
+  EXPECT_EQ(wrong, 0) << "first error: " << first_error;
+}
+
 TEST_F(RemoteTest, InfeasibleRequestsFailAtOnceNamingWhatIsMissing) {
   start(1, {"--labels", "zone=a"});
   TaskOptions gpus;
