@@ -10,8 +10,8 @@
 #include <iterator>
 #include <numeric>
 
-#include "actors/atomic_file.hpp"
 #include "actors/reply_envelope.hpp"
+#include "runtime/atomic_file.hpp"
 #include "runtime/system_messages.hpp"
 #include "scheduler/elastic_protocol.hpp"
 
@@ -388,11 +388,13 @@ void AspSchedulerActor::on_server_report(const runtime::Envelope& message,
     std::error_code ec;
     std::filesystem::create_directories(std::filesystem::path(head_copy_path(report.shard)).parent_path(), ec);
     const auto& bytes = message.attachments[0];
-    if (write_text_atomically(head_copy_path(report.shard), std::string(bytes.data(), bytes.size()))) {
+    try {
+      runtime::write_file_atomically(head_copy_path(report.shard),
+                                     std::string_view(bytes.data(), bytes.size()));
       shard.head_copy_version = report.version;
-    } else {
-      spdlog::warn("job {}: cannot keep shard {}'s checkpoint at {}", options_.job_id,
-                   report.shard, head_copy_path(report.shard));
+    } catch (const runtime::AtomicWriteError& e) {
+      spdlog::warn("job {}: cannot keep shard {}'s checkpoint: {}", options_.job_id, report.shard,
+                   e.what());
     }
   }
   shard.version = std::max(shard.version, report.version);
@@ -1047,8 +1049,12 @@ void AspSchedulerActor::finish(const std::string& state, const std::string& reas
   }
   emit(Json{{"event", "finished"}, {"status", state}, {"reason", why}, {"step", updates_}});
   events_file_.close();
-  write_text_atomically(std::filesystem::path(options_.run_dir) / "summary.json",
-                        summary_json() + "\n");
+  try {
+    runtime::write_file_atomically(std::filesystem::path(options_.run_dir) / "summary.json",
+                                   summary_json() + "\n");
+  } catch (const runtime::AtomicWriteError& e) {
+    spdlog::warn("job {}: {}", options_.job_id, e.what());
+  }
   tell(runtime::ActorAddress{"", kRegistryActor}, UnsubscribeNodes{});
   publish_info();
 }
@@ -1193,46 +1199,46 @@ std::string AspSchedulerActor::summary_json() const {
 
 void AspSchedulerActor::on_message(const runtime::Envelope& message) {
   if (message.kind == runtime::kind_of<AspDealRequest>()) {
-    if (auto request = runtime::unpack_payload<AspDealRequest>(message.payload)) {
+    if (auto request = decode<AspDealRequest>(message)) {
       on_deal(message, *request);
     }
     return;
   }
   if (message.kind == runtime::kind_of<AspServerReady>()) {
-    if (auto ready = runtime::unpack_payload<AspServerReady>(message.payload)) {
+    if (auto ready = decode<AspServerReady>(message)) {
       on_server_ready(message, *ready);
     }
     return;
   }
   if (message.kind == runtime::kind_of<AspServerReport>()) {
-    if (auto report = runtime::unpack_payload<AspServerReport>(message.payload)) {
+    if (auto report = decode<AspServerReport>(message)) {
       on_server_report(message, *report);
     }
     return;
   }
   if (message.kind == runtime::kind_of<AspFetchCheckpoint>()) {
-    if (auto fetch = runtime::unpack_payload<AspFetchCheckpoint>(message.payload)) {
+    if (auto fetch = decode<AspFetchCheckpoint>(message)) {
       on_fetch_checkpoint(message, *fetch);
     }
     return;
   }
   if (message.kind == runtime::kind_of<AspFinished>()) {
-    if (auto done = runtime::unpack_payload<AspFinished>(message.payload))
+    if (auto done = decode<AspFinished>(message))
       on_finished(message, *done);
     return;
   }
   switch (message.kind) {
     case MessageKind::kNodeEvent:
-      if (auto event = runtime::unpack_payload<NodeEvent>(message.payload)) on_node_event(*event);
+      if (auto event = decode<NodeEvent>(message)) on_node_event(*event);
       return;
     case MessageKind::kTrainerHello:
-      if (auto hello = runtime::unpack_payload<TrainerHello>(message.payload)) {
+      if (auto hello = decode<TrainerHello>(message)) {
         on_hello(message, *hello);
       }
       return;
     case MessageKind::kTrainerDone: {
       // A trainer that failed before it knew its role (bad data, say) says so this way.
-      auto done = runtime::unpack_payload<TrainerDone>(message.payload);
+      auto done = decode_or_count<TrainerDone>(message);
       if (message.correlation) reply(message, SimpleReply{true, ""});
       if (done && !done->ok && !done->error.empty()) {
         last_trainer_error_ = done->trainer + ": " + done->error;
@@ -1240,12 +1246,12 @@ void AspSchedulerActor::on_message(const runtime::Envelope& message) {
       return;
     }
     case MessageKind::kTrainerExited:
-      if (auto exited = runtime::unpack_payload<TrainerExited>(message.payload)) {
+      if (auto exited = decode<TrainerExited>(message)) {
         on_trainer_exited(*exited);
       }
       return;
     case MessageKind::kDrainNode: {
-      auto drain = runtime::unpack_payload<DrainNode>(message.payload);
+      auto drain = decode_or_count<DrainNode>(message);
       int leaving = 0;
       if (drain && !finished_) {
         // Workers just go (their batches fenced and dealt again); a server first hands its
@@ -1278,13 +1284,13 @@ void AspSchedulerActor::on_message(const runtime::Envelope& message) {
       return;
     }
     case MessageKind::kStopJob: {
-      auto stop = runtime::unpack_payload<StopJob>(message.payload);
+      auto stop = decode_or_count<StopJob>(message);
       finish("stopped", stop && !stop->reason.empty() ? stop->reason : "stopped by user");
       if (message.correlation) reply(message, SimpleReply{true, "stopped"});
       return;
     }
     case MessageKind::kJobStatusRequest: {
-      auto request = runtime::unpack_payload<JobStatusRequest>(message.payload);
+      auto request = decode_or_count<JobStatusRequest>(message);
       reply(message, job_status_page(info(), events_, request ? request->since : 0, finished_,
                                      [&] { return summary_json(); }));
       return;

@@ -76,7 +76,7 @@ void AspServerActor::on_message(const runtime::Envelope& message) {
 void AspServerActor::on_pull(const runtime::Envelope& message) {
   AspPullReply r;
   r.shard = config_.shard;
-  const auto pull = runtime::unpack_payload<AspPull>(message.payload);
+  const auto pull = decode_or_count<AspPull>(message);
   if (!pull || pull->shard != config_.shard || pull->job_id != config_.job) {
     // A worker with a stale or wrong server list: its parameters would be cut wrongly.
     r.error = pull ? fmt::format("a pull for shard {} of job {} reached shard {} of job {}",
@@ -107,7 +107,7 @@ void AspServerActor::on_pull(const runtime::Envelope& message) {
 
 void AspServerActor::on_push(const runtime::Envelope& message) {
   AspPushReply r;
-  auto push = runtime::unpack_payload<AspPush>(message.payload);
+  auto push = decode_or_count<AspPush>(message);
   const std::size_t want = parameters_.size_bytes();
   if (!push) {
     r.error = fmt::format("a push to shard {} did not decode as AspPush", config_.shard);
@@ -202,7 +202,7 @@ void AspServerActor::on_push(const runtime::Envelope& message) {
 void AspServerActor::on_fence(const runtime::Envelope& message) {
   AspFenceReply r;
   r.shard = config_.shard;
-  const auto fence = runtime::unpack_payload<AspFence>(message.payload);
+  const auto fence = decode_or_count<AspFence>(message);
   if (!fence || fence->shard != config_.shard || fence->job_id != config_.job) {
     r.error = fence ? fmt::format("a fence for shard {} of job {} reached shard {} of job {}",
                                   fence->shard, fence->job_id, config_.shard, config_.job)
@@ -223,7 +223,7 @@ void AspServerActor::on_fence(const runtime::Envelope& message) {
 void AspServerActor::on_hand_over(const runtime::Envelope& message) {
   AspHandOverReply r;
   r.shard = config_.shard;
-  const auto hand_over = runtime::unpack_payload<AspHandOver>(message.payload);
+  const auto hand_over = decode_or_count<AspHandOver>(message);
   if (!hand_over || hand_over->shard != config_.shard || hand_over->job_id != config_.job) {
     r.error = hand_over ? fmt::format("a hand-over of shard {} of job {} reached shard {} of job {}",
                                       hand_over->shard, hand_over->job_id, config_.shard,

@@ -11,9 +11,9 @@
 #include <sstream>
 
 #include "actors/asp_scheduler_actor.hpp"
-#include "actors/atomic_file.hpp"
 #include "actors/job_spec.hpp"
 #include "actors/scheduler_actor.hpp"
+#include "runtime/atomic_file.hpp"
 
 namespace omnilearn::actors {
 namespace {
@@ -189,8 +189,10 @@ void JobManager::end_job_here(Job& job, const std::string& state, const std::str
                .dump()
         << '\n';
   }
-  if (!write_text_atomically(fs::path(job.run_dir) / "summary.json", job.summary_json + "\n")) {
-    spdlog::warn("jobs: cannot write {}/summary.json for job {}", job.run_dir, job.info.id);
+  try {
+    runtime::write_file_atomically(fs::path(job.run_dir) / "summary.json", job.summary_json + "\n");
+  } catch (const runtime::AtomicWriteError& e) {
+    spdlog::warn("jobs: job {}: {}", job.info.id, e.what());
   }
   persist(job);
 }
@@ -414,7 +416,7 @@ JobStatusReply JobManager::finished_job_status(Job& job, std::uint64_t since) {
 void JobManager::on_message(const runtime::Envelope& message) {
   switch (message.kind) {
     case MessageKind::kSubmitJob: {
-      auto request = runtime::unpack_payload<SubmitJob>(message.payload);
+      auto request = decode_or_count<SubmitJob>(message);
       if (!request) {
         reply(message, SubmitJobReply{false, "", "", "malformed submission"});
         return;
@@ -423,7 +425,7 @@ void JobManager::on_message(const runtime::Envelope& message) {
       return;
     }
     case MessageKind::kStopJob: {
-      auto stop = runtime::unpack_payload<StopJob>(message.payload);
+      auto stop = decode<StopJob>(message);
       if (!stop) return;
       auto it = jobs_.find(stop->job_id);
       if (it != jobs_.end() && it->second.finished) {
@@ -438,7 +440,7 @@ void JobManager::on_message(const runtime::Envelope& message) {
       return;
     }
     case MessageKind::kJobStatusRequest: {
-      auto request = runtime::unpack_payload<JobStatusRequest>(message.payload);
+      auto request = decode<JobStatusRequest>(message);
       if (!request) return;
       auto it = jobs_.find(request->job_id);
       if (it != jobs_.end() && it->second.finished) {
@@ -452,12 +454,12 @@ void JobManager::on_message(const runtime::Envelope& message) {
     }
     case MessageKind::kJobStatusReply:
       // A scheduler publishing its job's state.
-      if (auto update = runtime::unpack_payload<JobStatusReply>(message.payload)) {
+      if (auto update = decode<JobStatusReply>(message)) {
         on_job_update(message, *update);
       }
       return;
     case MessageKind::kDown:
-      if (auto down = runtime::unpack_payload<runtime::Down>(message.payload)) {
+      if (auto down = decode<runtime::Down>(message)) {
         on_scheduler_down(*down);
       }
       return;
@@ -468,12 +470,12 @@ void JobManager::on_message(const runtime::Envelope& message) {
       return;
     }
     case MessageKind::kNodeEvent:
-      if (auto event = runtime::unpack_payload<NodeEvent>(message.payload)) {
+      if (auto event = decode<NodeEvent>(message)) {
         if (event->event != "heartbeat") nodes_[event->node.id] = event->node;
       }
       return;
     case MessageKind::kDrainNode: {
-      auto drain = runtime::unpack_payload<DrainNode>(message.payload);
+      auto drain = decode<DrainNode>(message);
       if (!drain) return;
       const NodeInfo* node = find_node(drain->node);
       if (!node) {
@@ -515,7 +517,7 @@ void JobManager::on_message(const runtime::Envelope& message) {
       return;
     }
     case MessageKind::kSetNodeResources: {
-      auto request = runtime::unpack_payload<SetNodeResources>(message.payload);
+      auto request = decode<SetNodeResources>(message);
       if (!request) return;
       const NodeInfo* node = find_node(request->node);
       if (!node) {

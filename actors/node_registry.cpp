@@ -180,11 +180,8 @@ void NodeRegistry::on_message(const runtime::Envelope& message) {
   auto now = Clock::now();
   switch (message.kind) {
     case MessageKind::kRegisterNode: {
-      auto request = runtime::unpack_payload<RegisterNode>(message.payload);
-      if (!request) {
-        reply(message, runtime::ErrorReply{"bad-request", "malformed RegisterNode"});
-        return;
-      }
+      auto request = decode<RegisterNode>(message);
+      if (!request) return;
       std::vector<StateChange> changes;
       auto answer = table_.register_node(*request, message.from.system, now, &changes);
       answer.head_epoch = head_.epoch;
@@ -201,7 +198,7 @@ void NodeRegistry::on_message(const runtime::Envelope& message) {
       return;
     }
     case MessageKind::kHeartbeat: {
-      auto beat = runtime::unpack_payload<Heartbeat>(message.payload);
+      auto beat = decode<Heartbeat>(message);
       if (!beat) return;
       std::optional<StateChange> change;
       bool known = table_.heartbeat(*beat, now, &change);
@@ -216,7 +213,7 @@ void NodeRegistry::on_message(const runtime::Envelope& message) {
       return;
     }
     case MessageKind::kLeaveNode: {
-      auto leave = runtime::unpack_payload<LeaveNode>(message.payload);
+      auto leave = decode<LeaveNode>(message);
       if (!leave) return;
       std::optional<StateChange> change;
       bool known = table_.leave(leave->node_id, leave->incarnation, now, &change);
@@ -225,7 +222,7 @@ void NodeRegistry::on_message(const runtime::Envelope& message) {
       return;
     }
     case MessageKind::kStatusRequest: {
-      auto request = runtime::unpack_payload<StatusRequest>(message.payload);
+      auto request = decode_or_count<StatusRequest>(message);
       StatusReply status;
       for (const auto& record : table_.nodes()) {
         if (request && !request->include_dead &&
@@ -309,7 +306,7 @@ void NodeRegistry::on_message(const runtime::Envelope& message) {
       if (message.correlation != 0) reply(message, SimpleReply{true, ""});
       return;
     case MessageKind::kDown: {
-      auto down = runtime::unpack_payload<runtime::Down>(message.payload);
+      auto down = decode<runtime::Down>(message);
       if (down) subscribers_.erase(runtime::ActorAddress{down->system, down->actor});
       return;
     }

@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
-#include "actors/atomic_file.hpp"
+#include "runtime/atomic_file.hpp"
 #include "runtime/system_messages.hpp"
 #include "scheduler/simulator.hpp"
 
@@ -511,8 +511,12 @@ void SchedulerActor::finished(const std::string& state, const std::string& reaso
             {"step", std::max(step_, job_.committed_step())}}
            .dump());
   events_file_.close();
-  write_text_atomically(std::filesystem::path(options_.run_dir) / "summary.json",
-                        summary_json() + "\n");
+  try {
+    runtime::write_file_atomically(std::filesystem::path(options_.run_dir) / "summary.json",
+                                   summary_json() + "\n");
+  } catch (const runtime::AtomicWriteError& e) {
+    spdlog::warn("job {}: {}", options_.job_id, e.what());
+  }
   // Nothing more to hear about nodes; the JobManager keeps the summary and stops this actor.
   tell(runtime::ActorAddress{"", kRegistryActor}, UnsubscribeNodes{});
   publish_info();
@@ -694,10 +698,10 @@ std::string SchedulerActor::summary_json() const {
 void SchedulerActor::on_message(const runtime::Envelope& message) {
   switch (message.kind) {
     case MessageKind::kNodeEvent:
-      if (auto event = runtime::unpack_payload<NodeEvent>(message.payload)) on_node_event(*event);
+      if (auto event = decode<NodeEvent>(message)) on_node_event(*event);
       return;
     case MessageKind::kTrainerHello: {
-      auto hello = runtime::unpack_payload<TrainerHello>(message.payload);
+      auto hello = decode_or_count<TrainerHello>(message);
       TrainerHelloReply reply;
       bool accepted = false;
       if (hello) {
@@ -722,10 +726,10 @@ void SchedulerActor::on_message(const runtime::Envelope& message) {
       return;
     }
     case MessageKind::kTrainerReport:
-      if (auto report = runtime::unpack_payload<TrainerReport>(message.payload)) on_report(*report);
+      if (auto report = decode<TrainerReport>(message)) on_report(*report);
       return;
     case MessageKind::kLeaseRequest:
-      if (auto ask = runtime::unpack_payload<LeaseRequest>(message.payload)) {
+      if (auto ask = decode<LeaseRequest>(message)) {
         drive([&] {
           job_.lease_request(ask->trainer, proto::LeaseAsk{ask->generation, ask->seq, ask->step},
                              now());
@@ -733,7 +737,7 @@ void SchedulerActor::on_message(const runtime::Envelope& message) {
       }
       return;
     case MessageKind::kTrainerDone: {
-      auto done = runtime::unpack_payload<TrainerDone>(message.payload);
+      auto done = decode_or_count<TrainerDone>(message);
       if (message.correlation) reply(message, SimpleReply{true, ""});
       if (!done) return;
       proto::MemberDone d;
@@ -757,7 +761,7 @@ void SchedulerActor::on_message(const runtime::Envelope& message) {
       return;
     }
     case MessageKind::kTrainerExited:
-      if (auto exited = runtime::unpack_payload<TrainerExited>(message.payload)) {
+      if (auto exited = decode<TrainerExited>(message)) {
         if (exited->exit_code != 0 && !exited->last_error.empty()) {
           last_trainer_error_ = exited->trainer + ": " + exited->last_error;
         }
@@ -782,7 +786,7 @@ void SchedulerActor::on_message(const runtime::Envelope& message) {
       }
       return;
     case MessageKind::kDrainNode: {
-      auto drain = runtime::unpack_payload<DrainNode>(message.payload);
+      auto drain = decode<DrainNode>(message);
       if (!drain) return;
       int leaving = 0;
       drive([&] { leaving = job_.drain(drain->node, now()); });
@@ -792,7 +796,7 @@ void SchedulerActor::on_message(const runtime::Envelope& message) {
       return;
     }
     case MessageKind::kStopJob: {
-      auto stop = runtime::unpack_payload<StopJob>(message.payload);
+      auto stop = decode_or_count<StopJob>(message);
       drive([&] {
         job_.stop(stop && !stop->reason.empty() ? stop->reason : "stopped by user", now());
       });
@@ -800,7 +804,7 @@ void SchedulerActor::on_message(const runtime::Envelope& message) {
       return;
     }
     case MessageKind::kJobStatusRequest: {
-      auto request = runtime::unpack_payload<JobStatusRequest>(message.payload);
+      auto request = decode_or_count<JobStatusRequest>(message);
       reply(message, job_status_page(info(), events_, request ? request->since : 0, finished_,
                                      [&] { return summary_json(); }));
       return;

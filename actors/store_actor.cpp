@@ -44,7 +44,7 @@ void StoreActor::wake_parked() {
 
 void StoreActor::on_message(const runtime::Envelope& message) {
   if (message.kind != MessageKind::kStoreRequest) return;
-  auto body = runtime::unpack_payload<StoreRequest>(message.payload);
+  auto body = decode_or_count<StoreRequest>(message);
   auto fail = [&](const std::string& error) {
     StoreReply reply;
     reply.error = error;

@@ -404,10 +404,10 @@ void WorkerAgent::set_resources(const runtime::Envelope& message,
 void WorkerAgent::on_other_message(const runtime::Envelope& message) {
   switch (message.kind) {
     case MessageKind::kSpawnTrainer:
-      if (auto request = runtime::unpack_payload<SpawnTrainer>(message.payload)) spawn(*request);
+      if (auto request = decode<SpawnTrainer>(message)) spawn(*request);
       return;
     case MessageKind::kTrainerReport: {
-      auto report = runtime::unpack_payload<TrainerReport>(message.payload);
+      auto report = decode<TrainerReport>(message);
       if (!report) return;
       auto it = hosted_.find(report->trainer);
       if (it == hosted_.end()) return;
@@ -426,7 +426,7 @@ void WorkerAgent::on_other_message(const runtime::Envelope& message) {
       return;
     }
     case MessageKind::kSetNodeResources:
-      if (auto request = runtime::unpack_payload<SetNodeResources>(message.payload)) {
+      if (auto request = decode<SetNodeResources>(message)) {
         set_resources(message, *request);
       }
       return;

@@ -13,8 +13,8 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
-#include "actors/cluster_file.hpp"
 #include "cli/command.hpp"
+#include "runtime/cluster_file.hpp"
 
 namespace omnilearn::cli {
 
@@ -61,7 +61,7 @@ void warn_insecure(const std::string& who) {
 
 ClusterAccess resolve_cluster_access(const ClusterFlags& flags) {
   ClusterAccess access;
-  std::optional<actors::ClusterFile> file;
+  std::optional<runtime::ClusterFile> file;
   if (flags.insecure) {
     if (!flags.cluster_file.empty()) {
       throw CliError("--insecure and --cluster-file contradict each other: choose one");
@@ -73,7 +73,7 @@ ClusterAccess resolve_cluster_access(const ClusterFlags& flags) {
       if (const char* env = std::getenv("OMNILEARN_CLUSTER_FILE")) path = env;
     }
     if (path.empty()) {
-      auto fallback = actors::default_cluster_file_path();
+      auto fallback = runtime::default_cluster_file_path();
       if (!std::filesystem::exists(fallback)) {
         throw CliError(fmt::format(
             "no cluster file: `omnilearn head` writes one ({} on the head's machine); copy it "
@@ -84,8 +84,8 @@ ClusterAccess resolve_cluster_access(const ClusterFlags& flags) {
       path = fallback.string();
     }
     try {
-      file = actors::read_cluster_file(path);
-    } catch (const actors::ClusterFileError& e) {
+      file = runtime::read_cluster_file(path);
+    } catch (const runtime::ClusterFileError& e) {
       throw CliError(e.what());
     }
     access.credentials = file->credentials;

@@ -9,7 +9,6 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "actors/cluster_file.hpp"
 #include "actors/head.hpp"
 #include "actors/membership_protocol.hpp"
 #include "cli/command.hpp"
@@ -17,6 +16,7 @@
 #include "cli/dashboard.hpp"
 #include "cli/flag_checks.hpp"
 #include "runtime/advertised_address.hpp"
+#include "runtime/cluster_file.hpp"
 #include "runtime/shutdown.hpp"
 #include "state/etcd_store.hpp"
 #include "state/state_store.hpp"
@@ -47,7 +47,7 @@ struct HeadFlags {
 std::filesystem::path cluster_file_path(const HeadFlags& flags) {
   if (!flags.cluster_file.empty()) return flags.cluster_file;
   if (const char* env = std::getenv("OMNILEARN_CLUSTER_FILE"); env && *env) return env;
-  return actors::default_cluster_file_path();
+  return runtime::default_cluster_file_path();
 }
 
 // One line on where the state is kept and what this start took over from a previous head.
@@ -80,7 +80,7 @@ int run_head(const HeadFlags& flags) {
   }
   // Credentials before the first socket: a restarted head keeps its cluster's keys, so its
   // workers and clients need nothing new.
-  std::optional<actors::ClusterFile> cluster;
+  std::optional<runtime::ClusterFile> cluster;
   auto path = cluster_file_path(flags);
   runtime::SystemOptions system_options;
   system_options.max_in_flight_per_peer = static_cast<std::size_t>(flags.max_in_flight);
@@ -88,7 +88,7 @@ int run_head(const HeadFlags& flags) {
     warn_insecure("this head");
   } else {
     try {
-      cluster = actors::load_or_new_cluster_file(path);
+      cluster = runtime::load_or_new_cluster_file(path);
     } catch (const std::exception& e) {
       throw CliError(e.what());
     }
@@ -194,8 +194,8 @@ int run_head(const HeadFlags& flags) {
   if (cluster) {
     cluster->address = address;
     try {
-      actors::write_cluster_file(path, *cluster);
-    } catch (const actors::ClusterFileError& e) {
+      runtime::write_cluster_file(path, *cluster);
+    } catch (const runtime::ClusterFileError& e) {
       throw CliError(e.what());
     }
     auto shown = std::filesystem::absolute(path).string();

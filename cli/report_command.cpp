@@ -22,6 +22,7 @@
 #include "cli/report.hpp"
 #include "dashboard/assets.hpp"
 #include "dashboard/report.hpp"
+#include "runtime/atomic_file.hpp"
 
 namespace omnilearn::cli {
 namespace {
@@ -139,16 +140,11 @@ ReportResult write_report(const fs::path& run_dir, const fs::path& output, bool 
     throw dashboard::ReportError(e.what());
   }
   result.html = output.empty() ? run_dir / "report.html" : output;
-  const auto temp = fs::path(result.html.string() + ".tmp");
-  {
-    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    out << dashboard::render_report(run, chart_js);
-    if (!out) throw dashboard::ReportError("cannot write " + temp.string());
+  try {
+    runtime::write_file_atomically(result.html, dashboard::render_report(run, chart_js));
+  } catch (const runtime::AtomicWriteError& e) {
+    throw dashboard::ReportError(e.what());
   }
-  std::error_code ec;
-  fs::rename(temp, result.html, ec);
-  if (ec)
-    throw dashboard::ReportError("cannot write " + result.html.string() + ": " + ec.message());
   if (!png) return result;
   auto chromium = find_chromium();
   if (!chromium) {
@@ -184,6 +180,7 @@ ReportResult write_report(const fs::path& run_dir, const fs::path& output, bool 
     dom << dom_in.rdbuf();
     pngs = dashboard::extract_png_exports(dom.str());
   }
+  std::error_code ec;
   fs::remove_all(profile, ec);
   if (browser.timed_out) {
     result.png_note = fmt::format(
@@ -205,9 +202,12 @@ ReportResult write_report(const fs::path& run_dir, const fs::path& output, bool 
   stem.replace_extension();
   for (const auto& [name, bytes] : pngs) {
     fs::path file = stem.string() + "-" + name + ".png";
-    std::ofstream out(file, std::ios::binary | std::ios::trunc);
-    out << bytes;
-    if (out) result.pngs.push_back(file);
+    try {
+      runtime::write_file_atomically(file, bytes);
+      result.pngs.push_back(file);
+    } catch (const runtime::AtomicWriteError&) {
+      // Left out of the list: print_report names only the charts that were written.
+    }
   }
   return result;
 }

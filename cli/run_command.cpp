@@ -18,7 +18,6 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
-#include "actors/cluster_file.hpp"
 #include "actors/head.hpp"
 #include "actors/job_protocol.hpp"
 #include "actors/job_spec.hpp"
@@ -27,6 +26,7 @@
 #include "cli/dashboard.hpp"
 #include "cli/flag_checks.hpp"
 #include "cli/job_client.hpp"
+#include "runtime/cluster_file.hpp"
 #include "runtime/endpoint.hpp"
 #include "runtime/shutdown.hpp"
 
@@ -142,7 +142,7 @@ class PrivateClusterFile {
 
   void write(const std::string& address) {
     file_.address = address;
-    actors::write_cluster_file(path_, file_);
+    runtime::write_cluster_file(path_, file_);
   }
   const std::string& path() const { return path_; }
   const runtime::ClusterCredentials& credentials() const { return file_.credentials; }
@@ -150,7 +150,7 @@ class PrivateClusterFile {
  private:
   std::string dir_;
   std::string path_;
-  actors::ClusterFile file_;
+  runtime::ClusterFile file_;
 };
 
 std::vector<double> expand(const std::vector<double>& values, int n, const char* flag) {

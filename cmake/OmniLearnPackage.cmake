@@ -10,15 +10,15 @@ include(CMakePackageConfigHelpers)
 # The library is made of the very object files the tree's static libraries are built from
 # (compiled once, not twice: compile time matters on 2 cores), so those are compiled
 # position-independent and with hidden symbols; only the public API (OMNILEARN_API) is exported.
-foreach(part ol_runtime ol_core ol_client)
+foreach(part ol_atomic_file ol_runtime ol_core ol_client)
   set_target_properties(${part} PROPERTIES
     POSITION_INDEPENDENT_CODE ON
     CXX_VISIBILITY_PRESET hidden
     VISIBILITY_INLINES_HIDDEN ON)
 endforeach()
 add_library(omnilearn_runtime SHARED
-  $<TARGET_OBJECTS:ol_runtime> $<TARGET_OBJECTS:ol_core> $<TARGET_OBJECTS:ol_client>
-  actors/cluster_file.cpp)
+  $<TARGET_OBJECTS:ol_atomic_file> $<TARGET_OBJECTS:ol_runtime> $<TARGET_OBJECTS:ol_core>
+  $<TARGET_OBJECTS:ol_client>)
 add_library(OmniLearn::runtime ALIAS omnilearn_runtime)
 set_target_properties(omnilearn_runtime PROPERTIES
   OUTPUT_NAME omnilearn

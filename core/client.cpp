@@ -2,15 +2,19 @@
 // Client that turns submits, spawns and calls into asks to the head's task router.
 #include <omnilearn/omnilearn.hpp>
 
+#include <atomic>
+#include <condition_variable>
 #include <cstdlib>
+#include <deque>
 #include <filesystem>
 #include <random>
+#include <thread>
 
 #include <fmt/format.h>
 
-#include "actors/cluster_file.hpp"
 #include "core/protocol.hpp"
 #include "runtime/actor_system.hpp"
+#include "runtime/cluster_file.hpp"
 #include "runtime/endpoint.hpp"
 #include "runtime/system_messages.hpp"
 
@@ -28,9 +32,71 @@ std::string_view to_string(ErrorCode code) {
     case ErrorCode::kNotRegistered: return "not registered";
     case ErrorCode::kBadValue: return "bad value";
     case ErrorCode::kRefused: return "refused";
+    case ErrorCode::kEmptyHandle: return "empty handle";
   }
   return "error";
 }
+
+namespace detail {
+namespace {
+
+// The one thread then() functions run on, started on first use. Work still queued when the
+// program exits is dropped (its futures are going away with the program).
+class ContinuationThread {
+ public:
+  ~ContinuationThread() {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_one();
+    if (thread_.joinable()) thread_.join();
+  }
+  void post(std::function<void()> work) {
+    {
+      std::lock_guard lock(mutex_);
+      if (stopping_) return;
+      queue_.push_back(std::move(work));
+      if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+    }
+    wake_.notify_one();
+  }
+  bool on_this_thread() const { return std::this_thread::get_id() == id_.load(); }
+
+ private:
+  void run() {
+    id_ = std::this_thread::get_id();
+    std::unique_lock lock(mutex_);
+    while (true) {
+      wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (stopping_) return;
+      auto work = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      work();  // run_continuation catches what the user's function throws
+      work = nullptr;  // its captures released outside the lock
+      lock.lock();
+    }
+  }
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::function<void()>> queue_;  // guarded by mutex_
+  bool stopping_ = false;                    // guarded by mutex_
+  std::thread thread_;                       // started under mutex_
+  std::atomic<std::thread::id> id_{};
+};
+
+ContinuationThread& continuations() {
+  static ContinuationThread instance;
+  return instance;
+}
+
+}  // namespace
+
+void post_continuation(std::function<void()> work) { continuations().post(std::move(work)); }
+bool on_continuation_thread() { return continuations().on_this_thread(); }
+
+}  // namespace detail
 
 namespace {
 
@@ -44,7 +110,7 @@ Resources from_spec(const core::ResourceSpec& spec) {
 }
 
 ErrorCode known_code(int code) {
-  if (code < 0 || code > static_cast<int>(ErrorCode::kRefused)) return ErrorCode::kBadValue;
+  if (code < 0 || code > static_cast<int>(ErrorCode::kEmptyHandle)) return ErrorCode::kBadValue;
   return static_cast<ErrorCode>(code);
 }
 
@@ -75,11 +141,34 @@ std::string random_id(const char* prefix) {
   return fmt::format("{}{:016x}", prefix, rng());
 }
 
+// Tasks and calls a driver may have unanswered at the head at once. The head holds at most
+// SystemOptions::max_in_flight_per_peer (8,192) messages from one peer and refuses more
+// ("overloaded"); half of that leaves room for the driver's other messages (tells, monitors,
+// lookups) while keeping the head's pipeline full.
+constexpr std::size_t kMaxInFlight = 4096;
+// Beyond that, submits and calls wait in the client, up to this many (or bytes of arguments);
+// past either, the submitting thread blocks until answers make room, as a Ray owner's does.
+constexpr std::size_t kMaxQueued = 16384;
+constexpr std::size_t kMaxQueuedBytes = 64u << 20;
+
 class ClusterClient final : public detail::Client {
  public:
   ClusterClient(runtime::SystemOptions options, std::string head_endpoint)
       : system_(std::move(options)),
         router_{std::move(head_endpoint), core::kTaskRouterActor} {}
+
+  // Fails what still waits in the queue; the asks in flight fail as the system shuts down.
+  ~ClusterClient() override {
+    std::deque<QueuedAsk> dropped;
+    {
+      std::lock_guard lock(flow_mutex_);
+      closed_ = true;
+      dropped.swap(queued_);
+      queued_bytes_ = 0;
+    }
+    flow_room_.notify_all();
+    for (auto& ask : dropped) ask.done(closed_result());
+  }
 
   // Asks the router for the cluster's nodes; throws kDisconnected when it does not answer.
   void check_reachable(std::chrono::milliseconds timeout) {
@@ -101,7 +190,7 @@ class ClusterClient final : public detail::Client {
     core::SubmitTask task{random_id("t-"),        function,
                           std::move(args),        to_spec(options.resources),
                           options.max_retries,    options.timeout.count()};
-    return ask(task, options.timeout + std::chrono::seconds(2), "task " + function);
+    return ask_in_turn(task, options.timeout + std::chrono::seconds(2), "task " + function);
   }
 
   std::string spawn(const std::string& class_name, std::string args,
@@ -130,7 +219,7 @@ class ClusterClient final : public detail::Client {
       state->set(detail::Outcome{ErrorCode::kOk, {}, detail::encode(msgpack::type::nil_t())});
       return state;
     }
-    return ask(call, timeout + std::chrono::seconds(2), "call " + method);
+    return ask_in_turn(call, timeout + std::chrono::seconds(2), "call " + method);
   }
 
   std::pair<std::string, std::string> get_actor(const std::string& name) override {
@@ -158,6 +247,106 @@ class ClusterClient final : public detail::Client {
   }
 
  private:
+  // An ask that waits in this client for one of the kMaxInFlight places.
+  struct QueuedAsk {
+    runtime::Envelope request;
+    std::chrono::steady_clock::time_point deadline;  // from the submit: queueing counts
+    runtime::AskCallback done;
+  };
+
+  static AskResult closed_result() {
+    AskResult result;
+    result.status = AskResult::Status::kUnreachable;
+    result.error = "the client shut down before this was sent";
+    return result;
+  }
+
+  // A submit or call: sent now while fewer than kMaxInFlight are unanswered, else queued in
+  // order; blocks the caller only while the queue is full. Any thread but the I/O thread.
+  template <class M>
+  std::shared_ptr<detail::FutureState> ask_in_turn(const M& message,
+                                                   std::chrono::milliseconds timeout,
+                                                   std::string what) {
+    auto state = std::make_shared<detail::FutureState>();
+    QueuedAsk ask{system_.make_envelope(router_, M::kKind, runtime::pack_payload(message), {}),
+                  std::chrono::steady_clock::now() + timeout,
+                  [state, what = std::move(what)](AskResult answer) {
+                    state->set(outcome_of(answer, what));
+                  }};
+    const std::size_t bytes = ask.request.payload.size();
+    {
+      std::unique_lock lock(flow_mutex_);
+      flow_room_.wait(lock, [&] {
+        return closed_ || (queued_.size() < kMaxQueued &&
+                           (queued_.empty() || queued_bytes_ + bytes <= kMaxQueuedBytes));
+      });
+      if (closed_) {
+        lock.unlock();
+        ask.done(closed_result());
+        return state;
+      }
+      if (in_flight_ >= kMaxInFlight || !queued_.empty()) {
+        queued_bytes_ += bytes;
+        queued_.push_back(std::move(ask));
+        return state;
+      }
+      ++in_flight_;
+    }
+    send_in_flight(std::move(ask));
+    return state;
+  }
+
+  // Sends `ask`, which holds one of the in-flight places; an ask whose deadline passed in the
+  // queue fails instead, and its place goes to the next.
+  void send_in_flight(QueuedAsk ask) {
+    while (true) {
+      auto left = ask.deadline - std::chrono::steady_clock::now();
+      if (left > std::chrono::steady_clock::duration::zero()) {
+        system_.ask_then(
+            std::move(ask.request),
+            std::max(std::chrono::milliseconds(1),
+                     std::chrono::duration_cast<std::chrono::milliseconds>(left)),
+            [this, done = std::move(ask.done)](AskResult answer) {
+              done(std::move(answer));
+              answered();
+            });
+        return;
+      }
+      AskResult expired;
+      expired.status = AskResult::Status::kTimeout;
+      expired.error = "its time ran out while it waited in this client's queue (more submits "
+                      "and calls than the head takes at once)";
+      ask.done(std::move(expired));
+      auto next = take_next();
+      if (!next) return;
+      ask = std::move(*next);
+    }
+  }
+
+  // An in-flight ask was answered (on the I/O or timer thread): its place goes to the next
+  // queued ask, if any.
+  void answered() {
+    if (auto next = take_next()) send_in_flight(std::move(*next));
+  }
+
+  // The next queued ask, which takes over the caller's in-flight place; nullopt (the place
+  // freed) when none waits or the client is closing.
+  std::optional<QueuedAsk> take_next() {
+    std::optional<QueuedAsk> next;
+    {
+      std::lock_guard lock(flow_mutex_);
+      if (queued_.empty() || closed_) {
+        --in_flight_;
+        return std::nullopt;
+      }
+      next = std::move(queued_.front());
+      queued_.pop_front();
+      queued_bytes_ -= next->request.payload.size();
+    }
+    flow_room_.notify_one();
+    return next;
+  }
+
   template <class M>
   std::shared_ptr<detail::FutureState> ask(const M& message, std::chrono::milliseconds timeout,
                                            std::string what) {
@@ -184,6 +373,14 @@ class ClusterClient final : public detail::Client {
     return *ref;
   }
 
+  // Declared before system_, so that they outlive the completions its shutdown runs.
+  std::mutex flow_mutex_;
+  std::condition_variable flow_room_;     // queue room, and closed_
+  std::size_t in_flight_ = 0;             // guarded by flow_mutex_
+  std::deque<QueuedAsk> queued_;          // guarded by flow_mutex_
+  std::size_t queued_bytes_ = 0;          // guarded by flow_mutex_
+  bool closed_ = false;                   // guarded by flow_mutex_
+
   runtime::ActorSystem system_;
   runtime::ActorAddress router_;
 };
@@ -202,8 +399,8 @@ Cluster Cluster::connect(const ConnectOptions& options) {
       if (path.empty()) {
         if (const char* env = std::getenv("OMNILEARN_CLUSTER_FILE")) path = env;
       }
-      if (path.empty()) path = actors::default_cluster_file_path().string();
-      auto file = actors::read_cluster_file(path);
+      if (path.empty()) path = runtime::default_cluster_file_path().string();
+      auto file = runtime::read_cluster_file(path);
       system_options.credentials = file.credentials;
       if (address.empty()) address = file.address;
     }

@@ -56,16 +56,49 @@ LoadedLibrary load_library(const std::string& path) {
     const char* why = ::dlerror();
     throw std::runtime_error(fmt::format("cannot load library {}: {}", path, why ? why : "?"));
   }
-  using Entry = void* (*)();
-  auto entry = reinterpret_cast<Entry>(::dlsym(handle, "omnilearn_registry_v1"));
+  auto refuse = [&](const std::string& why) {
+    ::dlclose(handle);
+    throw std::runtime_error(fmt::format("cannot use library {}: {}", path, why));
+  };
+  using Entry = const omnilearn::detail::PluginTable* (*)();
+  auto entry = reinterpret_cast<Entry>(::dlsym(handle, "omnilearn_plugin_table"));
   if (!entry) {
+    if (::dlsym(handle, "omnilearn_registry_v1")) {
+      refuse(fmt::format("it was built against an older OmniLearn header (plugin ABI 1; this "
+                         "worker's is {}): rebuild it against the header installed with this "
+                         "OmniLearn",
+                         OMNILEARN_PLUGIN_ABI));
+    }
     ::dlclose(handle);
     throw std::runtime_error(fmt::format(
         "library {} registers no remote functions (it does not include "
         "<omnilearn/omnilearn.hpp>, or was not built against OmniLearn)",
         path));
   }
-  auto* registry = static_cast<omnilearn::detail::Registry*>(entry());
+  // Read field by field before anything else: the table's layout is the one thing every
+  // revision of the header shares.
+  const omnilearn::detail::PluginTable* table = entry();
+  const omnilearn::detail::PluginTable ours = omnilearn::detail::make_plugin_table();
+  if (!table || table->magic != omnilearn::detail::kPluginMagic) {
+    refuse("its omnilearn_plugin_table is not an OmniLearn plugin table");
+  }
+  if (table->abi != ours.abi) {
+    refuse(fmt::format("it was built against an OmniLearn header of plugin ABI {}, and this "
+                       "worker runs ABI {}: rebuild the library against the header installed "
+                       "with this OmniLearn (the one `omnilearn --version` belongs to)",
+                       table->abi, ours.abi));
+  }
+  if (table->registry_size != ours.registry_size || table->entry_sizes != ours.entry_sizes ||
+      table->outcome_size != ours.outcome_size || table->std_abi != ours.std_abi) {
+    refuse(fmt::format(
+        "its compiler laid out the header's types differently (registry {} bytes, entries "
+        "{:#x}, outcome {} bytes, _GLIBCXX_USE_CXX11_ABI {}; this worker: {}, {:#x}, {}, {}): "
+        "rebuild it with the same compiler and standard-library settings as OmniLearn, from "
+        "the header installed with it",
+        table->registry_size, table->entry_sizes, table->outcome_size, table->std_abi,
+        ours.registry_size, ours.entry_sizes, ours.outcome_size, ours.std_abi));
+  }
+  auto* registry = static_cast<omnilearn::detail::Registry*>(table->registry);
   if (registry->names().empty()) {
     ::dlclose(handle);
     throw std::runtime_error(fmt::format(
@@ -116,22 +149,22 @@ void Executor::on_message(const runtime::Envelope& message) {
   using runtime::MessageKind;
   switch (message.kind) {
     case MessageKind::kSubmitTask:
-      if (auto task = runtime::unpack_payload<SubmitTask>(message.payload)) {
+      if (auto task = decode<SubmitTask>(message)) {
         run_task(message, std::move(*task));
       }
       break;
     case MessageKind::kCreateActor:
-      if (auto request = runtime::unpack_payload<CreateActor>(message.payload)) {
+      if (auto request = decode<CreateActor>(message)) {
         create_actor(message, std::move(*request));
       }
       break;
     case MessageKind::kActorCall:
-      if (auto call = runtime::unpack_payload<ActorCall>(message.payload)) {
+      if (auto call = decode<ActorCall>(message)) {
         call_actor(message, std::move(*call));
       }
       break;
     case MessageKind::kKillActor:
-      if (auto kill = runtime::unpack_payload<KillActor>(message.payload)) {
+      if (auto kill = decode<KillActor>(message)) {
         std::shared_ptr<Hosted> hosted;
         {
           std::lock_guard lock(mutex_);

@@ -26,8 +26,10 @@ struct LoadedLibrary {
   void* handle = nullptr;  // from dlopen; kept open for the life of the process
 };
 
-// Loads `path` (dlopen) and finds its registry (omnilearn_registry_v1). Throws
-// std::runtime_error with dlopen's reason, or saying the library registers nothing.
+// Loads `path` (dlopen) and finds its registry through its plugin table (omnilearn_plugin_table).
+// Throws std::runtime_error with dlopen's reason, saying the library registers nothing, or
+// refusing a library built against another revision of <omnilearn/omnilearn.hpp> (its plugin
+// ABI number or the layout of the types it hands over differ from this worker's).
 LoadedLibrary load_library(const std::string& path);
 
 struct ExecutorOptions {

@@ -50,41 +50,35 @@ std::chrono::milliseconds at_least_1ms(std::chrono::steady_clock::duration left)
 void TaskRouter::on_message(const Envelope& message) {
   switch (message.kind) {
     case MessageKind::kExecutorHello:
-      if (auto hello = runtime::unpack_payload<ExecutorHello>(message.payload)) {
+      if (auto hello = decode<ExecutorHello>(message)) {
         on_hello(message, std::move(*hello));
       }
       break;
     case MessageKind::kSubmitTask:
-      if (auto task = runtime::unpack_payload<SubmitTask>(message.payload)) {
+      if (auto task = decode<SubmitTask>(message)) {
         on_submit(message, std::move(*task));
-      } else if (message.correlation) {
-        reply(message, runtime::ErrorReply{"bad-request", "malformed task"});
       }
       break;
     case MessageKind::kCreateActor:
-      if (auto request = runtime::unpack_payload<CreateActor>(message.payload)) {
+      if (auto request = decode<CreateActor>(message)) {
         on_create(message, std::move(*request));
-      } else if (message.correlation) {
-        reply(message, runtime::ErrorReply{"bad-request", "malformed actor creation"});
       }
       break;
     case MessageKind::kActorCall:
-      if (auto call = runtime::unpack_payload<ActorCall>(message.payload)) {
+      if (auto call = decode<ActorCall>(message)) {
         on_call(message, std::move(*call));
-      } else if (message.correlation) {
-        reply(message, runtime::ErrorReply{"bad-request", "malformed actor call"});
       }
       break;
     case MessageKind::kGetActor:
-      if (auto request = runtime::unpack_payload<GetActor>(message.payload)) {
+      if (auto request = decode<GetActor>(message)) {
         on_get(message, *request);
       }
       break;
     case MessageKind::kKillActor:
-      if (auto request = runtime::unpack_payload<KillActor>(message.payload)) on_kill(*request);
+      if (auto request = decode<KillActor>(message)) on_kill(*request);
       break;
     case MessageKind::kWatchActor:
-      if (auto request = runtime::unpack_payload<WatchActor>(message.payload)) {
+      if (auto request = decode<WatchActor>(message)) {
         on_watch(message, *request);
       }
       break;
@@ -99,7 +93,7 @@ void TaskRouter::on_message(const Envelope& message) {
       break;
     }
     case MessageKind::kDown:
-      if (auto down = runtime::unpack_payload<runtime::Down>(message.payload)) {
+      if (auto down = decode<runtime::Down>(message)) {
         if (nodes_.count(down->system)) on_node_down(down->system, down->reason);
       }
       break;

@@ -77,6 +77,16 @@ class Actor {
   template <class M>
   void ask(const ActorAddress& to, const M& message, std::chrono::milliseconds timeout,
            AskCallback on_reply);
+  // `message`'s payload as M, or nullopt when it does not decode: then counted with the
+  // transport's malformed frames and, when `message` is an ask, answered at once with an
+  // ErrorReply "bad-request" (ActorSystem::refuse_undecodable), so no asker waits out its timeout
+  // for a message that was dropped here. Every handler decodes its payloads with this (or with
+  // decode_or_count, when it answers a bad request in its own reply type).
+  template <class M>
+  std::optional<M> decode(const Envelope& message);
+  // As decode, without the answer: only counted.
+  template <class M>
+  std::optional<M> decode_or_count(const Envelope& message);
   // Runs `task` in one of this actor's turns after `delay` (unless cancelled first).
   TimerId after(std::chrono::milliseconds delay, std::function<void()> task);
   void cancel_timer(TimerId id);

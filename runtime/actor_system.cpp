@@ -454,12 +454,13 @@ struct ActorSystem::Impl {
   void handle_system_message(const Envelope& envelope) {
     if (envelope.kind == MessageKind::kMonitor) {
       auto request = unpack_payload<MonitorRequest>(envelope.payload);
-      if (!request) return;
+      if (!request) return owner->refuse_undecodable(envelope);
       add_watcher(ActorAddress{envelope.from.system, request->watcher_actor},
                   request->target_actor);
     } else if (envelope.kind == MessageKind::kPing) {
       auto ping = unpack_payload<Ping>(envelope.payload);
-      if (ping && envelope.correlation != 0) owner->reply(envelope, Pong{ping->sequence});
+      if (!ping) return owner->refuse_undecodable(envelope);
+      if (envelope.correlation != 0) owner->reply(envelope, Pong{ping->sequence});
     }
   }
 
@@ -820,6 +821,17 @@ TimerId ActorSystem::after(const std::string& actor, std::chrono::milliseconds d
 void ActorSystem::cancel_timer(TimerId id) { impl_->timers.cancel(id); }
 
 const TransportStats& ActorSystem::transport_stats() const { return impl_->transport->stats(); }
+
+void ActorSystem::refuse_undecodable(const Envelope& request, bool answer) {
+  impl_->transport->count_malformed_payload();
+  if (!answer || request.correlation == 0 || request.is_reply()) return;
+  reply(request, ErrorReply{"bad-request",
+                            fmt::format("system {} could not decode the {} payload ({} bytes) "
+                                        "sent to actor '{}': a malformed message, or a sender "
+                                        "built from another version",
+                                        impl_->id, kind_name(request.kind), request.payload.size(),
+                                        request.to.actor)});
+}
 
 SystemStats ActorSystem::stats() const {
   SystemStats stats;

@@ -118,6 +118,12 @@ class ActorSystem {
   Envelope make_envelope(const ActorAddress& to, MessageKind kind, std::string payload,
                          const ActorAddress& from) const;
 
+  // A handler could not decode `request`'s payload: counted with the malformed frames
+  // (TransportStats::dropped_malformed) and, when it is an ask, answered now with
+  // ErrorReply{"bad-request", ...} naming the kind, so the asker does not wait out its timeout.
+  // With `answer` false only counted (the handler answers in its own reply type). Any thread.
+  void refuse_undecodable(const Envelope& request, bool answer = true);
+
   const TransportStats& transport_stats() const;
   SystemStats stats() const;
 
@@ -130,6 +136,18 @@ class ActorSystem {
 };
 
 // Actor helpers, defined here because they need the system.
+template <class M>
+std::optional<M> Actor::decode(const Envelope& message) {
+  auto decoded = unpack_payload<M>(message.payload);
+  if (!decoded) system_->refuse_undecodable(message);
+  return decoded;
+}
+template <class M>
+std::optional<M> Actor::decode_or_count(const Envelope& message) {
+  auto decoded = unpack_payload<M>(message.payload);
+  if (!decoded) system_->refuse_undecodable(message, false);
+  return decoded;
+}
 template <class M>
 void Actor::tell(const ActorAddress& to, const M& message) {
   system_->tell(to, message, self_);

@@ -4,7 +4,7 @@
 // Model: one cluster, one secret. Every ROUTER in the cluster (head, node agents, trainers)
 // serves with the cluster's server key pair; every DEALER authenticates with the cluster's client
 // key pair, and a ZAP handler on each ROUTER admits only that client public key. Holding the
-// cluster file (actors/cluster_file.hpp) is therefore what makes a process a member; everything
+// cluster file (runtime/cluster_file.hpp) is therefore what makes a process a member; everything
 // on the wire is encrypted and authenticated by CURVE (Curve25519 + XSalsa20-Poly1305).
 
 #include <string>

@@ -958,6 +958,9 @@ void Transport::stop() {
 }
 
 const TransportStats& Transport::stats() const { return impl_->stats; }
+void Transport::count_malformed_payload() {
+  log_drop_once(impl_->stats.dropped_malformed, "malformed payload");
+}
 const std::string& Transport::system_id() const { return impl_->options.system_id; }
 
 }  // namespace omnilearn::runtime

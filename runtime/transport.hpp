@@ -116,6 +116,10 @@ class Transport {
   void stop();
 
   const TransportStats& stats() const;
+  // Counts a message whose payload its handler could not decode with the malformed frames the
+  // transport drops (stats().dropped_malformed): one counter for every malformed message. Any
+  // thread.
+  void count_malformed_payload();
   const std::string& system_id() const;
 
  private:

@@ -33,6 +33,7 @@
 #include <random>
 #include <thread>
 
+#include "runtime/atomic_file.hpp"
 #include "training/models.hpp"
 
 namespace omnilearn::training {
@@ -124,47 +125,6 @@ std::vector<NamedTensor> detached_copies(const std::vector<NamedTensor>& in) {
 }
 
 }  // namespace
-
-void write_file_atomically(const std::string& path, const std::vector<char>& bytes) {
-  namespace fs = std::filesystem;
-  const fs::path target(path);
-  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  std::random_device rd;
-  const fs::path tmp = dir / (target.filename().string() + ".tmp." + std::to_string(::getpid()) +
-                              "." + std::to_string(rd()));
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    throw CheckpointError("cannot create " + tmp.string() + ": " + std::strerror(errno));
-  }
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const std::string err = std::strerror(errno);
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw CheckpointError("cannot write " + tmp.string() + ": " + err);
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    const std::string err = std::strerror(errno);
-    ::unlink(tmp.c_str());
-    throw CheckpointError("cannot flush " + tmp.string() + ": " + err);
-  }
-  if (::rename(tmp.c_str(), target.c_str()) != 0) {
-    const std::string err = std::strerror(errno);
-    ::unlink(tmp.c_str());
-    throw CheckpointError("cannot rename " + tmp.string() + " to " + path + ": " + err);
-  }
-  // The rename itself must reach the disk for the new file to survive a crash.
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
-}
 
 struct Trainer::Impl {
   TrainerConfig config;
@@ -1365,7 +1325,11 @@ void Trainer::save_checkpoint(const std::string& path) const {
   } catch (const std::exception& e) {
     throw CheckpointError("cannot serialize checkpoint " + path + ": " + e.what());
   }
-  write_file_atomically(path, bytes);
+  try {
+    runtime::write_file_atomically(path, std::string_view(bytes.data(), bytes.size()));
+  } catch (const runtime::AtomicWriteError& e) {
+    throw CheckpointError(e.what());
+  }
 }
 
 void Trainer::load_checkpoint(const std::string& path) {

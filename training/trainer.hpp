@@ -41,11 +41,6 @@ class CheckpointError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Writes `bytes` to `path` so that a reader (or a crash) sees the old file or the whole new one:
-// a unique temporary file beside it, fsync, rename, fsync of the directory. Throws
-// CheckpointError saying which step failed.
-void write_file_atomically(const std::string& path, const std::vector<char>& bytes);
-
 // Collective backend. kNccl exists only when built with OMNILEARN_WITH_NCCL (CUDA LibTorch).
 enum class Backend { kGloo, kNccl };
 
@@ -223,7 +218,8 @@ class Trainer {
                                     std::span<const int> shares = {});
 
   // Writes model state dict (PyTorch names), optimizer state, step and cursor to `path`
-  // atomically (temporary file, fsync, rename). Throws CheckpointError.
+  // through runtime::write_file_atomically (the old file or the whole new one survives a
+  // crash). Throws CheckpointError.
   void save_checkpoint(const std::string& path) const;
   // Restores what save_checkpoint wrote; validates everything before changing anything.
   // Throws CheckpointError if the file is unreadable or does not match this trainer.

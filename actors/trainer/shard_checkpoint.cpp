@@ -8,6 +8,7 @@
 #include <span>
 #include <stdexcept>
 
+#include "runtime/atomic_file.hpp"
 #include "training/trainer.hpp"
 
 namespace omnilearn::actors {
@@ -80,7 +81,8 @@ void save_shard(const ShardState& s, const asp::ServerCheckpoint& checkpoint) {
   top.insert("optimizer_kind", s.optimizer_spec.kind);
   top.insert("asp", meta);
   top.insert("core", core_bytes);
-  training::write_file_atomically(s.checkpoint_path, torch::jit::pickle_save(top));
+  const std::vector<char> bytes = torch::jit::pickle_save(top);
+  runtime::write_file_atomically(s.checkpoint_path, std::string_view(bytes.data(), bytes.size()));
 }
 
 asp::ServerCheckpoint load_shard(ShardState& s, const std::vector<char>& bytes,

@@ -59,7 +59,8 @@ std::unique_ptr<ShardState> make_shard_state(const asp::ShardLayout& layout, std
 void apply_push(ShardState& s, std::int64_t from_version, double weight,
                 std::span<const float> gradient);
 
-// Writes the shard and `checkpoint` to s.checkpoint_path atomically (a temporary file renamed).
+// Writes the shard and `checkpoint` to s.checkpoint_path (runtime::write_file_atomically: the
+// old file or the whole new one survives a crash). Throws runtime::AtomicWriteError.
 void save_shard(const ShardState& s, const asp::ServerCheckpoint& checkpoint);
 
 // Restores parameters, buffers (where the file has them) and optimizer state from a file's

@@ -32,12 +32,12 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
-#include "actors/cluster_file.hpp"
 #include "actors/job_protocol.hpp"
 #include "actors/job_spec.hpp"
 #include "actors/trainer/asp_roles.hpp"
 #include "actors/trainer/runtime_store.hpp"
 #include "runtime/actor_system.hpp"
+#include "runtime/cluster_file.hpp"
 #include "runtime/shutdown.hpp"
 #include "scheduler/elastic_member.hpp"
 #include "training/trainer.hpp"
@@ -101,7 +101,7 @@ class TrainerActor : public runtime::Actor {
   void on_message(const runtime::Envelope& message) override {
     switch (message.kind) {
       case MessageKind::kRendezvous:
-        if (auto rv = runtime::unpack_payload<Rendezvous>(message.payload)) {
+        if (auto rv = decode<Rendezvous>(message)) {
           std::int64_t newest = control_.newest_generation.load();
           while (newest < rv->generation &&
                  !control_.newest_generation.compare_exchange_weak(newest, rv->generation)) {
@@ -118,23 +118,23 @@ class TrainerActor : public runtime::Actor {
         }
         break;
       case MessageKind::kPlanUpdate:
-        if (auto plan = runtime::unpack_payload<PlanUpdate>(message.payload)) {
+        if (auto plan = decode<PlanUpdate>(message)) {
           control_.push(proto::PlanOrder{plan->generation, plan->version, plan->batches});
         }
         break;
       case MessageKind::kLeaseGrant:
-        if (auto grant = runtime::unpack_payload<LeaseGrant>(message.payload)) {
+        if (auto grant = decode<LeaseGrant>(message)) {
           control_.push(proto::LeaseAnswer{grant->generation, grant->seq, grant->granted,
                                            grant->duration_ms, grant->reason, grant->superseded});
         }
         break;
       case MessageKind::kStopTrainer: {
-        auto stop = runtime::unpack_payload<StopTrainer>(message.payload);
+        auto stop = decode<StopTrainer>(message);
         control_.push(StopRequest{stop ? stop->reason : "stopped", 0});
         break;
       }
       case MessageKind::kSetTrainerSpeed:
-        if (auto speed = runtime::unpack_payload<SetTrainerSpeed>(message.payload)) {
+        if (auto speed = decode<SetTrainerSpeed>(message)) {
           control_.slowdown = speed->slowdown;
           control_.slowdown_changed = true;
         }
@@ -639,8 +639,8 @@ int main(int argc, char** argv) {
       return 2;
     }
     try {
-      system_options.credentials = actors::read_cluster_file(args.cluster_file).credentials;
-    } catch (const actors::ClusterFileError& e) {
+      system_options.credentials = runtime::read_cluster_file(args.cluster_file).credentials;
+    } catch (const runtime::ClusterFileError& e) {
       std::fprintf(stderr, "omnilearn-trainer: %s\n", e.what());
       return 2;
     }

@@ -23,6 +23,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <stdexcept>
 #include <omnilearn/omnilearn.hpp>
 #include <string>
 #include <thread>
@@ -78,6 +79,14 @@ double rate(double seconds, F&& batch) {
   std::size_t done = 0;
   while (seconds_since(start) < seconds) done += batch();
   return static_cast<double>(done) / seconds_since(start);
+}
+
+// A batch that does not finish would make its round's figure a lie: stop the benchmark.
+template <class R>
+void require_all(const std::vector<Future<R>>& batch) {
+  if (!wait_all(batch, std::chrono::minutes(1))) {
+    throw std::runtime_error("a batch did not finish within a minute");
+  }
 }
 
 }  // namespace
@@ -150,7 +159,7 @@ int main(int argc, char** argv) {
         std::vector<Future<int>> batch;
         batch.reserve(1000);
         for (int i = 0; i < 1000; ++i) batch.push_back(driver.submit_with(no_cpu, bench::noop, i));
-        wait_all(batch, std::chrono::minutes(1));
+        require_all(batch);
         return 1000;
       }));
     }
@@ -183,7 +192,7 @@ int main(int argc, char** argv) {
         std::vector<Future<int>> batch;
         batch.reserve(1000);
         for (int i = 0; i < 1000; ++i) batch.push_back(actor.call(&bench::Echo::noop, i));
-        wait_all(batch, std::chrono::minutes(1));
+        require_all(batch);
         return 1000;
       }));
     }
@@ -207,7 +216,7 @@ int main(int argc, char** argv) {
           while (seconds_since(start) < options.seconds) {
             std::vector<Future<int>> batch;
             for (int k = 0; k < 500; ++k) batch.push_back(actors[i].call(&bench::Echo::noop, k));
-            wait_all(batch, std::chrono::minutes(1));
+            require_all(batch);
             total += 500;
           }
         });

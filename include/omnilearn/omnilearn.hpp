@@ -24,6 +24,7 @@
 // Threads: a Cluster, its handles and futures may be used from any thread.
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -46,13 +47,20 @@
 // The library is built with hidden symbols; these are what it exports.
 #define OMNILEARN_API __attribute__((visibility("default")))
 
+// The plugin boundary's revision. A worker calls into the registry of a library it loaded (the
+// std::function entries of Registry, the Outcome and Error they produce), so both sides must be
+// compiled from the same definitions of those types: bump this with any change to them. A
+// worker refuses a library built against another number, saying so (core/executor.cpp).
+#define OMNILEARN_PLUGIN_ABI 2
+
 namespace omnilearn {
 
 // ---------------------------------------------------------------------------------------------
 // Errors: one vocabulary, thrown by Future::get and the Cluster's calls.
 enum class ErrorCode : int {
   kOk = 0,
-  kRemoteException = 1,  // the remote function, constructor or method threw; message is its what()
+  kRemoteException = 1,  // the remote function, constructor or method (or a then() function)
+                         // threw; message is its what()
   kTimeout = 2,          // no answer within the time asked for
   kNodeDied = 3,         // the node running it died (after max_retries / max_restarts)
   kInfeasible = 4,       // no node can ever satisfy the resources asked for; says what is missing
@@ -61,17 +69,23 @@ enum class ErrorCode : int {
   kNotRegistered = 7,    // function, class or method unknown on this side or on the worker
   kBadValue = 8,         // arguments or result could not be decoded as the expected types
   kRefused = 9,          // the head refused the request (name taken, overloaded, ...)
+  kEmptyHandle = 10,     // a default-constructed Future or ActorHandle was used
 };
 OMNILEARN_API std::string_view to_string(ErrorCode code);
 
 class OMNILEARN_API Error : public std::runtime_error {
  public:
   Error(ErrorCode code, const std::string& message)
-      : std::runtime_error(std::string(to_string(code)) + ": " + message), code_(code) {}
+      : std::runtime_error(std::string(to_string(code)) + ": " + message),
+        code_(code),
+        message_(message) {}
   ErrorCode code() const { return code_; }
+  // what() without the code's name in front.
+  const std::string& message() const { return message_; }
 
  private:
   ErrorCode code_;
+  std::string message_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -130,7 +144,7 @@ struct Outcome {
   std::string value;  // msgpack bytes when code == kOk
 };
 
-// Wakes a wait_any / wait_all caller when any of its futures completes.
+// Wakes a wait_any caller when any of its futures completes.
 struct Notifier {
   std::mutex mutex;
   std::condition_variable changed;
@@ -147,18 +161,22 @@ struct Notifier {
 // The shared state behind a Future: set once, by any thread; read by any thread.
 class FutureState {
  public:
+  // The first outcome wins (a reply racing a timeout); wakes the waiters, then runs the
+  // completion callbacks on this thread.
   void set(Outcome outcome) {
-    std::vector<std::weak_ptr<Notifier>> notify;
+    std::vector<std::shared_ptr<Notifier>> notify;
+    std::vector<std::function<void(const Outcome&)>> callbacks;
     {
       std::lock_guard lock(mutex_);
-      if (outcome_) return;  // the first outcome wins (a reply racing a timeout)
+      if (outcome_) return;
       outcome_ = std::move(outcome);
       notify.swap(notifiers_);
+      callbacks.swap(callbacks_);
     }
     done_.notify_all();
-    for (auto& weak : notify) {
-      if (auto notifier = weak.lock()) notifier->notify();
-    }
+    for (auto& notifier : notify) notifier->notify();
+    // outcome_ never changes once set: read without the lock.
+    for (auto& callback : callbacks) callback(*outcome_);
   }
   bool ready() const {
     std::lock_guard lock(mutex_);
@@ -170,22 +188,60 @@ class FutureState {
     if (!done_.wait_for(lock, timeout, [&] { return outcome_.has_value(); })) return std::nullopt;
     return outcome_;
   }
-  void add_notifier(const std::shared_ptr<Notifier>& notifier) {
-    bool now;
+  // Registers `notifier` to be woken once when the outcome arrives; false, registering nothing,
+  // when it is here already. Whoever registers removes it again (remove_notifier).
+  bool add_notifier(const std::shared_ptr<Notifier>& notifier) {
+    std::lock_guard lock(mutex_);
+    if (outcome_) return false;
+    notifiers_.push_back(notifier);
+    return true;
+  }
+  void remove_notifier(const Notifier* notifier) {
+    std::lock_guard lock(mutex_);
+    for (std::size_t i = 0; i < notifiers_.size(); ++i) {
+      if (notifiers_[i].get() == notifier) {
+        notifiers_[i] = std::move(notifiers_.back());
+        notifiers_.pop_back();
+        return;
+      }
+    }
+  }
+  // Notifiers registered now (what a waiting loop leaves behind: tests check it stays bounded).
+  std::size_t notifier_count() const {
+    std::lock_guard lock(mutex_);
+    return notifiers_.size();
+  }
+  // Runs `callback` with the outcome once it is here: now, on this thread, if it is already;
+  // else on the thread that sets it (an I/O or timer thread), so it must be quick and must not
+  // block.
+  void on_complete(std::function<void(const Outcome&)> callback) {
     {
       std::lock_guard lock(mutex_);
-      now = outcome_.has_value();
-      if (!now) notifiers_.push_back(notifier);
+      if (!outcome_) {
+        callbacks_.push_back(std::move(callback));
+        return;
+      }
     }
-    if (now) notifier->notify();
+    callback(*outcome_);
   }
+  // Set by then(): a state that only the continuation thread completes (see Future::get).
+  void mark_continuation() { continuation_ = true; }
+  bool is_continuation() const { return continuation_; }
 
  private:
   mutable std::mutex mutex_;
   mutable std::condition_variable done_;
-  std::optional<Outcome> outcome_;                   // guarded by mutex_
-  std::vector<std::weak_ptr<Notifier>> notifiers_;   // guarded by mutex_
+  std::optional<Outcome> outcome_;                               // guarded by mutex_
+  std::vector<std::shared_ptr<Notifier>> notifiers_;             // guarded by mutex_
+  std::vector<std::function<void(const Outcome&)>> callbacks_;  // guarded by mutex_
+  bool continuation_ = false;  // written before the state is shared
 };
+
+// Runs `work` on the library's continuation thread (one thread, in the order posted): where
+// Future::then's functions run, never on the thread that delivered a result.
+OMNILEARN_API void post_continuation(std::function<void()> work);
+// True on that thread.
+OMNILEARN_API bool on_continuation_thread();
 
 // Bounded decoding of a value produced by a peer: Error(kBadValue) on any problem.
 template <class T>
@@ -316,10 +372,43 @@ struct Registry {
 };
 
 // One registry per program (the driver and the libraries it links share it); a library a worker
-// loads with dlopen has its own, found through omnilearn_registry_v1.
+// loads with dlopen has its own, found through its plugin table (omnilearn_plugin_table).
 inline Registry& registry() {
   static Registry instance;
   return instance;
+}
+
+// What a worker reads first from a library it loads: fixed-width fields in a layout that never
+// changes, so that it can be read whatever header the library was built against, and a library
+// the worker cannot use is refused before anything else of it is touched (core/executor.cpp).
+struct PluginTable {
+  std::uint32_t magic;  // kPluginMagic
+  std::uint32_t abi;    // OMNILEARN_PLUGIN_ABI of the library's header
+  // The layout of what crosses the boundary as the library's compiler laid it out: catches a
+  // changed header whose number was not bumped, and another standard-library ABI.
+  std::uint32_t registry_size;
+  std::uint32_t entry_sizes;  // sizeof Registry::Function | Class << 10 | Method << 20
+  std::uint32_t outcome_size;
+  std::uint32_t std_abi;  // _GLIBCXX_USE_CXX11_ABI, or kUnknownStdAbi
+  void* registry;
+};
+inline constexpr std::uint32_t kPluginMagic = 0x4c4e4d4f;  // "OMNL"
+inline constexpr std::uint32_t kUnknownStdAbi = 0xffffffffu;
+
+inline PluginTable make_plugin_table() {
+  return PluginTable{
+      kPluginMagic,
+      OMNILEARN_PLUGIN_ABI,
+      static_cast<std::uint32_t>(sizeof(Registry)),
+      static_cast<std::uint32_t>(sizeof(Registry::Function) | sizeof(Registry::Class) << 10 |
+                                 sizeof(Registry::Method) << 20),
+      static_cast<std::uint32_t>(sizeof(Outcome)),
+#ifdef _GLIBCXX_USE_CXX11_ABI
+      static_cast<std::uint32_t>(_GLIBCXX_USE_CXX11_ABI),
+#else
+      kUnknownStdAbi,
+#endif
+      &registry()};
 }
 
 inline std::string remote_name(std::string_view spelled) {
@@ -403,16 +492,74 @@ class OMNILEARN_API Client {
 }  // namespace detail
 
 // ---------------------------------------------------------------------------------------------
-// A result that arrives later. Copyable; every copy sees the same outcome.
+namespace detail {
+
+[[noreturn]] inline void throw_empty(const std::string& what) {
+  throw Error(ErrorCode::kEmptyHandle,
+              what + " on an empty Future (default-constructed): assign it the result of "
+                     "submit, call or then first");
+}
+
+// What `fn` returns when given a Future<R>'s value (nothing for R = void).
+template <class R, class F>
+struct ThenResultOf {
+  using type = std::invoke_result_t<F&, R>;
+};
+template <class F>
+struct ThenResultOf<void, F> {
+  using type = std::invoke_result_t<F&>;
+};
+
+// Runs a then() function on the continuation thread: `value` decoded as R in, its result
+// encoded out, an exception as an error outcome.
+template <class R, class U, class F>
+Outcome run_continuation(F& fn, const std::string& value) {
+  try {
+    auto call = [&]() -> decltype(auto) {
+      if constexpr (std::is_void_v<R>) {
+        return fn();
+      } else {
+        return fn(decode<R>(value));
+      }
+    };
+    if constexpr (std::is_void_v<U>) {
+      call();
+      return Outcome{ErrorCode::kOk, {}, encode(msgpack::type::nil_t())};
+    } else {
+      return Outcome{ErrorCode::kOk, {}, encode(call())};
+    }
+  } catch (const Error& e) {
+    return Outcome{e.code(), e.message(), {}};
+  } catch (const std::exception& e) {
+    return Outcome{ErrorCode::kRemoteException, std::string("a then() function threw: ") + e.what(),
+                   {}};
+  } catch (...) {
+    return Outcome{ErrorCode::kRemoteException, "a then() function threw a non-standard exception",
+                   {}};
+  }
+}
+
+}  // namespace detail
+
+// A result that arrives later. Copyable; every copy sees the same outcome. A default-constructed
+// Future is empty: every use but ready() and valid() throws Error(kEmptyHandle).
 template <class R>
-class Future {
+class [[nodiscard]] Future {
  public:
   Future() = default;
   explicit Future(std::shared_ptr<detail::FutureState> state) : state_(std::move(state)) {}
 
   // The result; throws Error (the remote error, or kTimeout if none arrives within `timeout`).
   R get(std::chrono::milliseconds timeout = std::chrono::hours(24)) const {
-    auto outcome = state_->wait_for(timeout);
+    const auto& state = checked("get()");
+    // then() functions run one at a time on one thread: one that waited for another's result
+    // would wait for itself.
+    if (state->is_continuation() && detail::on_continuation_thread() && !state->ready()) {
+      throw Error(ErrorCode::kRefused,
+                  "a then() function waits for the result of another then(), which runs on the "
+                  "same continuation thread after it: chain the two with then() instead");
+    }
+    auto outcome = state->wait_for(timeout);
     if (!outcome) {
       throw Error(ErrorCode::kTimeout,
                   "no result within " + std::to_string(timeout.count()) + " ms");
@@ -421,26 +568,78 @@ class Future {
     if constexpr (!std::is_void_v<R>) return detail::decode<R>(outcome->value);
   }
   bool ready() const { return state_ && state_->ready(); }
-  const std::shared_ptr<detail::FutureState>& state() const { return state_; }
+  // False for a default-constructed Future.
+  bool valid() const { return state_ != nullptr; }
+
+  // A Future of `fn(value)` (of `fn()` for Future<void>), called once this one's result is here,
+  // on the library's continuation thread: never on the thread that delivered the result, so
+  // `fn` may take its time, call the cluster and wait on other futures (not on another then()'s:
+  // Error kRefused). An error, this one's or one `fn` throws, passes to the returned Future (and
+  // `fn` is not called for an error). `fn`'s result type needs a msgpack adaptor, as a remote
+  // function's does.
+  template <class F>
+  auto then(F fn) const -> Future<typename detail::ThenResultOf<R, F>::type> {
+    using U = typename detail::ThenResultOf<R, F>::type;
+    const auto& state = checked("then()");
+    auto next = std::make_shared<detail::FutureState>();
+    next->mark_continuation();
+    state->on_complete([next, fn = std::move(fn)](const detail::Outcome& outcome) mutable {
+      if (outcome.code != ErrorCode::kOk) {
+        next->set(outcome);
+        return;
+      }
+      detail::post_continuation([next, fn = std::move(fn), value = outcome.value]() mutable {
+        next->set(detail::run_continuation<R, U>(fn, value));
+      });
+    });
+    return Future<U>(std::move(next));
+  }
+
+  // The shared state; throws Error(kEmptyHandle) for an empty Future.
+  const std::shared_ptr<detail::FutureState>& state() const { return checked("state()"); }
 
  private:
+  const std::shared_ptr<detail::FutureState>& checked(const char* what) const {
+    if (!state_) detail::throw_empty(what);
+    return state_;
+  }
   std::shared_ptr<detail::FutureState> state_;
 };
 
-// Waits until one of `futures` is ready; its index, or nullopt after `timeout`.
+// Waits until one of `futures` is ready; its index, or nullopt after `timeout`. The call
+// registers with the pending futures for its own duration only, so a loop that waits and removes
+// the ready one leaves nothing behind in the others. Throws Error(kEmptyHandle) for an empty one.
 template <class R>
-std::optional<std::size_t> wait_any(const std::vector<Future<R>>& futures,
-                                    std::chrono::milliseconds timeout) {
-  auto notifier = std::make_shared<detail::Notifier>();
-  for (const auto& f : futures) f.state()->add_notifier(notifier);
+[[nodiscard]] std::optional<std::size_t> wait_any(const std::vector<Future<R>>& futures,
+                                                  std::chrono::milliseconds timeout) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (std::size_t i = 0; i < futures.size(); ++i) {
+    if (futures[i].state()->ready()) return i;
+  }
+  auto notifier = std::make_shared<detail::Notifier>();
+  // Removes the notifier from every future it was added to, on every way out.
+  struct Registrations {
+    const detail::Notifier* notifier;
+    std::vector<detail::FutureState*> states;
+    ~Registrations() {
+      for (auto* state : states) state->remove_notifier(notifier);
+    }
+  } registrations{notifier.get(), {}};
+  registrations.states.reserve(futures.size());
+  for (std::size_t i = 0; i < futures.size(); ++i) {
+    auto* state = futures[i].state().get();
+    if (!state->add_notifier(notifier)) return i;  // completed meanwhile
+    registrations.states.push_back(state);
+  }
   std::unique_lock lock(notifier->mutex);
   while (true) {
+    // A completion from here on bumps the generation under this lock: none is missed.
+    auto seen = notifier->generation;
     for (std::size_t i = 0; i < futures.size(); ++i) {
       if (futures[i].ready()) return i;
     }
-    auto seen = notifier->generation;
-    if (!notifier->changed.wait_until(lock, deadline, [&] { return notifier->generation != seen; })) {
+    if (!notifier->changed.wait_until(lock, deadline,
+                                      [&] { return notifier->generation != seen; })) {
       for (std::size_t i = 0; i < futures.size(); ++i) {
         if (futures[i].ready()) return i;
       }
@@ -449,9 +648,12 @@ std::optional<std::size_t> wait_any(const std::vector<Future<R>>& futures,
   }
 }
 
-// Waits until every future is ready; false if `timeout` passed first.
+// Waits until every future is ready; false if `timeout` passed first. Throws
+// Error(kEmptyHandle) for an empty one.
 template <class R>
-bool wait_all(const std::vector<Future<R>>& futures, std::chrono::milliseconds timeout) {
+[[nodiscard]] bool wait_all(const std::vector<Future<R>>& futures,
+                            std::chrono::milliseconds timeout) {
+  for (const auto& f : futures) (void)f.state();  // an empty one throws before any wait
   auto deadline = std::chrono::steady_clock::now() + timeout;
   for (const auto& f : futures) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -461,8 +663,54 @@ bool wait_all(const std::vector<Future<R>>& futures, std::chrono::milliseconds t
   return true;
 }
 
+// A Future of every result, in order (nothing for Future<void>s), ready once all are; it fails
+// as soon as one of them fails, with that one's error. Throws Error(kEmptyHandle) for an empty
+// one.
+template <class R>
+auto when_all(const std::vector<Future<R>>& futures)
+    -> Future<std::conditional_t<std::is_void_v<R>, void, std::vector<R>>> {
+  using All = std::conditional_t<std::is_void_v<R>, void, std::vector<R>>;
+  struct Join {
+    std::atomic<std::size_t> left;
+    std::vector<std::string> values;  // each written once, by its own future's callback
+  };
+  auto all = std::make_shared<detail::FutureState>();
+  auto join = std::make_shared<Join>();
+  join->left = futures.size();
+  join->values.resize(futures.size());
+  // An array of the values: msgpack's encoding of the vector, without decoding any of them.
+  auto finish = [all, join] {
+    if constexpr (std::is_void_v<R>) {
+      all->set(detail::Outcome{ErrorCode::kOk, {}, detail::encode(msgpack::type::nil_t())});
+    } else {
+      std::string bytes;
+      detail::StringSink sink{bytes};
+      msgpack::packer<detail::StringSink> packer(sink);
+      packer.pack_array(static_cast<std::uint32_t>(join->values.size()));
+      for (const auto& value : join->values) bytes += value;
+      all->set(detail::Outcome{ErrorCode::kOk, {}, std::move(bytes)});
+    }
+  };
+  std::vector<detail::FutureState*> states;
+  for (const auto& f : futures) states.push_back(f.state().get());  // all checked first
+  if (states.empty()) finish();
+  for (std::size_t i = 0; i < states.size(); ++i) {
+    // Runs on the completing thread: a copy and a count, no user code.
+    states[i]->on_complete([all, join, finish, i](const detail::Outcome& outcome) {
+      if (outcome.code != ErrorCode::kOk) {
+        all->set(outcome);
+        return;
+      }
+      join->values[i] = outcome.value;
+      if (join->left.fetch_sub(1, std::memory_order_acq_rel) == 1) finish();
+    });
+  }
+  return Future<All>(std::move(all));
+}
+
 // ---------------------------------------------------------------------------------------------
-// A reference to a remote actor. Copyable; valid across the actor's restarts.
+// A reference to a remote actor. Copyable; valid across the actor's restarts. A
+// default-constructed handle is empty: call, tell, kill and monitor throw Error(kEmptyHandle).
 template <class A>
 class ActorHandle {
  public:
@@ -481,6 +729,7 @@ class ActorHandle {
       -> Future<typename detail::FunctionTraits<M>::Result> {
     using Traits = detail::FunctionTraits<M>;
     static_assert(std::is_base_of_v<typename Traits::Class, A>, "a method of another class");
+    check("call");
     typename Traits::ArgTuple packed{std::forward<Args>(args)...};
     return Future<typename Traits::Result>(
         client_->call(id_, name_of(method), detail::encode(packed), timeout, false));
@@ -489,21 +738,37 @@ class ActorHandle {
   template <class M, class... Args>
   void tell(M method, Args&&... args) const {
     using Traits = detail::FunctionTraits<M>;
+    check("tell");
     typename Traits::ArgTuple packed{std::forward<Args>(args)...};
-    client_->call(id_, name_of(method), detail::encode(packed), std::chrono::seconds(0), true);
+    // Answered at once by the client (no reply comes for a tell): nothing to wait for.
+    (void)client_->call(id_, name_of(method), detail::encode(packed), std::chrono::seconds(0),
+                        true);
   }
   // Ends the actor (no restart).
-  void kill() const { client_->kill(id_); }
+  void kill() const {
+    check("kill");
+    client_->kill(id_);
+  }
   // A monitor, across nodes: resolves with why the actor ended once it has ended for good
   // (killed, or its node died or it crashed with no restarts left; a restart is not an end). At
   // once, with a reason saying so, when no such actor is running. Not ended within `timeout`:
   // get() fails with kTimeout; the head gone: kDisconnected. Any number of drivers may watch.
   Future<std::string> monitor(std::chrono::milliseconds timeout = std::chrono::hours(24)) const {
+    check("monitor");
     return Future<std::string>(client_->monitor(id_, timeout));
   }
   const std::string& id() const { return id_; }
+  // False for a default-constructed handle.
+  bool valid() const { return client_ != nullptr; }
 
  private:
+  void check(const char* what) const {
+    if (!client_) {
+      throw Error(ErrorCode::kEmptyHandle,
+                  std::string(what) + " on an empty ActorHandle (default-constructed): assign "
+                                      "it the result of Cluster::spawn or get_actor first");
+    }
+  }
   template <class M>
   static std::string name_of(M method) {
     using C = typename detail::FunctionTraits<M>::Class;
@@ -582,11 +847,14 @@ class OMNILEARN_API Cluster {
 
 }  // namespace omnilearn
 
-// What a worker looks up in a library it loads: the library's registry.
-// Weak and not inline: every translation unit that includes this header emits it, the linker
-// keeps one per library, and dlsym finds it.
-extern "C" __attribute__((weak, visibility("default"))) void* omnilearn_registry_v1() {
-  return &omnilearn::detail::registry();
+// What a worker looks up in a library it loads: the library's plugin table, which says which
+// revision of this header it was built against, and its registry. Weak and not inline: every
+// translation unit that includes this header emits it, the linker keeps one per library, and
+// dlsym finds it.
+extern "C" __attribute__((weak, visibility("default"))) const omnilearn::detail::PluginTable*
+omnilearn_plugin_table() {
+  static const omnilearn::detail::PluginTable table = omnilearn::detail::make_plugin_table();
+  return &table;
 }
 
 #define OMNILEARN_API_CONCAT_INNER(a, b) a##b

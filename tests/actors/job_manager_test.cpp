@@ -285,7 +285,14 @@ TEST_F(Jobs, ARestartedHeadKeepsItsJobsAndEndsTheOnesThatWereRunning) {
       },
       10s));
   ASSERT_TRUE(wait_state(pending.job_id, "pending"));
+  // The first head dies here, as kill -9 would stop it: what the store holds now is what the
+  // next head finds (a graceful shutdown would go on to end the pending job itself).
+  std::shared_ptr<state::StateStore> crashed = state::open_memory_store();
+  std::vector<state::Write> writes;
+  for (const auto& [key, value] : store->load("")) writes.push_back({key, value});
+  crashed->commit(writes);
   head.shutdown();
+  store = crashed;
   // The first head was killed in the middle of a line.
   { std::ofstream(dir / "pending" / "events.jsonl", std::ios::app) << R"({"time": 1, "ev)"; }
 

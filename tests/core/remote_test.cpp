@@ -25,6 +25,8 @@ using remote_test::Counter;
 
 const std::string kLibrary = OL_REMOTE_TEST_LIB;
 const std::string kEmptyLibrary = OL_EMPTY_TEST_LIB;
+const std::string kNextAbiLibrary = OL_NEXT_ABI_TEST_LIB;
+const std::string kRelaidLibrary = OL_RELAID_TEST_LIB;
 
 ConnectOptions connect_to(const TestCluster& cluster) {
   ConnectOptions options;
@@ -113,6 +115,19 @@ TEST_F(RemoteTest, TasksRoundTripUserTypesAndReportRemoteErrors) {
   ASSERT_TRUE(wait_all(futures, 60s));
   for (int i = 0; i < 200; ++i) EXPECT_EQ(futures[i].get(0ms), i * i);
 
+  // Composed on the driver: a result fed to the next task, and all of a batch at once.
+  auto chained = driver_->submit(remote_test::square, 3).then([&](int nine) {
+    return driver_->submit(remote_test::square, nine).get(30s);
+  });
+  EXPECT_EQ(chained.get(30s), 81);
+  std::vector<Future<int>> batch;
+  std::vector<int> squares;
+  for (int i = 0; i < 10; ++i) {
+    batch.push_back(driver_->submit(remote_test::square, i));
+    squares.push_back(i * i);
+  }
+  EXPECT_EQ(when_all(batch).get(30s), squares);
+
   try {
     driver_->submit(remote_test::fail_with, std::string("bad learning rate")).get(30s);
     FAIL() << "a remote exception must reach the driver";
@@ -130,6 +145,26 @@ TEST_F(RemoteTest, TasksRoundTripUserTypesAndReportRemoteErrors) {
     EXPECT_EQ(e.code(), ErrorCode::kTimeout);
   }
   EXPECT_GT(slow.get(30s), 0);
+}
+
+// More than the head takes from one peer at once (8,192 messages): the client keeps the rest
+// in its own bounded queue and the loop blocks only while that queue is full.
+TEST_F(RemoteTest, ADriverSubmitsOneHundredThousandTasksInOneLoop) {
+  start(2);
+  constexpr int kTasks = 100000;
+  std::vector<Future<int>> futures;
+  futures.reserve(kTasks);
+  for (int i = 0; i < kTasks; ++i) futures.push_back(driver_->submit(remote_test::square, i % 10000));
+  int wrong = 0;
+  std::string first_error;
+  for (int i = 0; i < kTasks; ++i) {
+    try {
+      if (futures[i].get(120s) != (i % 10000) * (i % 10000)) ++wrong;
+    } catch (const Error& e) {
+      if (wrong++ == 0) first_error = e.what();
+    }
+  }
+  EXPECT_EQ(wrong, 0) << "first error: " << first_error;
 }
 
 TEST_F(RemoteTest, InfeasibleRequestsFailAtOnceNamingWhatIsMissing) {
@@ -336,6 +371,27 @@ TEST(RemoteWorker, ALibraryThatFailsToLoadIsAClearErrorAtStart) {
       {"worker", "--address", cluster.address(), "--name", "bad", "--load", kEmptyLibrary}, 20s);
   EXPECT_EQ(empty.status.code, 2) << empty.err;
   EXPECT_NE(empty.err.find("registers no remote functions"), std::string::npos) << empty.err;
+}
+
+// Built against a changed copy of the header (tests/core/CMakeLists.txt): the worker reads the
+// library's plugin table first and refuses it, instead of calling into types it lays out
+// differently.
+TEST(RemoteWorker, ALibraryBuiltAgainstAnotherHeaderRevisionIsRefused) {
+  TestCluster cluster;
+  auto next = run_omnilearn(
+      {"worker", "--address", cluster.address(), "--name", "bad", "--load", kNextAbiLibrary}, 20s);
+  EXPECT_EQ(next.status.code, 2) << next.err;
+  EXPECT_NE(next.err.find("cannot use library " + kNextAbiLibrary), std::string::npos) << next.err;
+  EXPECT_NE(next.err.find("plugin ABI " + std::to_string(OMNILEARN_PLUGIN_ABI + 1) +
+                          ", and this worker runs ABI " + std::to_string(OMNILEARN_PLUGIN_ABI)),
+            std::string::npos)
+      << next.err;
+  EXPECT_NE(next.err.find("rebuild the library"), std::string::npos) << next.err;
+  auto relaid = run_omnilearn(
+      {"worker", "--address", cluster.address(), "--name", "bad", "--load", kRelaidLibrary}, 20s);
+  EXPECT_EQ(relaid.status.code, 2) << relaid.err;
+  EXPECT_NE(relaid.err.find("laid out the header's types differently"), std::string::npos)
+      << relaid.err;
 }
 
 TEST(RemoteWorker, StatusListsTheLibrariesAWorkerLoaded) {

@@ -13,7 +13,7 @@
 
 #include <regex>
 
-#include "actors/cluster_file.hpp"
+#include "runtime/cluster_file.hpp"
 #include "tests/support/cluster.hpp"
 #include "tests/support/job_run.hpp"
 #include "tests/support/netns.hpp"
@@ -69,7 +69,7 @@ TEST(ClusterMachines, AWorkerOnAnotherMachineJoinsThroughTheAdvertisedAddress) {
   ASSERT_TRUE(std::regex_search(*line, match, kListening));
   const std::string advertised = std::string(NetworkPair::kHeadAddress) + ":" + match[2].str();
   EXPECT_EQ(match[1].str(), NetworkPair::kHeadAddress) << *line;
-  EXPECT_EQ(actors::read_cluster_file(cluster_file).address, advertised)
+  EXPECT_EQ(runtime::read_cluster_file(cluster_file).address, advertised)
       << "the cluster file carries the advertised address, not the bind address";
   EXPECT_EQ(head.output(Stream::kStderr).find("WARNING: the head"), std::string::npos)
       << "a reachable advertised address is not warned about:\n"

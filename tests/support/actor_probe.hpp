@@ -22,6 +22,8 @@ class TestActor : public runtime::Actor {
   using Actor::after;
   using Actor::ask;
   using Actor::cancel_timer;
+  using Actor::decode;
+  using Actor::decode_or_count;
   using Actor::monitor;
   using Actor::reply;
   using Actor::self;

@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <thread>
 
-#include "actors/cluster_file.hpp"
+#include "runtime/cluster_file.hpp"
 
 namespace omnilearn::testing {
 
@@ -61,7 +61,7 @@ std::filesystem::path test_cluster_file() {
   // keys instead of racing to create them; each head then records its own address in it.
   static const std::filesystem::path path = [] {
     auto file = test_cluster_dir().path() / "cluster.toml";
-    actors::write_cluster_file(file, {"", runtime::generate_cluster_credentials()});
+    runtime::write_cluster_file(file, {"", runtime::generate_cluster_credentials()});
     return file;
   }();
   return path;
@@ -70,9 +70,9 @@ std::filesystem::path test_cluster_file() {
 std::filesystem::path extra_cluster_file(const std::string& name, const std::string& address,
                                          bool same_cluster) {
   auto file = test_cluster_dir().path() / name;
-  auto credentials = same_cluster ? actors::read_cluster_file(test_cluster_file()).credentials
+  auto credentials = same_cluster ? runtime::read_cluster_file(test_cluster_file()).credentials
                                   : runtime::generate_cluster_credentials();
-  actors::write_cluster_file(file, {address, credentials});
+  runtime::write_cluster_file(file, {address, credentials});
   return file;
 }
 

@@ -1,8 +1,6 @@
-#include "actors/cluster_file.hpp"
+#include "runtime/cluster_file.hpp"
 
-#include <fcntl.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
@@ -12,7 +10,9 @@
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
-namespace omnilearn::actors {
+#include "runtime/atomic_file.hpp"
+
+namespace omnilearn::runtime {
 namespace {
 
 std::string text_of(const toml::table& table, const std::string& key, const std::string& source) {
@@ -62,7 +62,7 @@ ClusterFile read_cluster_file(const std::filesystem::path& path) {
   file.credentials.client = {text_of(table, "client_public_key", source),
                              text_of(table, "client_secret_key", source)};
   try {
-    runtime::check_cluster_credentials(file.credentials);
+    check_cluster_credentials(file.credentials);
   } catch (const std::invalid_argument& e) {
     throw ClusterFileError(fmt::format("{}: {} (the file is damaged: copy it again from the head)",
                                        source, e.what()));
@@ -71,21 +71,6 @@ ClusterFile read_cluster_file(const std::filesystem::path& path) {
 }
 
 void write_cluster_file(const std::filesystem::path& path, const ClusterFile& file) {
-  const std::string target = path.string();
-  auto fail = [&](const std::string& what) {
-    throw ClusterFileError(fmt::format("cannot write the cluster file {}: {}: {} (choose another "
-                                       "path with --cluster-file)",
-                                       target, what, std::strerror(errno)));
-  };
-  if (path.has_parent_path() && !std::filesystem::exists(path.parent_path())) {
-    std::error_code ec;
-    std::filesystem::create_directories(path.parent_path(), ec);
-    if (ec) {
-      errno = ec.value();
-      fail("creating " + path.parent_path().string());
-    }
-    ::chmod(path.parent_path().c_str(), 0700);
-  }
   toml::table table{{"address", file.address},
                     {"server_public_key", file.credentials.server.public_key},
                     {"server_secret_key", file.credentials.server.secret_key},
@@ -95,37 +80,20 @@ void write_cluster_file(const std::filesystem::path& path, const ClusterFile& fi
   text << "# OmniLearn cluster file: the head's address and the cluster's keys.\n"
           "# Whoever holds this file can join the cluster and submit jobs: keep it mode 0600.\n"
        << table << "\n";
-  std::string body = text.str();
-  std::string temporary = target + ".tmp-" + std::to_string(::getpid());
-  int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) fail("opening " + temporary);
-  ::fchmod(fd, 0600);  // O_CREAT's mode is masked by the umask; an existing file kept its mode
-  const char* data = body.data();
-  std::size_t left = body.size();
-  while (left > 0) {
-    ssize_t n = ::write(fd, data, left);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      ::close(fd);
-      ::unlink(temporary.c_str());
-      fail("writing");
-    }
-    data += n;
-    left -= static_cast<std::size_t>(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    ::unlink(temporary.c_str());
-    fail("flushing");
-  }
-  if (::rename(temporary.c_str(), target.c_str()) != 0) {
-    ::unlink(temporary.c_str());
-    fail("renaming " + temporary);
+  AtomicWriteOptions options;
+  options.mode = 0600;
+  options.create_directories = true;
+  try {
+    write_file_atomically(path, text.str(), options);
+  } catch (const AtomicWriteError& e) {
+    throw ClusterFileError(
+        fmt::format("{} (choose another path with --cluster-file)", e.what()));
   }
 }
 
 ClusterFile load_or_new_cluster_file(const std::filesystem::path& path) {
   if (std::filesystem::exists(path)) return read_cluster_file(path);
-  return {"", runtime::generate_cluster_credentials()};
+  return {"", generate_cluster_credentials()};
 }
 
-}  // namespace omnilearn::actors
+}  // namespace omnilearn::runtime

@@ -8,9 +8,9 @@
 #include <filesystem>
 #include <fstream>
 
-#include "actors/cluster_file.hpp"
+#include "runtime/cluster_file.hpp"
 
-namespace omnilearn::actors {
+namespace omnilearn::runtime {
 namespace {
 
 class ClusterFileTest : public ::testing::Test {
@@ -34,7 +34,7 @@ class ClusterFileTest : public ::testing::Test {
 
 TEST_F(ClusterFileTest, WritesOwnerOnlyFilesInANewPrivateDirectoryAndReadsThemBack) {
   auto path = dir / "nested" / "cluster.toml";
-  ClusterFile written{"head.example:7070", runtime::generate_cluster_credentials()};
+  ClusterFile written{"head.example:7070", generate_cluster_credentials()};
   write_cluster_file(path, written);
   EXPECT_EQ(mode_of(path), 0600u);
   EXPECT_EQ(mode_of(path.parent_path()), 0700u);
@@ -51,7 +51,7 @@ TEST_F(ClusterFileTest, WritesOwnerOnlyFilesInANewPrivateDirectoryAndReadsThemBa
 
 TEST_F(ClusterFileTest, AFileOthersCanReadIsRefusedWithTheFix) {
   auto path = dir / "cluster.toml";
-  write_cluster_file(path, {"h:1", runtime::generate_cluster_credentials()});
+  write_cluster_file(path, {"h:1", generate_cluster_credentials()});
   ASSERT_EQ(::chmod(path.c_str(), 0644), 0);
   try {
     read_cluster_file(path);
@@ -69,7 +69,7 @@ TEST_F(ClusterFileTest, MissingOrDamagedFilesSayWhatToDo) {
     EXPECT_NE(std::string(e.what()).find("--cluster-file"), std::string::npos) << e.what();
   }
   auto path = dir / "cluster.toml";
-  auto credentials = runtime::generate_cluster_credentials();
+  auto credentials = generate_cluster_credentials();
   write_cluster_file(path, {"h:1", credentials});
   std::string text;
   {
@@ -112,4 +112,4 @@ TEST_F(ClusterFileTest, ARestartedHeadKeepsItsKeysAndUpdatesTheAddress) {
 }
 
 }  // namespace
-}  // namespace omnilearn::actors
+}  // namespace omnilearn::runtime

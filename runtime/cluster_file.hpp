@@ -17,11 +17,11 @@
 
 #include "runtime/security.hpp"
 
-namespace omnilearn::actors {
+namespace omnilearn::runtime {
 
 struct ClusterFile {
   std::string address;  // HOST:PORT of the head
-  runtime::ClusterCredentials credentials;
+  ClusterCredentials credentials;
 };
 
 // A cluster file that cannot be used; the message says what to do.
@@ -37,8 +37,8 @@ std::filesystem::path default_cluster_file_path();
 // and each secret key matching its public key. Throws ClusterFileError.
 ClusterFile read_cluster_file(const std::filesystem::path& path);
 
-// Writes `file` atomically (a temporary file renamed over `path`) with mode 0600, creating the
-// parent directory with mode 0700 if needed. Throws ClusterFileError.
+// Writes `file` with mode 0600 through write_file_atomically (runtime/atomic_file.hpp), creating
+// the parent directory with mode 0700 if needed. Throws ClusterFileError.
 void write_cluster_file(const std::filesystem::path& path, const ClusterFile& file);
 
 // The head's start: the file at `path` if it exists (a restarted head keeps its cluster), else
@@ -46,4 +46,4 @@ void write_cluster_file(const std::filesystem::path& path, const ClusterFile& fi
 // bound its port (write_cluster_file). Throws ClusterFileError.
 ClusterFile load_or_new_cluster_file(const std::filesystem::path& path);
 
-}  // namespace omnilearn::actors
+}  // namespace omnilearn::runtime
