@@ -5,6 +5,24 @@
 
 namespace omnilearn::scheduler {
 
+const char* to_string(Mutation mutation) {
+  switch (mutation) {
+    case Mutation::kNone:
+      return "none";
+    case Mutation::kNoLeaseCheck:
+      return "no_lease_check";
+    case Mutation::kNoCommitRenewal:
+      return "no_commit_renewal";
+    case Mutation::kCommitUnconfirmed:
+      return "commit_unconfirmed";
+    case Mutation::kSyncTieLowestRank:
+      return "sync_tie_lowest_rank";
+    case Mutation::kGrantOnSilence:
+      return "grant_on_silence";
+  }
+  return "?";
+}
+
 const char* to_string(MemberDone::Outcome outcome) {
   switch (outcome) {
     case MemberDone::Outcome::kFinished: return "finished";
@@ -219,10 +237,14 @@ int ElasticJob::drain(const std::string& node_or_name, Millis now) {
       JobEvent e = event_now("drain");
       e.trainer = name;
       event(std::move(e));
-      if (t.view.phase == Phase::kMember) {
+      if (t.view.phase == Phase::kMember ||
+          (t.view.phase == Phase::kReady && lease_generation_ > 0 && holds_state(name))) {
         // It stays in its generation until the next one, which the leader adopts at a step
         // boundary: no committed step is lost. It then idles (rank -1), still holding the
-        // state, and is stopped once a generation without it trained (report()).
+        // state, and is stopped once a generation without it trained (report()). A trainer
+        // between generations (its group lost a member, the job waits for min_workers) may
+        // hold the only copy of the state too: stopped at once, the job lost every step.
+        // [fix: elastic simulation seed 13153]
         t.view.phase = Phase::kLeaving;
       } else {
         trainer_gone(name, "drained", now, true);
@@ -350,11 +372,15 @@ void ElasticJob::note_disruption(Millis now) {
 
 bool ElasticJob::holds_state(const std::string& trainer) const {
   const Trainer& t = trainers_.at(trainer);
-  // Every survivor of the last generation that trained holds its commits (they are
-  // collective); anyone else must have reported the job's committed step itself.
+  // A survivor of the last generation that trained holds its commits: every rank commits a
+  // step whose exchange completed. Not always all of them: a leader may commit a step whose
+  // exchange its followers gave up waiting for (it completes in the background) under a
+  // renewed lease. A survivor that reported fewer steps than the job's known committed step
+  // therefore does not count as a holder; anyone else must have reported the job's committed
+  // step itself.
   if (std::find(last_trained_members_.begin(), last_trained_members_.end(), trainer) !=
       last_trained_members_.end()) {
-    return true;
+    return t.view.committed_step >= job_step_;
   }
   // Once a generation held a lease it may have committed steps that no report told of (a
   // leader cut off right after its commits): job_step_ is then only a lower bound, and only a
@@ -529,10 +555,16 @@ void ElasticJob::report(const std::string& trainer, const MemberReport& r, Milli
   if (!t) return;
   heard_from(*t, r.generation, now);
   t->view.committed_step = std::max(t->view.committed_step, r.step);
-  // Every report's step is a committed step, even a superseded generation's: a leader drained
-  // or cut off right after a commit reports it only then. Ignoring it let a later generation
-  // start from an older state and commit the same steps again. [fix: elastic simulation seed 28]
-  job_step_ = std::max(job_step_, r.step);
+  // Every leader's report's step is a committed step, even a superseded generation's: a
+  // leader drained or cut off right after a commit reports it only then. Ignoring it let a
+  // later generation start from an older state and commit the same steps again. [fix: elastic
+  // simulation seed 28] A follower's is not: it may have committed a step whose exchange
+  // completed late (in the background) and that its leader's gate refused; such a step counts
+  // once a sync adopts it, and the synced leader reports it (a leader whose group broke before
+  // its sync reports the state it joined with, which may hold such a step).
+  const bool synced_leader = r.rank == 0 && (r.kind == MemberReport::Kind::kSynced ||
+                                             t->synced_generation >= r.generation);
+  if (synced_leader) job_step_ = std::max(job_step_, r.step);
   // A sync is evidence of holding the state whatever became of the generation since
   // (holds_state). [fix: elastic simulation seed 53]
   if (r.kind == MemberReport::Kind::kSynced) {
@@ -562,6 +594,7 @@ void ElasticJob::report(const std::string& trainer, const MemberReport& r, Milli
       return;
     case MemberReport::Kind::kBroken: {
       note_disruption(now);
+      broken_generation_ = generation_;
       // Find out who is still there (a dead process's route is gone: its probe fails at once)
       // instead of waiting for the heartbeat timeout.
       for (const auto& name : members_) {
@@ -669,6 +702,14 @@ void ElasticJob::lease_request(const std::string& trainer, const LeaseAsk& ask, 
     answer.reason = "generation " + std::to_string(ask.generation) + " is not the current one (" +
                     std::to_string(generation_) + ") or this trainer does not lead it";
     answer.superseded = ask.generation <= generation_;
+  } else if (broken_generation_ == ask.generation && lease_generation_ == ask.generation) {
+    // A member's collective failed: the group is broken, so its leader's renewal can only be
+    // for a step whose exchange completed late, in the background, after members gave up on
+    // it. Committed by the leader alone, the survivors that the next generation starts from
+    // would not hold it.
+    answer.reason =
+        "generation " + std::to_string(ask.generation) + " broke (a member's collective failed)";
+    answer.superseded = true;
   } else if (!lease_free_for(trainer, now)) {
     answer.reason = "the previous leader's lease has not run out";
   } else {
@@ -700,7 +741,8 @@ void ElasticJob::done(const std::string& trainer, const MemberDone& d, Millis no
   if (!t) return;
   heard_from(*t, d.generation, now);
   t->view.committed_step = std::max(t->view.committed_step, d.step);
-  job_step_ = std::max(job_step_, d.step);  // a committed step, whatever the generation (above)
+  // A leader's committed step, whatever the generation (as with reports).
+  if (d.rank == 0) job_step_ = std::max(job_step_, d.step);
   if (finished_) {
     emit(StopCommand{trainer, "job " + state_});  // its verdict was lost: say it again
     return;
@@ -745,6 +787,7 @@ void ElasticJob::probe_result(const std::string& trainer, std::int64_t generatio
   if (!t || t->view.phase == Phase::kGone) return;
   if (reachable) {
     t->heard_seq = ++evidence_seq_;
+    t->answered_seq = t->heard_seq;
     t->unreachable_in = -1;  // a missed answer, then an answer: it is there
   } else {
     t->unreachable_in = generation;
@@ -767,7 +810,13 @@ void ElasticJob::write_off_unreachable(Millis now) {
       return false;
     }
     const bool probed = o.view.phase == Phase::kMember || o.view.phase == Phase::kLeaving;
-    return o.unreachable_in != generation_ && (!probed || o.heard_seq > since);
+    if (o.unreachable_in == generation_) return false;
+    if (!probed) return true;
+    // Probed itself since: only its answer counts. A message that arrives meanwhile may have
+    // been sent long before (a slow link) by a process that has died since; counted, it let a
+    // dead holder keep the live one from being waited for. [fix: elastic simulation seed 16335]
+    if (o.probed_seq > since) return o.answered_seq > o.probed_seq;
+    return o.heard_seq > since;
   };
   std::vector<std::string> gone;
   for (const auto& [name, t] : trainers_) {

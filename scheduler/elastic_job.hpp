@@ -51,6 +51,7 @@ struct ElasticJobOptions {
   // trainer starting in between, the job fails with the last one's reason.
   std::int32_t max_start_failures = 6;
   Millis spawn_backoff_max = 30000;
+  Mutation mutation = Mutation::kNone;  // tests only (elastic_mutation_test.cpp)
 };
 
 // What the adapter must do. Commands addressed to a trainer carry its name.
@@ -203,6 +204,7 @@ class ElasticJob {
     // once safe, write_off_unreachable).
     std::uint64_t probed_seq = 0;
     std::uint64_t heard_seq = 0;
+    std::uint64_t answered_seq = 0;  // its last probe answer
     std::int64_t unreachable_in = -1;
   };
 
@@ -269,6 +271,7 @@ class ElasticJob {
   std::vector<double> recovery_s_;
   std::int64_t lost_steps_ = 0;
   std::int64_t abandoned_steps_ = 0;
+  std::int64_t broken_generation_ = -1;  // a member of it reported a failed collective
 };
 
 }  // namespace omnilearn::scheduler

@@ -53,7 +53,10 @@ void ElasticMember::on_lease(const LeaseAnswer& answer, Millis now) {
   if (it == lease_sent_.end()) return;  // a duplicate, or an answer to a forgotten request
   const Millis sent_at = it->second;
   lease_sent_.erase(lease_sent_.begin(), std::next(it));
-  if (answer.generation != generation_ || rank_ != 0 || phase_ != Phase::kTraining) return;
+  if (answer.generation != generation_ || rank_ != 0 ||
+      (phase_ != Phase::kTraining && phase_ != Phase::kCommitting)) {
+    return;
+  }
   if (!answer.granted) {
     lease_superseded_ = answer.superseded;
     return;
@@ -79,13 +82,17 @@ void ElasticMember::on_stop(const std::string& reason) {
 
 MemberAction ElasticMember::next(Millis now) {
   if (phase_ == Phase::kExited) return ExitAction{exit_code_, stop_reason_};
+  // An exchanged step is settled first, whatever arrived meanwhile: the replica holds it.
+  if (phase_ == Phase::kCommitting) return commit_gate(now);
   if (stop_) {
     // A leader lets its followers go first (they wait for the next rendezvous; it never tells
     // them to exit: only the scheduler ends a job).
-    if (phase_ == Phase::kTraining && rank_ == 0 && world_ > 1 && !step_due_ && !abandon_sent_) {
+    if (phase_ == Phase::kTraining && rank_ == 0 && world_ > 1 && !abandon_sent_) {
       abandon_sent_ = true;
       sent_words_ = {kAbandon, generation_};
-      return ControlAction{sent_words_};
+      boundary_at_ = now;
+      if (plan_words_.empty()) return ControlAction{sent_words_};
+      return StepAction{batches_, sent_words_};
     }
     phase_ = Phase::kExited;
     exit_code_ = 0;
@@ -100,8 +107,7 @@ MemberAction ElasticMember::next(Millis now) {
       return JoinAction{generation_, rank_, world_};
     case Phase::kSyncing:
       return SyncAction{};
-    case Phase::kTraining:
-      if (step_due_) return StepAction{batches_};
+    case Phase::kTraining: {
       if (step_ >= options_.total_steps) {
         if (rank_ == 0) {
           phase_ = Phase::kFinishing;
@@ -112,8 +118,19 @@ MemberAction ElasticMember::next(Millis now) {
         idle_since_ = now;
         return idle(now);
       }
-      if (rank_ == 0) return leader_boundary(now);
-      return ControlAction{};
+      boundary_at_ = now;
+      if (rank_ == 0) {
+        if (auto wait = leader_boundary(now)) return *wait;
+      } else {
+        sent_words_.clear();
+      }
+      // The group's first round is a broadcast of its own; afterwards every rank computes the
+      // step with the plan in force and rank 0's words ride in its exchange.
+      if (plan_words_.empty()) return ControlAction{sent_words_};
+      return StepAction{batches_, sent_words_};
+    }
+    case Phase::kCommitting:
+      break;
     case Phase::kFinishing:
       return FinishAction{};
     case Phase::kExited:
@@ -157,7 +174,7 @@ MemberAction ElasticMember::idle(Millis now) {
       batches_ = order.batches;
       plan_version_ = order.plan_version;
       if (plan_ && plan_->generation < generation_) plan_.reset();
-      step_due_ = false;
+      plan_words_.clear();
       abandon_sent_ = false;
       lease_wait_since_.reset();
       lease_superseded_ = false;
@@ -195,26 +212,30 @@ void ElasticMember::ask_lease(Millis now) {
   outbox_.emplace_back(std::move(ask));
 }
 
-MemberAction ElasticMember::leader_boundary(Millis now) {
-  boundary_at_ = now;
+std::optional<MemberAction> ElasticMember::leader_boundary(Millis now) {
   if (pending_ && pending_->generation > generation_) {
     sent_words_ = {kRegroup, pending_->generation};
-    return ControlAction{sent_words_};
+    return std::nullopt;
   }
   if (lease_superseded_) {
     // The scheduler has moved on: commit nothing more, even under a lease still running.
     sent_words_ = {kAbandon, generation_};
-    return ControlAction{sent_words_};
+    return std::nullopt;
   }
   const bool have_lease = lease_generation_ == generation_;
   // Renew ahead of time, so that a healthy leader never waits at a boundary.
-  const bool renew_due = !have_lease || lease_until_ - now < lease_duration_ / 2;
+  const auto renew_at =
+      static_cast<Millis>(options_.renew_when_left * static_cast<double>(lease_duration_));
+  const bool renew_due = !have_lease || lease_until_ - now < renew_at;
   if (renew_due && (lease_asked_at_ < 0 || now - lease_asked_at_ >= kLeaseRetry)) ask_lease(now);
   // The step this boundary starts commits about one step later: the lease must cover it. One
   // step that took longer than half a lease (a follower frozen through it) does not predict the
   // next; without the cap no lease ever covers it and the leader abandons every generation it
-  // leads. [fix: elastic simulation seed 280]
-  if (!have_lease || lease_until_ - now <= std::min(last_step_ms_, lease_duration_ / 2)) {
+  // leads. [fix: elastic simulation seed 280] A step that outlasts the lease anyway meets the
+  // commit gate.
+  const bool covered =
+      have_lease && lease_until_ - now > std::min(last_step_ms_, lease_duration_ / 2);
+  if (!covered && options_.mutation != Mutation::kNoLeaseCheck) {
     if (!lease_wait_since_) lease_wait_since_ = now;
     const Millis give_up = *lease_wait_since_ + options_.lease_wait;
     if (now < give_up && !lease_superseded_) {
@@ -228,17 +249,40 @@ MemberAction ElasticMember::leader_boundary(Millis now) {
                                             " within " + std::to_string(options_.lease_wait) +
                                             " ms");
     sent_words_ = {kAbandon, generation_};
-    return ControlAction{sent_words_};
+    return std::nullopt;
   }
   lease_wait_since_.reset();
+  std::vector<std::int32_t> batches = batches_;
+  std::uint64_t version = plan_version_;
   if (plan_ && plan_->generation == generation_ && plan_->version > plan_version_ &&
       fits(plan_->batches, world_)) {
-    batches_ = plan_->batches;
-    plan_version_ = plan_->version;
+    batches = plan_->batches;
+    version = plan_->version;
   }
-  sent_words_ = {kContinue, generation_, static_cast<std::int64_t>(plan_version_)};
-  sent_words_.insert(sent_words_.end(), batches_.begin(), batches_.end());
-  return ControlAction{sent_words_};
+  sent_words_ = {kContinue, generation_, static_cast<std::int64_t>(version)};
+  sent_words_.insert(sent_words_.end(), batches.begin(), batches.end());
+  return std::nullopt;
+}
+
+// The leader commits an exchanged step only while its lease holds: the step may have outlasted
+// it (a leader frozen mid-step, whose followers may have gone on to a newer generation). A
+// renewal granted after the exchange proves that no other generation was leased meanwhile
+// (the scheduler renews only the current generation's leader). Followers commit what the
+// leader's words confirmed: the leader's exchange was the same collective.
+MemberAction ElasticMember::commit_gate(Millis now) {
+  if (rank_ != 0 || lease_valid(now) || options_.mutation == Mutation::kNoLeaseCheck ||
+      options_.mutation == Mutation::kNoCommitRenewal) {
+    return CommitAction{};
+  }
+  const Millis give_up = gate_since_ + options_.lease_wait;
+  if (!lease_superseded_ && now < give_up) {
+    if (lease_asked_at_ < gate_since_ || now - lease_asked_at_ >= kLeaseRetry) ask_lease(now);
+    return WaitAction{std::min(give_up, lease_asked_at_ + kLeaseRetry)};
+  }
+  const std::string error = "commit refused in generation " + std::to_string(generation_) +
+                            ": the step outlasted the lease and no renewal came";
+  broken(error, now);
+  return DropAction{error};
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -259,7 +303,7 @@ void ElasticMember::report(MemberReport::Kind kind, const std::string& error,
 void ElasticMember::broken(const std::string& error, Millis now) {
   report(MemberReport::Kind::kBroken, error);
   phase_ = Phase::kIdle;
-  step_due_ = false;
+  plan_words_.clear();
   idle_since_ = now;
 }
 
@@ -284,22 +328,46 @@ void ElasticMember::control_done(bool ok, const std::string& error,
                                  const std::vector<std::int64_t>& words, Millis now) {
   if (phase_ != Phase::kTraining) return;
   if (!ok) return broken(error, now);
+  act_on(rank_ == 0 ? sent_words_ : words, now);
+}
+
+bool ElasticMember::confirms(const std::vector<std::int64_t>& words) const {
+  if (options_.mutation == Mutation::kCommitUnconfirmed && rank_ != 0) return true;
+  return !plan_words_.empty() && words == plan_words_;
+}
+
+void ElasticMember::exchanged(bool ok, const std::string& error,
+                              const std::vector<std::int64_t>& words, Millis now) {
+  if (phase_ != Phase::kTraining || plan_words_.empty()) return;
+  if (!ok) return broken(error, now);
   const std::vector<std::int64_t>& w = rank_ == 0 ? sent_words_ : words;
-  if (w.size() < 2) return broken("control broadcast carried " + std::to_string(w.size()) + " words", now);
+  if (confirms(w)) {
+    phase_ = Phase::kCommitting;
+    gate_since_ = now;
+    return;
+  }
+  // Not confirmed: every rank dropped the step alike.
+  act_on(w, now);
+}
+
+void ElasticMember::act_on(const std::vector<std::int64_t>& w, Millis now) {
+  if (w.size() < 2) return broken("control words: " + std::to_string(w.size()) + " words", now);
   switch (w[0]) {
     case kContinue: {
       if (w[1] != generation_ || w.size() != 3 + static_cast<std::size_t>(world_)) {
         return broken("control words do not fit generation " + std::to_string(generation_), now);
       }
-      std::vector<std::int32_t> batches(w.begin() + 3, w.end());
       // Each entry is checked before it becomes an index or a slice size.
-      for (std::int64_t b : std::vector<std::int64_t>(w.begin() + 3, w.end())) {
-        if (b < 0 || b > (std::int64_t{1} << 30)) return broken("control words carry a bad batch", now);
+      for (auto it = w.begin() + 3; it != w.end(); ++it) {
+        if (*it < 0 || *it > (std::int64_t{1} << 30)) {
+          return broken("control words carry a bad batch", now);
+        }
       }
+      std::vector<std::int32_t> batches(w.begin() + 3, w.end());
       if (!fits(batches, world_)) return broken("control words carry an empty plan", now);
       batches_ = std::move(batches);
       plan_version_ = static_cast<std::uint64_t>(w[2]);
-      step_due_ = true;
+      plan_words_ = w;
       return;
     }
     case kRegroup:
@@ -310,6 +378,7 @@ void ElasticMember::control_done(bool ok, const std::string& error,
       // This group ends here. A leader that was stopped exits on the next call; the others
       // wait for (or already hold) the next rendezvous.
       phase_ = Phase::kIdle;
+      plan_words_.clear();
       idle_since_ = now;
       return;
     default:
@@ -318,8 +387,8 @@ void ElasticMember::control_done(bool ok, const std::string& error,
 }
 
 void ElasticMember::step_done(bool ok, const std::string& error, std::int64_t step, Millis now) {
-  if (phase_ != Phase::kTraining || !step_due_) return;
-  step_due_ = false;
+  if (phase_ != Phase::kCommitting) return;
+  phase_ = Phase::kTraining;
   if (!ok) return broken(error, now);
   step_ = step;
   last_step_ms_ = std::max<Millis>(0, now - boundary_at_);
@@ -348,7 +417,7 @@ void ElasticMember::send_done(MemberDone::Outcome outcome, bool ok, const std::s
 }
 
 bool carry_out(const MemberAction& action, Replica& replica, ElasticMember& member,
-               const std::function<Millis()>& clock) {
+               const std::function<Millis()>& clock, const std::function<void(Millis)>& wait) {
   if (const auto* join = std::get_if<JoinAction>(&action)) {
     const auto r = replica.join(join->generation, join->rank, join->world);
     member.joined(r.ok, r.error, clock());
@@ -362,9 +431,30 @@ bool carry_out(const MemberAction& action, Replica& replica, ElasticMember& memb
     const auto r = replica.control(words);
     member.control_done(r.ok, r.error, words, clock());
   } else if (const auto* step_action = std::get_if<StepAction>(&action)) {
+    std::vector<std::int64_t> words = step_action->words;
+    bool gated = false;
+    const Replica::WordsCheck confirms = [&member](const std::vector<std::int64_t>& w) {
+      return member.confirms(w);
+    };
+    // The commit gate: settled by the member, waited out by the driver.
+    const Replica::WordsCheck gate = [&](const std::vector<std::int64_t>& w) {
+      gated = true;
+      member.exchanged(true, "", w, clock());
+      while (true) {
+        const MemberAction a = member.next(clock());
+        if (std::holds_alternative<CommitAction>(a)) return true;
+        const auto* w8 = std::get_if<WaitAction>(&a);
+        if (!w8) return false;  // DropAction (or the gate was never opened)
+        wait(w8->until);
+      }
+    };
     std::int64_t step = member.step();
-    const auto r = replica.step(step_action->batches, &step);
-    member.step_done(r.ok, r.error, step, clock());
+    const auto r = replica.step(step_action->batches, words, confirms, gate, &step);
+    if (gated) {
+      member.step_done(r.ok, r.error, step, clock());  // a no-op after a refused commit
+    } else {
+      member.exchanged(r.ok, r.error, words, clock());  // failed, or words that did not confirm
+    }
   } else if (std::holds_alternative<FinishAction>(action)) {
     const auto r = replica.finish();
     member.finish_done(r.ok, r.error, clock());

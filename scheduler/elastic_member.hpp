@@ -1,7 +1,8 @@
 #pragma once
 // ElasticMember: one trainer's side of the elastic protocol as a pure state machine. The
-// trainer's driver loop asks next(now) what to do (join a group, sync, broadcast the control
-// words, train a step, finish, wait, exit), does it on its replica (a training::Trainer, or a
+// trainer's driver loop asks next(now) what to do (join a group, sync, broadcast the group's
+// first control words, train a step, commit or drop it at the commit gate, finish, wait, exit),
+// does it on its replica (a training::Trainer, or a
 // fake in the simulation), and feeds the outcome back; messages from the scheduler go in with
 // on_*(); what the trainer must send goes out through take_outbox(). No sockets, threads or
 // clocks: actors/trainer/ is the LibTorch adapter, tests/scheduler/ drive it with a fake.
@@ -10,6 +11,9 @@
 // - The leader (rank 0) commits a step only while its lease for the generation covers the step:
 //   lease time counts from when the request was sent, so it ends on the leader's clock no later
 //   than on the scheduler's. Without a lease it waits (bounded), then abandons the generation.
+//   A step that outlasted the lease meets the commit gate: committed only once renewed.
+// - Every rank commits a step only if rank 0's words, carried in the step's exchange, repeat
+//   the plan it was computed with; other words make every rank drop it alike.
 // - Only the scheduler ends a job: the leader never tells followers to exit (a superseded or
 //   stopped leader broadcasts kAbandon and they wait for the next rendezvous); a trainer exits
 //   only when told StopTrainer, when drained, or when no rendezvous comes for `idle_limit`.
@@ -37,20 +41,44 @@ struct ElasticMemberOptions {
   Millis lease_wait = 2000;     // the leader waits this long at a boundary for a lease
   Millis done_resend = 1000;    // resend Done while waiting for the verdict
   Millis idle_limit = 150000;   // no rendezvous or stop this long -> exit 4 (scheduler gone)
+  // The leader asks for a renewal once less than this part of its lease is left, so that a
+  // healthy leader never waits at a boundary. Where it renews is a matter of traffic and
+  // waiting, not of safety: safety rests on the checks that the lease covers the step at the
+  // boundary and still holds at the commit gate. The simulation draws it from [1/4, 3/4].
+  double renew_when_left = 0.5;
+  Mutation mutation = Mutation::kNone;  // tests only (elastic_mutation_test.cpp)
 };
 
-// What the driver must do next; it reports the outcome with the matching *_done() call.
+// What the driver must do next; it reports the outcome with the matching call.
+//
+// The step path. A group's first control round is a broadcast of its own (ControlAction): it
+// puts a plan in force. Every later step is one collective (StepAction): every rank computes
+// the step with the plan in force, and rank 0's control words for it travel inside the
+// gradient exchange. Once the exchange completed (exchanged()), a rank holds an uncommitted
+// step: if the words repeat the plan in force (confirms()) it goes to the commit gate, else
+// every rank drops the step alike and acts on the words (a new plan, regroup, abandon). At
+// the gate next() says CommitAction (followers at once; the leader while its lease holds),
+// WaitAction (the leader's lease ran out during the step: it asks for a renewal, which proves
+// that no other generation was leased meanwhile) or DropAction (no renewal within
+// `lease_wait`: the step is not committed and the group is broken). After the commit,
+// step_done().
 struct JoinAction {  // rendezvous generation `generation` as rank/world -> joined()
   std::int64_t generation = 0;
   std::int32_t rank = 0;
   std::int32_t world = 1;
 };
 struct SyncAction {};  // adopt the most advanced rank's state -> synced()
-struct ControlAction {  // broadcast from rank 0 (words empty on followers) -> control_done()
-  std::vector<std::int64_t> words;
+struct ControlAction {  // the group's first round: broadcast from rank 0 -> control_done()
+  std::vector<std::int64_t> words;  // empty on followers
 };
-struct StepAction {  // one step with this batch vector -> step_done()
-  std::vector<std::int32_t> batches;
+struct StepAction {  // compute a step, exchange it with rank 0's words -> exchanged()
+  std::vector<std::int32_t> batches;  // the plan in force: what the step is computed with
+  std::vector<std::int64_t> words;    // rank 0's words for this step; empty on followers
+};
+struct CommitAction {  // the gate is open: apply the exchanged step -> step_done()
+};
+struct DropAction {  // the gate refused: drop the exchanged step; the group is broken
+  std::string error;
 };
 struct FinishAction {  // rank 0: evaluate, write the final checkpoint -> finish_done()
 };
@@ -61,8 +89,8 @@ struct ExitAction {
   int code = 0;
   std::string reason;
 };
-using MemberAction = std::variant<JoinAction, SyncAction, ControlAction, StepAction, FinishAction,
-                                  WaitAction, ExitAction>;
+using MemberAction = std::variant<JoinAction, SyncAction, ControlAction, StepAction, CommitAction,
+                                  DropAction, FinishAction, WaitAction, ExitAction>;
 
 // What the trainer sends to the scheduler.
 using MemberMessage = std::variant<MemberReport, LeaseAsk, MemberDone>;
@@ -76,22 +104,39 @@ class Replica {
     bool ok = true;
     std::string error;
   };
+  using WordsCheck = std::function<bool(const std::vector<std::int64_t>& words)>;
   virtual ~Replica() = default;
   virtual Outcome join(std::int64_t generation, std::int32_t rank, std::int32_t world) = 0;
   // Adopts the most advanced rank's state; *step and *checksum describe the state after it.
   virtual Outcome sync(std::int64_t* step, std::uint64_t* checksum) = 0;
   // Rank 0's words replace the others' (on followers `words` comes in empty).
   virtual Outcome control(std::vector<std::int64_t>& words) = 0;
-  // One step; *step is the committed steps after it.
-  virtual Outcome step(const std::vector<std::int32_t>& batches, std::int64_t* step) = 0;
+  // One fused step (StepAction): computes with `batches` and exchanges the result with rank 0's
+  // `words`, which replace `words` on every rank once the exchange completed. Then, if
+  // `confirms(words)` (a pure check, which rank 0 may also ask before computing), asks
+  // `gate(words)` and commits only if it returns true (false: nothing changes and the group is
+  // broken, an error). A step whose words do not confirm it is dropped: ok, without the gate.
+  // *step is the committed steps after it.
+  virtual Outcome step(const std::vector<std::int32_t>& batches, std::vector<std::int64_t>& words,
+                       const WordsCheck& confirms, const WordsCheck& gate, std::int64_t* step) = 0;
   // Rank 0 at the end: evaluation and the final checkpoint.
   virtual Outcome finish() = 0;
 };
 
-
 class ElasticMember {
  public:
-  enum class Phase { kIdle, kJoining, kSyncing, kTraining, kFinishing, kFinished, kExited };
+  // kCommitting: a step's exchange completed with words that confirm it; the replica holds the
+  // step uncommitted until next() says CommitAction or DropAction.
+  enum class Phase {
+    kIdle,
+    kJoining,
+    kSyncing,
+    kTraining,
+    kCommitting,
+    kFinishing,
+    kFinished,
+    kExited
+  };
 
   ElasticMember(ElasticMemberOptions options, Millis now);
 
@@ -110,8 +155,18 @@ class ElasticMember {
               Millis now);
   void control_done(bool ok, const std::string& error, const std::vector<std::int64_t>& words,
                     Millis now);
+  // A StepAction's exchange completed (ok) with rank 0's `words`, or failed. Words that confirm
+  // the step open the commit gate (kCommitting); others end the step uncommitted and are acted
+  // on as a control round's would be.
+  void exchanged(bool ok, const std::string& error, const std::vector<std::int64_t>& words,
+                 Millis now);
+  // After CommitAction: the step was applied (*step committed steps), or applying it failed.
   void step_done(bool ok, const std::string& error, std::int64_t step, Millis now);
   void finish_done(bool ok, const std::string& error, Millis now);
+
+  // Whether rank 0's words for the step in progress confirm the plan it is computed with:
+  // only then may a rank commit it (the same answer on every rank for the same words).
+  bool confirms(const std::vector<std::int64_t>& words) const;
 
   std::vector<MemberMessage> take_outbox();
 
@@ -120,23 +175,20 @@ class ElasticMember {
   std::int32_t rank() const { return rank_; }
   std::int32_t world() const { return world_; }
   std::int64_t step() const { return step_; }
+  // The plan in force: the batches of the last words the group accepted.
   const std::vector<std::int32_t>& batches() const { return batches_; }
   std::uint64_t plan_version() const { return plan_version_; }
-  bool lease_valid(Millis now) const { return lease_generation_ == generation_ && now < lease_until_; }
-  // Whether a step whose all-reduce just completed may be committed: the leader's lease must
-  // still hold (it was checked at the boundary, but the step may have outlasted it, e.g. a
-  // leader frozen mid-step); followers follow the leader's data.
-  bool may_commit(Millis now) const { return rank_ != 0 || lease_valid(now); }
-  // The leader's lease ran out while a step ran: ask for it again now. A renewal granted after
-  // the step's all-reduce proves that no other generation was leased meanwhile (the scheduler
-  // renews only the current generation's leader), so the step may then be committed.
-  void renew_lease(Millis now) {
-    if (rank_ == 0 && phase_ == Phase::kTraining) ask_lease(now);
+  bool lease_valid(Millis now) const {
+    return lease_generation_ == generation_ && now < lease_until_;
   }
 
  private:
   MemberAction idle(Millis now);
-  MemberAction leader_boundary(Millis now);
+  // The leader's words at a step boundary, or a wait for its lease.
+  std::optional<MemberAction> leader_boundary(Millis now);
+  MemberAction commit_gate(Millis now);
+  // Acts on the words of a control round or of a step that they did not confirm.
+  void act_on(const std::vector<std::int64_t>& words, Millis now);
   // Queues a report about the current generation, rank and step.
   void report(MemberReport::Kind kind, const std::string& error = "", std::uint64_t checksum = 0);
   void broken(const std::string& error, Millis now);
@@ -159,8 +211,9 @@ class ElasticMember {
   std::uint64_t plan_version_ = 0;
   std::int64_t step_ = 0;
   std::vector<std::int64_t> sent_words_;    // the leader's last control words
-  bool step_due_ = false;                   // the control words said: train one step
+  std::vector<std::int64_t> plan_words_;    // the continue words in force (empty: none yet)
   bool abandon_sent_ = false;               // a stopped leader released its followers
+  Millis gate_since_ = 0;                   // kCommitting since
 
   // Leader lease.
   std::int64_t lease_generation_ = -1;
@@ -184,9 +237,11 @@ class ElasticMember {
 };
 
 // Carries out one of join, sync, control, step or finish on `replica` and feeds the outcome to
-// `member`, reading the clock after the call. Returns false (doing nothing) for wait and exit,
+// `member`, reading the clock after the call. A step runs the commit gate inside the replica's
+// step: `wait(until)` (the driver) sends what the member queued and waits until `until` or a
+// message, which it feeds to the member. Returns false (doing nothing) for wait and exit,
 // which the driver handles: they need its inbox and its process.
 bool carry_out(const MemberAction& action, Replica& replica, ElasticMember& member,
-               const std::function<Millis()>& clock);
+               const std::function<Millis()>& clock, const std::function<void(Millis)>& wait);
 
 }  // namespace omnilearn::scheduler

@@ -92,4 +92,17 @@ struct MemberDone {
 
 const char* to_string(MemberDone::Outcome outcome);
 
+// Rules of the protocol that the mutation checks break on purpose
+// (tests/scheduler/elastic_mutation_test.cpp): the simulation must fail under each broken
+// variant, which shows that its seeds exercise the rule. Production always runs kNone.
+enum class Mutation {
+  kNone,
+  kNoLeaseCheck,  // ElasticMember: the leader neither waits for a lease nor checks it at the gate
+  kNoCommitRenewal,    // ElasticMember: the gate commits a step that outlasted the lease, unrenewed
+  kCommitUnconfirmed,  // ElasticMember: a follower commits whatever rank 0's words say
+  kSyncTieLowestRank,  // sync ties go to the lowest rank, not the newest generation's last step
+  kGrantOnSilence,     // ElasticJob: a new lease at once when the old leader is merely silent
+};
+const char* to_string(Mutation mutation);
+
 }  // namespace omnilearn::scheduler

@@ -1056,6 +1056,13 @@ StepResult Trainer::step(const std::vector<int>& batches, StepControl* control) 
     }
   }
 
+  if (!exchange && s.commit_gate && !s.commit_gate()) {
+    // Alone the protocol asks the same question before anything changes.
+    restore_buffers();
+    result.error = "commit refused: the elastic protocol did not allow it (lease ran out)";
+    return result;
+  }
+
   const Clock::time_point update_start = Clock::now();
   if (exchange) {
     c10::NoGradGuard no_grad;

@@ -162,8 +162,9 @@ class Trainer {
   // broken: how a trainer stops waiting on a peer that hangs (frozen, cut off) once the
   // scheduler has formed a generation without it, instead of waiting for the group timeout.
   void set_abandon_check(std::function<bool()> abandon);
-  // `gate` (training thread) is asked after a step's all-reduce succeeded and before anything
-  // changes; false makes the step uncommitted ("commit refused") and the group broken. The
+  // `gate` (training thread) is asked after a step's all-reduce succeeded (alone: after its
+  // backward) and before anything changes; false makes the step uncommitted ("commit
+  // refused") and the group broken. The
   // elastic protocol's leader refuses when its lease ran out while the step ran, so that a
   // leader frozen or cut off mid-step never commits outside its lease.
   void set_commit_gate(std::function<bool()> gate);

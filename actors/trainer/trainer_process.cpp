@@ -2,10 +2,11 @@
 // ("trainer") receives rendezvous, plans, leases and stop requests and queues them for the
 // training thread; the training thread is a thin driver of scheduler::ElasticMember, the
 // trainer's side of the elastic protocol as a pure state machine (scheduler/elastic_member.hpp):
-// it asks the machine what to do (join a group, sync, broadcast the control words, train a
-// step, finish, wait, exit), does it on the training::Trainer, and feeds the outcome back.
-// Once a group has trained a step, the control words travel inside the next step's gradient
-// exchange instead of a broadcast of their own (TorchReplica::control).
+// it asks the machine what to do (join a group, sync, broadcast the group's first control
+// words, train a step, finish, wait, exit), does it on the training::Trainer, and feeds the
+// outcome back. A step is one gradient exchange that carries rank 0's control words; whether
+// the words confirm it and whether it may be committed (the commit gate, with its lease
+// renewal) are the machine's answers, which the trainer asks for inside the step.
 // What the protocol decides lives in the machine, where the deterministic simulation
 // (tests/scheduler/elastic_simulation_test.cpp) checks it; this file only carries it out.
 #include <CLI/CLI.hpp>
@@ -200,23 +201,9 @@ class TrainingLoop {
     options.lease_wait = collective_timeout_.count();
     options.idle_limit = 120000 + static_cast<proto::Millis>(spec.elastic.grace_period_s * 1000);
     proto::ElasticMember member(options, now_ms());
-    trainer_->set_commit_gate([this, &member, &options] {
-      if (member.may_commit(now_ms())) return true;
-      // The step outlasted the lease (it ran slower than the last one): renew, and commit if
-      // the scheduler still leases this generation; wait for the answer at most lease_wait.
-      member.renew_lease(now_ms());
-      send(member);
-      const proto::Millis give_up = now_ms() + options.lease_wait;
-      while (!member.may_commit(now_ms()) && now_ms() < give_up) {
-        {
-          std::unique_lock lock(control_.mutex);
-          control_.changed.wait_for(lock, std::chrono::milliseconds(20),
-                                    [&] { return !control_.inbox.empty(); });
-        }
-        feed_inbox(member);
-      }
-      return member.may_commit(now_ms());
-    });
+    // Asked by training::Trainer::step between the exchange and the update: the machine's
+    // commit gate for the step in progress (TorchReplica::step sets gate_).
+    trainer_->set_commit_gate([this] { return gate_ && (*gate_)(*gate_words_); });
     while (true) {
       feed_inbox(member);
       const proto::MemberAction action = member.next(now_ms());
@@ -294,8 +281,6 @@ class TrainingLoop {
    public:
     explicit TorchReplica(TrainingLoop& loop) : loop_(loop) {}
     Outcome join(std::int64_t generation, std::int32_t rank, std::int32_t world) override {
-      loop_.expected_words_.clear();
-      loop_.step_ready_ = false;
       training::GroupOptions group;
       group.gloo_hostname = loop_.args_.gloo_host;
       loop_.joining_generation_ = generation;
@@ -318,69 +303,47 @@ class TrainingLoop {
       *checksum = 0;  // the report carries the parameter sum instead (checksum_)
       return outcome(status);
     }
-    // No collective of its own per step (issue 12): while the group keeps the plan of its last
-    // control words, every rank computes the step with that plan right here, and rank 0's words
-    // for it come with the gradients (training::StepControl). Words that confirm the plan commit
-    // the step, which step() then only reports; any other words (a new plan, regroup, abandon)
-    // make every rank drop it and go to the member as a broadcast's would. Every rank of a
-    // group takes the same branch: all start plain after join and see the same words.
+    // The group's first control words: a broadcast of their own.
     Outcome control(std::vector<std::int64_t>& words) override {
-      if (loop_.control_.slowdown_changed.exchange(false)) {
-        loop_.trainer_->set_slowdown(loop_.control_.slowdown);
-      }
+      loop_.apply_slowdown();
       loop_.boundary_ = Clock::now();
-      loop_.step_ready_ = false;
-      if (loop_.expected_words_.empty()) {
-        const auto status = loop_.trainer_->broadcast_control(words);
-        loop_.control_time_s_ = std::chrono::duration<double>(Clock::now() - loop_.boundary_).count();
-        if (status) loop_.expect(words);
-        return outcome(status);
-      }
+      const auto status = loop_.trainer_->broadcast_control(words);
+      loop_.control_time_s_ = std::chrono::duration<double>(Clock::now() - loop_.boundary_).count();
+      return outcome(status);
+    }
+    // One step, rank 0's words inside its gradient exchange (training::StepControl): every rank
+    // commits it only if the words confirm its plan and the member's gate lets it.
+    Outcome step(const std::vector<std::int32_t>& batches, std::vector<std::int64_t>& words,
+                 const WordsCheck& confirms, const WordsCheck& gate, std::int64_t* step) override {
+      loop_.apply_slowdown();
+      loop_.boundary_ = Clock::now();
       loop_.control_time_s_ = 0;
       training::StepControl carried;
-      carried.words = words;  // rank 0's command; empty on the others
-      carried.accept = [expected = loop_.expected_words_](const std::vector<std::int64_t>& w) {
-        return w == expected;
-      };
-      loop_.last_batches_.assign(loop_.expected_words_.begin() + 3, loop_.expected_words_.end());
+      carried.words = words;  // rank 0's words; empty on the others
+      carried.accept = confirms;
+      loop_.last_batches_.assign(batches.begin(), batches.end());
+      loop_.gate_ = &gate;
+      loop_.gate_words_ = &carried.words;
       loop_.last_ = loop_.trainer_->step(loop_.last_batches_, &carried);
-      if (loop_.last_.committed) {
-        loop_.step_ready_ = true;
-        words = carried.words;
-        return {};
-      }
-      if (loop_.last_.control_rejected) {
-        words = carried.words;
-        loop_.expect(words);
-        return {};
-      }
-      loop_.expected_words_.clear();
-      return {false, loop_.last_.error};
-    }
-    Outcome step(const std::vector<std::int32_t>& batches, std::int64_t* step) override {
-      const std::vector<int> wanted(batches.begin(), batches.end());
-      if (loop_.step_ready_) {
-        // Computed and committed by control(), with the batches its words confirmed.
-        loop_.step_ready_ = false;
-        if (wanted != loop_.last_batches_) {
-          return {false, "the step carried with the control words used other batches"};
-        }
-      } else {
-        loop_.last_batches_ = wanted;
-        loop_.last_ = loop_.trainer_->step(loop_.last_batches_);
-      }
+      loop_.gate_ = nullptr;
+      loop_.gate_words_ = nullptr;
+      words = carried.words;
       loop_.last_step_time_ = std::chrono::duration<double>(Clock::now() - loop_.boundary_).count();
       *step = loop_.last_.step;
       const auto& r = loop_.last_;
-      spdlog::debug("trainer {}: step {} b={} {:.1f} ms: data {:.1f} fwd {:.1f} bwd {:.1f} "
-                    "slowdown {:.1f} exposed all-reduce {:.1f} ({}/{} buckets launched in "
-                    "backward) optimizer {:.1f} control {:.1f}",
-                    loop_.args_.trainer, r.step, r.samples, 1000 * loop_.last_step_time_,
-                    1000 * r.data_time_s, 1000 * r.forward_time_s, 1000 * r.backward_time_s,
-                    1000 * r.slowdown_time_s, 1000 * r.allreduce_time_s,
-                    r.buckets_launched_in_backward, r.buckets, 1000 * r.optimizer_time_s,
-                    1000 * loop_.control_time_s_);
-      return {r.committed, r.error};
+      if (r.committed) {
+        spdlog::debug(
+            "trainer {}: step {} b={} {:.1f} ms: data {:.1f} fwd {:.1f} bwd {:.1f} "
+            "slowdown {:.1f} exposed all-reduce {:.1f} ({}/{} buckets launched in "
+            "backward) optimizer {:.1f}",
+            loop_.args_.trainer, r.step, r.samples, 1000 * loop_.last_step_time_,
+            1000 * r.data_time_s, 1000 * r.forward_time_s, 1000 * r.backward_time_s,
+            1000 * r.slowdown_time_s, 1000 * r.allreduce_time_s, r.buckets_launched_in_backward,
+            r.buckets, 1000 * r.optimizer_time_s);
+      }
+      // Words that did not confirm the step: dropped alike on every rank, not a failure.
+      if (r.committed || r.control_rejected) return {};
+      return {false, r.error};
     }
     Outcome finish() override {
       auto eval = loop_.trainer_->evaluate();
@@ -410,7 +373,17 @@ class TrainingLoop {
       return;
     }
     TorchReplica replica(*this);
-    proto::carry_out(action, replica, member, now_ms);
+    // The commit gate's waits for a lease renewal, inside a step.
+    const auto wait = [this, &member](proto::Millis until) {
+      send(member);
+      const auto delay = std::chrono::milliseconds(std::max<proto::Millis>(0, until - now_ms()));
+      {
+        std::unique_lock lock(control_.mutex);
+        control_.changed.wait_for(lock, delay, [&] { return !control_.inbox.empty(); });
+      }
+      feed_inbox(member);
+    };
+    proto::carry_out(action, replica, member, now_ms, wait);
     // After a committed step: evaluation on every rank (each its share of the test set),
     // periodic checkpoints on the leader.
     if (std::holds_alternative<proto::StepAction>(action) && last_.committed &&
@@ -419,14 +392,8 @@ class TrainingLoop {
     }
   }
 
-  // The plan the next control round computes its step with: kContinue words that fit this
-  // group (the member checks the rest), or none.
-  void expect(const std::vector<std::int64_t>& words) {
-    expected_words_.clear();
-    if (words.size() == 3 + static_cast<std::size_t>(trainer_->world()) &&
-        words[0] == proto::kContinue && words[1] == trainer_->generation()) {
-      expected_words_ = words;
-    }
+  void apply_slowdown() {
+    if (control_.slowdown_changed.exchange(false)) trainer_->set_slowdown(control_.slowdown);
   }
 
   // Fault injection for the end-to-end tests (tests/integration/job_leader_faults_test.cpp):
@@ -594,10 +561,10 @@ class TrainingLoop {
   int signal_ = 0;
   std::int64_t joining_generation_ = 0;  // training thread only (the store's abandon check)
 
-  // The last kContinue words this group accepted: the plan the next control round computes
-  // its step with (see TorchReplica::control). Empty after a join and after other words.
-  std::vector<std::int64_t> expected_words_;
-  bool step_ready_ = false;  // control() committed the step the member asks for next
+  // The member's commit gate for the step in progress and the words it judges (set by
+  // TorchReplica::step for the length of training::Trainer::step; training thread only).
+  const proto::Replica::WordsCheck* gate_ = nullptr;
+  const std::vector<std::int64_t>* gate_words_ = nullptr;
   double control_time_s_ = 0;  // the last control broadcast (0 when carried in the exchange)
 
   // The last step, for its report.

@@ -53,13 +53,99 @@ TEST(ElasticMember, LeaderCommitsOnlyUnderALease) {
   m.on_lease({1, asks[0].seq, true, 1000, ""}, 20);
   auto action = m.next(20);
   ASSERT_TRUE(is<ControlAction>(action));
-  EXPECT_EQ(std::get<ControlAction>(action).words[0], kContinue);
+  const auto words = std::get<ControlAction>(action).words;
+  EXPECT_EQ(words[0], kContinue);
+  m.control_done(true, "", {}, 20);
   // The lease counts from when the request was sent (time 0), not from when it arrived.
   EXPECT_TRUE(m.lease_valid(999));
   EXPECT_FALSE(m.lease_valid(1000));
-  // A step that outlasts the lease (the leader frozen mid-step) is not committed.
-  EXPECT_TRUE(m.may_commit(999));
-  EXPECT_FALSE(m.may_commit(1000));
+  // A step exchanged while the lease holds is committed.
+  action = m.next(20);
+  ASSERT_TRUE(is<StepAction>(action));
+  EXPECT_EQ(std::get<StepAction>(action).words, words) << "the words ride in the exchange";
+  EXPECT_TRUE(m.confirms(words));
+  m.exchanged(true, "", words, 999);
+  EXPECT_TRUE(is<CommitAction>(m.next(999)));
+  m.step_done(true, "", 1, 999);
+  EXPECT_EQ(m.step(), 1);
+}
+
+// The commit gate: a step that outlasted the lease commits only once a renewal is granted,
+// and is dropped (the group broken) when none comes within lease_wait.
+TEST(ElasticMember, CommitGateRenewsAStepThatOutlastedTheLease) {
+  for (bool granted : {true, false}) {
+    SCOPED_TRACE(granted ? "renewal granted" : "no renewal");
+    ElasticMember m(options(), 0);
+    start(m, 0, 2);
+    auto asks = sent<LeaseAsk>(m);
+    m.on_lease({1, asks[0].seq, true, 1000, ""}, 5);
+    auto control = m.next(10);
+    ASSERT_TRUE(is<ControlAction>(control));
+    m.control_done(true, "", {}, 10);
+    auto action = m.next(10);
+    ASSERT_TRUE(is<StepAction>(action));
+    m.take_outbox();
+    // The exchange completes after the lease ran out (a leader frozen mid-step).
+    m.exchanged(true, "", std::get<StepAction>(action).words, 1500);
+    EXPECT_EQ(m.phase(), ElasticMember::Phase::kCommitting);
+    EXPECT_TRUE(is<WaitAction>(m.next(1500)));
+    asks = sent<LeaseAsk>(m);
+    ASSERT_EQ(asks.size(), 1u) << "the gate asks for a renewal";
+    // A stop arriving meanwhile waits for the step to settle.
+    m.on_stop("job ended");
+    if (granted) {
+      m.on_lease({1, asks[0].seq, true, 1000, ""}, 1520);
+      ASSERT_TRUE(is<CommitAction>(m.next(1520)));
+      m.step_done(true, "", 1, 1520);
+      EXPECT_EQ(m.step(), 1);
+      ASSERT_EQ(sent<MemberReport>(m).back().kind, MemberReport::Kind::kStep);
+    } else {
+      EXPECT_TRUE(is<WaitAction>(m.next(1999)));
+      auto drop = m.next(2000);
+      ASSERT_TRUE(is<DropAction>(drop));
+      EXPECT_EQ(m.step(), 0);
+      EXPECT_EQ(m.phase(), ElasticMember::Phase::kIdle);
+      ASSERT_EQ(sent<MemberReport>(m).back().kind, MemberReport::Kind::kBroken);
+    }
+    // Then the stop: a leader still in its group releases its followers first.
+    auto after = m.next(2100);
+    if (granted) {
+      ASSERT_TRUE(is<StepAction>(after));
+      EXPECT_EQ(std::get<StepAction>(after).words[0], kAbandon);
+    } else {
+      EXPECT_TRUE(is<ExitAction>(after));
+    }
+  }
+}
+
+// Words that do not repeat the plan in force (a new plan, regroup, abandon) make every rank
+// drop the step: it never reaches the gate.
+TEST(ElasticMember, UnconfirmedWordsDropTheStepOnEveryRank) {
+  ElasticMember f(options(), 0);
+  start(f, 1, 2);
+  ASSERT_TRUE(is<ControlAction>(f.next(1)));
+  const std::vector<std::int64_t> plan{kContinue, 1, 1, 8, 8};
+  f.control_done(true, "", plan, 1);
+  auto action = f.next(2);
+  ASSERT_TRUE(is<StepAction>(action));
+  EXPECT_TRUE(std::get<StepAction>(action).words.empty()) << "followers carry no words";
+  const std::vector<std::int64_t> replan{kContinue, 1, 2, 4, 12};
+  EXPECT_FALSE(f.confirms(replan));
+  f.exchanged(true, "", replan, 3);
+  EXPECT_EQ(f.phase(), ElasticMember::Phase::kTraining) << "dropped, the group goes on";
+  EXPECT_EQ(f.batches(), (std::vector<std::int32_t>{4, 12})) << "the new plan is in force";
+  EXPECT_EQ(f.step(), 0);
+  action = f.next(4);
+  ASSERT_TRUE(is<StepAction>(action));
+  EXPECT_EQ(std::get<StepAction>(action).batches, (std::vector<std::int32_t>{4, 12}));
+  f.exchanged(true, "", replan, 5);
+  EXPECT_TRUE(is<CommitAction>(f.next(5)));
+  f.step_done(true, "", 1, 5);
+  EXPECT_EQ(f.step(), 1);
+  ASSERT_TRUE(is<StepAction>(f.next(6)));
+  f.exchanged(true, "", {kAbandon, 1}, 7);
+  EXPECT_EQ(f.phase(), ElasticMember::Phase::kIdle);
+  EXPECT_EQ(f.step(), 1);
 }
 
 TEST(ElasticMember, LeaderThatCannotRenewAbandonsTheGenerationWithoutEndingIt) {
@@ -69,14 +155,17 @@ TEST(ElasticMember, LeaderThatCannotRenewAbandonsTheGenerationWithoutEndingIt) {
   m.on_lease({1, asks[0].seq, true, 1000, ""}, 5);
   ASSERT_TRUE(is<ControlAction>(m.next(10)));
   m.control_done(true, "", {}, 10);
-  ASSERT_TRUE(is<StepAction>(m.next(10)));
+  auto step = m.next(10);
+  ASSERT_TRUE(is<StepAction>(step));
+  m.exchanged(true, "", std::get<StepAction>(step).words, 50);
+  ASSERT_TRUE(is<CommitAction>(m.next(50)));
   m.step_done(true, "", 1, 50);
   // Past the lease, renewals unanswered (cut off from the scheduler): wait, then abandon.
   EXPECT_TRUE(is<WaitAction>(m.next(1200)));
   auto action = m.next(1200 + 500);
-  ASSERT_TRUE(is<ControlAction>(action));
-  EXPECT_EQ(std::get<ControlAction>(action).words[0], kAbandon);
-  m.control_done(true, "", {}, 1700);
+  ASSERT_TRUE(is<StepAction>(action));
+  EXPECT_EQ(std::get<StepAction>(action).words[0], kAbandon);
+  m.exchanged(true, "", {}, 1700);
   EXPECT_EQ(m.phase(), ElasticMember::Phase::kIdle) << "it waits for a rendezvous; no exit";
   EXPECT_TRUE(is<WaitAction>(m.next(1800)));
 }
@@ -135,10 +224,12 @@ TEST(ElasticMember, OrdersThatDoNotFitTheirWorldAreRefused) {
 TEST(ElasticMember, DoneIsAReportResentUntilTheVerdict) {
   ElasticMember m(options(), 0);
   start(m, 1, 2);
+  ASSERT_TRUE(is<ControlAction>(m.next(0)));
+  m.control_done(true, "", {kContinue, 1, 1, 8, 8}, 0);
   for (int s = 1; s <= 3; ++s) {
-    ASSERT_TRUE(is<ControlAction>(m.next(s)));
-    m.control_done(true, "", {kContinue, 1, 1, 8, 8}, s);
     ASSERT_TRUE(is<StepAction>(m.next(s)));
+    m.exchanged(true, "", {kContinue, 1, 1, 8, 8}, s);
+    ASSERT_TRUE(is<CommitAction>(m.next(s)));
     m.step_done(true, "", s, s);
   }
   m.take_outbox();
@@ -204,8 +295,11 @@ class FakeReplica : public Replica {
     return {};
   }
   Outcome control(std::vector<std::int64_t>&) override { return {}; }
-  Outcome step(const std::vector<std::int32_t>& batches, std::int64_t* step) override {
+  Outcome step(const std::vector<std::int32_t>& batches, std::vector<std::int64_t>& words,
+               const WordsCheck& confirms, const WordsCheck& gate, std::int64_t* step) override {
     if (batches.size() != 1) return {false, "wrong batch vector"};
+    if (!confirms(words)) return {};  // dropped
+    if (!gate(words)) return {false, "commit refused"};
     ++step_;
     checksum_ = checksum_ * 1099511628211u + static_cast<std::uint64_t>(step_);
     *step = step_;
@@ -239,7 +333,9 @@ TEST(ElasticMember, DrivesAReplicaThroughAWholeJob) {
       }
     }
     if (std::holds_alternative<ExitAction>(action)) ++exits;
-    if (!carry_out(action, replica, m, [&] { return now; })) now += 10;
+    if (!carry_out(
+            action, replica, m, [&] { return now; }, [&](Millis) { now += 10; }))
+      now += 10;
     now += 1;
   }
   EXPECT_EQ(exits, 1);

@@ -42,6 +42,10 @@ const char* to_string(FaultKind kind) {
       return "lose_done";
     case FaultKind::kFailCheckpoint:
       return "fail_checkpoint";
+    case FaultKind::kSlowNode:
+      return "slow_node";
+    case FaultKind::kLeaseChange:
+      return "lease_change";
     case FaultKind::kCount:
       break;
   }
@@ -50,9 +54,10 @@ const char* to_string(FaultKind kind) {
 
 std::uint64_t initial_checksum() { return 0x6a09e667f3bcc908ULL; }
 
-std::uint64_t fold_checksum(std::uint64_t checksum, std::int64_t step) {
-  // splitmix64 of the pair: any fixed mixing function does.
-  std::uint64_t z = checksum ^ (static_cast<std::uint64_t>(step) * 0x9e3779b97f4a7c15ULL);
+std::uint64_t fold_checksum(std::uint64_t checksum, std::int64_t step, std::int64_t generation) {
+  // splitmix64 of the triple: any fixed mixing function does.
+  std::uint64_t z = checksum ^ (static_cast<std::uint64_t>(step) * 0x9e3779b97f4a7c15ULL) ^
+                    (static_cast<std::uint64_t>(generation) * 0xc2b2ae3d27d4eb4fULL);
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
   return z ^ (z >> 31);
@@ -126,7 +131,12 @@ std::string describe(const MemberAction& a) {
   } else if (auto* c = std::get_if<ControlAction>(&a)) {
     os << "Control{" << join_nums(c->words) << "}";
   } else if (auto* s = std::get_if<StepAction>(&a)) {
-    os << "Step{" << join_nums(s->batches) << "}";
+    os << "Step{" << join_nums(s->batches) << (s->words.empty() ? "" : " words ")
+       << join_nums(s->words) << "}";
+  } else if (std::holds_alternative<CommitAction>(a)) {
+    os << "Commit";
+  } else if (auto* d = std::get_if<DropAction>(&a)) {
+    os << "Drop{'" << d->error << "'}";
   } else if (std::holds_alternative<FinishAction>(a)) {
     os << "Finish";
   } else if (auto* w = std::get_if<WaitAction>(&a)) {
@@ -188,7 +198,6 @@ class Simulation {
         job_(config.job,
              [this](const std::vector<std::string>& members) { return plan(members); }) {
     result_.seed = config.seed;
-    ref_.push_back(initial_checksum());
     exit_bound_ms_ = cfg_.exit_bound_ms > 0 ? cfg_.exit_bound_ms : cfg_.member.idle_limit + 15000;
   }
 
@@ -222,8 +231,12 @@ class Simulation {
     bool ready = false;    // its hello was accepted
     int freeze_self = 0;
     std::optional<ElasticMember> member;
-    std::int64_t step = 0;  // the fake replica
+    // The fake replica: the generation that committed each of its steps, and a digest of that.
+    std::vector<std::int64_t> history;
+    std::int64_t step = 0;  // history.size()
     std::uint64_t checksum = initial_checksum();
+    // An exchanged step not yet committed (the member's commit gate): its generation.
+    std::int64_t holding = -1;
     double rate = 1.0;
     Millis offset = 0;
     bool busy = false;
@@ -271,6 +284,11 @@ class Simulation {
     Coll kind = Coll::kJoin;
     bool broken = false;
     std::string broken_reason;
+    // A step exchange whose waits timed out lives on in the ranks' background threads until
+    // the transport's own timeout (`ghost_until`): a rank that posts late (thawed) still
+    // completes it with the others' data, although they no longer wait for the outcome.
+    std::map<std::int32_t, Post> ghosts;
+    Us ghost_until = 0;
   };
   struct Commit {
     std::int64_t generation = 0;
@@ -305,12 +323,52 @@ class Simulation {
     if (result_.violations.size() < 20) result_.violations.push_back(line);
   }
 
-  // The reference chain's checksum after `step` steps.
-  std::uint64_t ref(std::int64_t step) {
-    while (static_cast<std::int64_t>(ref_.size()) <= step) {
-      ref_.push_back(fold_checksum(ref_.back(), static_cast<std::int64_t>(ref_.size())));
+  static std::uint64_t digest(const std::vector<std::int64_t>& history) {
+    std::uint64_t c = initial_checksum();
+    for (std::size_t i = 0; i < history.size(); ++i) {
+      c = fold_checksum(c, static_cast<std::int64_t>(i + 1), history[i]);
     }
-    return ref_[static_cast<std::size_t>(step)];
+    return c;
+  }
+  // Where `history` first differs from the committed chain (its length if nowhere).
+  std::size_t off_chain(const std::vector<std::int64_t>& history) const {
+    const std::size_t n = std::min(history.size(), chain_.size());
+    for (std::size_t i = 0; i < n; ++i) {
+      if (history[i] != chain_[i]) return i;
+    }
+    return history.size();
+  }
+  // A replica's state is the committed chain, then maybe steps that followers committed while
+  // their leader did not (its gate refused them): those stay off the chain unless a sync
+  // adopts them.
+  void check_replica(const Proc& p, const std::string& when) {
+    if (p.checksum != digest(p.history) || p.step != static_cast<std::int64_t>(p.history.size())) {
+      violation("(d) " + p.name + "'s replica is inconsistent " + when);
+      return;
+    }
+    for (std::size_t i = off_chain(p.history); i < p.history.size(); ++i) {
+      if (!follower_only_.count({static_cast<std::int64_t>(i + 1), p.history[i]})) {
+        violation("(d) " + p.name + " holds step " + std::to_string(i + 1) + " of g" +
+                  std::to_string(p.history[i]) + " " + when + ", neither on the committed chain " +
+                  "nor committed by followers");
+        return;
+      }
+    }
+  }
+  // Appends step chain_.size() + 1, committed by `generation`, to the committed chain.
+  void extend_chain(std::int64_t generation) {
+    chain_.push_back(generation);
+    const auto s = static_cast<std::int64_t>(chain_.size());
+    ledger_[s] = Commit{generation, now_};
+    ledger_max_ = s;
+    for (std::size_t i = 0; i < cfg_.faults.size(); ++i) {
+      const Fault& f = cfg_.faults[i];
+      if (!fired_[i] && f.at_step && *f.at_step <= s) {
+        fired_[i] = true;
+        at(now_ + uniform(rng_, 0, cfg_.fault_jitter_us),
+           [this, i] { apply_fault(cfg_.faults[i]); });
+      }
+    }
   }
   Node& node(int index) { return nodes_[static_cast<std::size_t>(index)]; }
   Proc* proc(int pid) {
@@ -894,11 +952,24 @@ class Simulation {
       const double noise = uniform_real(rng_, 0.0, cfg_.step_noise);
       const Us compute = static_cast<Us>(static_cast<double>(ms(n.speed_ms)) * (1.0 + noise));
       auto batches = s->batches;
-      at(now_ + compute, [this, pid, batches] {
+      auto words = s->words;
+      at(now_ + compute, [this, pid, batches, words] {
         Proc* q = proc(pid);
         if (!q || !q->alive) return;
-        proc_input(*q, [this, pid, batches] { post(*proc(pid), Coll::kStep, {}, batches); });
+        proc_input(*q,
+                   [this, pid, batches, words] { post(*proc(pid), Coll::kStep, words, batches); });
       });
+    } else if (std::holds_alternative<CommitAction>(action)) {
+      commit(p);
+      p.member->step_done(true, "", p.step, local_now(p));
+      after_call(p);
+      drive(p);
+    } else if (auto* d = std::get_if<DropAction>(&action)) {
+      SLOG(p.name, ": dropped its exchanged step: ", d->error);
+      ++result_.stats.gate_drops;
+      p.holding = -1;
+      after_call(p);
+      drive(p);
     } else if (std::holds_alternative<FinishAction>(action)) {
       p.busy = true;
       if (p.step != cfg_.job.total_steps) {
@@ -918,13 +989,14 @@ class Simulation {
             ok = false;
           }
           if (ok) {
-            finishes_ok_.push_back({r.step, r.checksum});
+            finishes_ok_.push_back({r.step, r.history});
           }
           SLOG(r.name, ": final checkpoint at step ", r.step, ok ? " written" : " FAILED");
           r.member->finish_done(ok, ok ? "" : "final checkpoint: disk full", local_now(r));
         });
       });
     } else if (auto* w = std::get_if<WaitAction>(&action)) {
+      if (p.member->phase() == ElasticMember::Phase::kCommitting) ++result_.stats.gate_waits;
       Us t = sim_time_of(p, w->until);
       if (w->until <= local_now(p)) {
         if (++p.immediate_waits > 100000) {
@@ -957,10 +1029,16 @@ class Simulation {
     p.early.clear();
     --alive_;
     SLOG(p.name, ": process exited, code ", code, " '", reason, "' at step ", p.step);
-    if (p.checksum != ref(p.step)) {
-      violation(p.name + " exits with a checksum that is not the reference at its step");
-    }
+    check_replica(p, "when it exits");
     leave_group(p, "process exited");
+    for (auto& [gen, g] : groups_) {
+      for (auto& [rank, post] : g.ghosts) {
+        if (post.pid == p.pid) {
+          break_group(g, p.name + " process exited");
+          break;
+        }
+      }
+    }
     if (was_holder && !state_lost_ && !finished_) {
       bool any = false;
       for (auto& [pid, q] : procs_) {
@@ -1058,6 +1136,14 @@ class Simulation {
                 std::to_string(p.in_collective) + " and " + std::to_string(p.group) + ")");
     }
     if (g.broken) {
+      if (kind == Coll::kStep && g.kind == Coll::kStep && now_ < g.ghost_until &&
+          !g.ghosts.empty() && !g.ghosts.count(p.rank)) {
+        // A late post to a step exchange that lives on in the background.
+        g.pending[p.rank] = Post{p.pid, ++post_counter_, std::move(words), std::move(batches)};
+        p.in_collective = g.generation;
+        try_complete(g.generation);
+        return;
+      }
       fail_post(p, kind, "process group broken: " + g.broken_reason);
       return;
     }
@@ -1078,8 +1164,8 @@ class Simulation {
       Group& h = groups_[gen];
       auto pit = h.pending.find(rank);
       if (h.broken || pit == h.pending.end() || pit->second.id != id) return;
-      break_group(h, std::string("collective timeout (") + coll_name(h.kind) + ", rank " +
-                         std::to_string(rank) + ")");
+      time_out(h, std::string("collective timeout (") + coll_name(h.kind) + ", rank " +
+                      std::to_string(rank) + ")");
     });
     try_complete(gen);
   }
@@ -1112,13 +1198,65 @@ class Simulation {
         p.member->control_done(ok, error, ok ? words : std::vector<std::int64_t>{}, now);
         break;
       case Coll::kStep:
-        p.member->step_done(ok, error, p.step, now);
+        // The replica holds the exchanged step if the words confirm it (it asks the member,
+        // as training::Trainer::step does), and tells the member the exchange's outcome.
+        if (ok && p.member->confirms(words)) p.holding = p.group;
+        p.member->exchanged(ok, error, ok ? words : std::vector<std::int64_t>{}, now);
+        if (p.member->phase() != ElasticMember::Phase::kCommitting) p.holding = -1;
         break;
     }
   }
 
+  // The waits of a collective time out. A step exchange's posted data lives on in the ranks'
+  // background threads (Gloo finishes a queued collective even after its group was abandoned)
+  // until the transport's own timeout; a rank frozen while it waits is still waiting on thaw.
+  void time_out(Group& g, const std::string& reason) {
+    if (g.kind != Coll::kStep) return break_group(g, reason);
+    g.broken = true;
+    g.broken_reason = reason;
+    g.ghost_until = now_ + ms(cfg_.collective_timeout_ms);
+    SLOG("group g", g.generation, " timed out: ", reason);
+    auto pending = std::move(g.pending);
+    g.pending.clear();
+    for (auto& [rank, post] : pending) {
+      Proc* p = proc(post.pid);
+      if (!p) continue;
+      if (p->alive && frozen(*p)) {
+        g.pending[rank] = post;
+        continue;
+      }
+      g.ghosts[rank] = post;
+      p->in_collective = -1;
+      if (p->alive) fail_post(*p, g.kind, reason);
+    }
+    const std::int64_t gen = g.generation;
+    at(g.ghost_until, [this, gen] {
+      Group& h = groups_[gen];
+      h.ghosts.clear();
+      h.ghost_until = 0;
+      fail_pending(h, h.broken_reason);
+    });
+  }
+
+  void fail_pending(Group& g, const std::string& reason) {
+    auto pending = std::move(g.pending);
+    g.pending.clear();
+    for (auto& [rank, post] : pending) {
+      Proc* p = proc(post.pid);
+      if (!p) continue;
+      p->in_collective = -1;
+      if (p->alive) fail_post(*p, g.kind, reason);
+    }
+  }
+
+  // The group's connections close (a member left it or died): everything in it fails.
   void break_group(Group& g, const std::string& reason) {
-    if (g.broken) return;
+    if (g.broken) {
+      g.ghosts.clear();
+      g.ghost_until = 0;
+      fail_pending(g, g.broken_reason);
+      return;
+    }
     g.broken = true;
     g.broken_reason = reason;
     SLOG("group g", g.generation, " broken: ", reason);
@@ -1139,6 +1277,9 @@ class Simulation {
     p.rank = -1;
     p.joined = false;
     if (it == groups_.end()) return;
+    // A trainer that gave up waiting tears its broken group down on another thread, which
+    // finishes the exchange in flight first.
+    if (p.alive && it->second.broken) return;
     // Gloo: the peers see the connection close; whatever they do in this group fails at once.
     break_group(it->second, p.name + " " + why);
   }
@@ -1153,9 +1294,14 @@ class Simulation {
     auto it = groups_.find(gen);
     if (it == groups_.end()) return;
     Group& g = it->second;
-    if (g.broken || static_cast<std::int32_t>(g.pending.size()) < g.world) return;
+    const bool late = g.broken && g.kind == Coll::kStep && now_ < g.ghost_until &&
+                      !g.ghosts.empty() && !g.pending.empty();
+    if (g.broken && !late) return;
+    std::map<std::int32_t, Post> posts = g.pending;
+    if (late) posts.insert(g.ghosts.begin(), g.ghosts.end());
+    if (static_cast<std::int32_t>(posts.size()) < g.world) return;
     std::vector<Proc*> ranks;
-    for (auto& [rank, post] : g.pending) {
+    for (auto& [rank, post] : posts) {
       Proc* p = proc(post.pid);
       if (!p || !p->alive || frozen(*p)) return;
       if (g.kind == Coll::kJoin) {
@@ -1171,21 +1317,46 @@ class Simulation {
     }
     auto pending = std::move(g.pending);
     g.pending.clear();
-    for (Proc* p : ranks) p->in_collective = -1;
+    for (auto& [rank, post] : pending) proc(post.pid)->in_collective = -1;
+    if (late) {
+      ++result_.stats.late_exchanges;
+      SLOG("group g", gen, ": a late post completes the step exchange with the data that ",
+           g.ghosts.size(), " rank(s) left in flight");
+      g.ghosts.clear();
+      g.ghost_until = 0;
+    }
     const Coll kind = g.kind;
     std::vector<std::int64_t> words;
     if (kind == Coll::kSync) {
+      // training::Trainer::sync_state_from_most_advanced: the most steps; on a tie the state
+      // whose last step the newest generation committed; then the lowest rank (ranks are in
+      // rank order, so a later rank wins only when strictly better).
+      const auto last_gen = [](const Proc* p) {
+        return p->history.empty() ? std::int64_t{-1} : p->history.back();
+      };
       Proc* best = nullptr;
       for (Proc* p : ranks) {
-        if (!best || p->step > best->step) best = p;  // ranks are in rank order: lowest wins ties
+        if (!best || p->step > best->step ||
+            (p->step == best->step && cfg_.mutation != Mutation::kSyncTieLowestRank &&
+             last_gen(p) > last_gen(best))) {
+          best = p;
+        }
       }
-      if (best->checksum != ref(best->step)) {
-        violation("sync in g" + std::to_string(gen) + " from " + best->name +
-                  " whose checksum is not the reference at step " + std::to_string(best->step));
+      const std::size_t off = off_chain(best->history);
+      if (off < std::min(best->history.size(), chain_.size())) {
+        violation("(a) the sync in g" + std::to_string(gen) + " adopts " + best->name +
+                  "'s state, whose step " + std::to_string(off + 1) + " g" +
+                  std::to_string(best->history[off]) + " committed; the committed chain has g" +
+                  std::to_string(chain_[off]) + "'s");
+      } else {
+        // Steps only followers committed become committed once a group builds on them.
+        while (chain_.size() < best->history.size()) extend_chain(best->history[chain_.size()]);
       }
+      const std::vector<std::int64_t> adopted = best->history;
       for (Proc* p : ranks) {
-        p->step = best->step;
-        p->checksum = best->checksum;
+        p->history = adopted;
+        p->step = static_cast<std::int64_t>(adopted.size());
+        p->checksum = digest(adopted);
         p->synced_generation = std::max(p->synced_generation, gen);
       }
       SLOG("group g", gen, ": synced at step ", best->step, " from ", best->name);
@@ -1199,7 +1370,8 @@ class Simulation {
         }
       }
     } else if (kind == Coll::kStep) {
-      commit_step(g, ranks, pending);
+      words = posts.begin()->second.words;
+      check_exchange(g, ranks, posts, pending);
     } else {
       SLOG("group g", gen, ": joined (world ", g.world, ")");
     }
@@ -1213,10 +1385,13 @@ class Simulation {
     }
   }
 
-  void commit_step(Group& g, const std::vector<Proc*>& ranks,
-                   const std::map<std::int32_t, Post>& pending) {
+  // A completed step exchange: every rank computed the same step with the same plan, and only
+  // rank 0 carried words.
+  void check_exchange(Group& g, const std::vector<Proc*>& ranks,
+                      const std::map<std::int32_t, Post>& posts,
+                      const std::map<std::int32_t, Post>& waiting) {
     const std::string gen = "g" + std::to_string(g.generation);
-    const auto& batches = pending.begin()->second.batches;
+    const auto& batches = posts.begin()->second.batches;
     std::int64_t sum = 0;
     for (auto b : batches) sum += b;
     if (static_cast<std::int32_t>(batches.size()) != g.world || sum != cfg_.global_batch) {
@@ -1224,55 +1399,75 @@ class Simulation {
                 std::to_string(g.world) + ", global batch " + std::to_string(cfg_.global_batch) +
                 ")");
     }
-    for (auto& [rank, post] : pending) {
+    if (posts.begin()->first != 0 || posts.begin()->second.words.empty()) {
+      violation("rank 0 of " + gen + " carried no words in a step exchange");
+    }
+    for (auto& [rank, post] : posts) {
       if (post.batches != batches) {
         violation(gen + " ranks train one step with different batches: {" + join_nums(batches) +
                   "} and {" + join_nums(post.batches) + "}");
       }
-    }
-    const std::int64_t base = ranks.front()->step;
-    for (Proc* p : ranks) {
-      if (p->step != base || p->checksum != ranks.front()->checksum) {
-        violation(gen + " replicas diverged: " + ranks.front()->name + " at step " +
-                  std::to_string(base) + ", " + p->name + " at step " + std::to_string(p->step));
+      if (rank != 0 && !post.words.empty()) {
+        violation("follower rank " + std::to_string(rank) + " of " + gen + " carried words");
       }
     }
-    const std::int64_t s = base + 1;
-    for (Proc* p : ranks) {
-      p->step = s;
-      p->checksum = fold_checksum(p->checksum, s);
-      if (p->checksum != ref(s)) {
-        violation(p->name + "'s checksum at step " + std::to_string(s) +
-                  " is not the reference chain's");
+    // The ranks still waiting computed from one state (the others may have moved on since).
+    const Proc* first = nullptr;
+    for (auto& [rank, post] : waiting) {
+      const Proc* p = proc(post.pid);
+      if (!first) first = p;
+      if (p->history != first->history) {
+        violation(gen + " replicas diverged: " + first->name + " at step " +
+                  std::to_string(first->step) + ", " + p->name + " at step " +
+                  std::to_string(p->step));
       }
     }
-    ++result_.stats.commits;
-    SLOG("group ", gen, ": committed step ", s);
-    auto prior = ledger_.find(s);
-    if (prior != ledger_.end()) {
-      violation("(a) step " + std::to_string(s) + " committed by g" +
-                std::to_string(prior->second.generation) + " at " +
-                std::to_string(prior->second.at / 1000) + " ms and again by " + gen);
-    } else if (s != ledger_max_ + 1) {
-      violation("(b) " + gen + " commits step " + std::to_string(s) + " after step " +
-                std::to_string(ledger_max_) + " (a gap)");
+    (void)ranks;
+  }
+
+  // CommitAction: the replica applies its exchanged step. A leader's commit extends the
+  // committed chain (it holds the lease); a follower's stays off it until its leader commits
+  // too or a sync adopts it.
+  void commit(Proc& p) {
+    if (p.holding < 0) {
+      violation(p.name + " commits without an exchanged step");
+      return;
     }
+    const std::int64_t g = p.holding;
+    p.holding = -1;
+    const std::int64_t s = p.step + 1;
+    const std::string gen = "g" + std::to_string(g);
+    p.history.push_back(g);
+    p.step = s;
+    p.checksum = fold_checksum(p.checksum, s, g);
+    max_committed_ = std::max(max_committed_, s);
     if (s > cfg_.job.total_steps) {
       violation(gen + " commits step " + std::to_string(s) + " past total_steps " +
                 std::to_string(cfg_.job.total_steps));
     }
-    if (prior == ledger_.end()) ledger_[s] = Commit{g.generation, now_};
-    if (s > ledger_max_) {
-      ledger_max_ = s;
-      for (std::size_t i = 0; i < cfg_.faults.size(); ++i) {
-        const Fault& f = cfg_.faults[i];
-        if (!fired_[i] && f.at_step && *f.at_step <= s) {
-          fired_[i] = true;
-          at(now_ + uniform(rng_, 0, cfg_.fault_jitter_us),
-             [this, i] { apply_fault(cfg_.faults[i]); });
-        }
-      }
+    if (p.member->rank() != 0) {
+      follower_only_.insert({s, g});
+      SLOG(p.name, ": committed step ", s, " of ", gen);
+      return;
     }
+    const std::size_t off = off_chain(p.history);
+    const auto have = static_cast<std::int64_t>(chain_.size());
+    if (have >= s && chain_[static_cast<std::size_t>(s - 1)] != g) {
+      const Commit& prior = ledger_.at(s);
+      violation("(a) step " + std::to_string(s) + " committed by g" +
+                std::to_string(prior.generation) + " at " + std::to_string(prior.at / 1000) +
+                " ms and again by " + gen);
+    } else if (have + 1 < s) {
+      violation("(b) " + gen + " commits step " + std::to_string(s) + " after step " +
+                std::to_string(have) + " (a gap)");
+    } else if (off + 1 < static_cast<std::size_t>(s)) {
+      violation("(a) " + gen + " commits step " + std::to_string(s) +
+                " on a state off the committed chain (from step " + std::to_string(off + 1) + ")");
+    } else if (have + 1 == s) {
+      ++result_.stats.commits;
+      extend_chain(g);
+    }
+    SLOG("group ", gen, ": committed step ", s, " (leader ", p.name, ")");
   }
 
   // ---------------------------------------------------------------- faults
@@ -1303,6 +1498,14 @@ class Simulation {
     if (f.kind == FaultKind::kLoseDone) {
       lose_done_armed_ = true;
       note_fault(f.kind, false, "the next MemberDone will be lost");
+      return;
+    }
+    if (f.kind == FaultKind::kLeaseChange) {
+      // The scheduler actor lengthens leases for slow steps and shortens them again, up to a
+      // third of the heartbeat timeout.
+      const Millis lease = uniform(rng_, 200, cfg_.heartbeat_timeout_ms / 3);
+      job_.set_lease_duration(lease);
+      note_fault(f.kind, false, "leases of " + std::to_string(lease) + " ms from now on");
       return;
     }
     if (f.kind == FaultKind::kFailCheckpoint) {
@@ -1445,6 +1648,14 @@ class Simulation {
         dispatch();
         return;
       }
+      case FaultKind::kSlowNode: {
+        note_fault(f.kind, at_leader, n.name + " for " + std::to_string(f.duration_ms) + " ms");
+        const std::int64_t normal = n.speed_ms;
+        n.speed_ms = uniform(rng_, 300, 2000);
+        last_fault_end_ = std::max(last_fault_end_, now_ + d);
+        at(now_ + d, [this, idx, normal] { node(idx).speed_ms = normal; });
+        return;
+      }
       case FaultKind::kDelaySpike: {
         note_fault(f.kind, at_leader, n.name + " for " + std::to_string(f.duration_ms) + " ms");
         ++n.spike;
@@ -1533,11 +1744,15 @@ class Simulation {
   std::uint64_t plan_version_ = 0;
   Us next_plan_at_ = 0;
 
-  std::vector<std::uint64_t> ref_;
   std::map<std::int64_t, Commit> ledger_;
   std::int64_t ledger_max_ = 0;
   std::vector<bool> fired_;
-  std::vector<std::pair<std::int64_t, std::uint64_t>> finishes_ok_;  // (step, checksum)
+  std::vector<std::pair<std::int64_t, std::vector<std::int64_t>>> finishes_ok_;  // (step, state)
+  // The committed chain: the generation that committed each step, as leaders committed them
+  // (under a lease) or as a sync adopted steps that only followers had committed.
+  std::vector<std::int64_t> chain_;
+  std::set<std::pair<std::int64_t, std::int64_t>> follower_only_;  // (step, generation)
+  std::int64_t max_committed_ = 0;  // the most steps any replica committed
   bool lose_done_armed_ = false;
   bool fail_checkpoint_armed_ = false;
   bool checkpoint_failed_ = false;
@@ -1628,6 +1843,12 @@ SimResult Simulation::run() {
 void Simulation::judge() {
   const std::int64_t n = cfg_.job.total_steps;
   result_.committed = ledger_max_;
+  for (const auto& [step, generation] : follower_only_) {
+    if (step > static_cast<std::int64_t>(chain_.size()) ||
+        chain_[static_cast<std::size_t>(step - 1)] != generation) {
+      ++result_.stats.follower_only;
+    }
+  }
   for (std::int64_t s = 1; s <= ledger_max_; ++s) {
     if (!ledger_.count(s)) {
       violation("(b) step " + std::to_string(s) + " was never committed (ledger reaches " +
@@ -1648,7 +1869,7 @@ void Simulation::judge() {
     }
     bool checkpoint = false;
     for (auto& [step, checksum] : finishes_ok_) {
-      if (step == n && checksum == ref(n)) checkpoint = true;
+      if (step == n && checksum == chain_) checkpoint = true;
     }
     if (!checkpoint)
       violation("succeeded without a final checkpoint written at step " + std::to_string(n));
@@ -1688,12 +1909,7 @@ void Simulation::judge() {
   } else {
     violation("(c) the job ended '" + result_.state + "' ('" + result_.reason + "')");
   }
-  for (auto& [pid, p] : procs_) {
-    if (p.checksum != ref(p.step)) {
-      violation("(d) " + p.name + " ends at step " + std::to_string(p.step) +
-                " with a checksum off the reference chain");
-    }
-  }
+  for (auto& [pid, p] : procs_) check_replica(p, "at the end");
 }
 
 }  // namespace
@@ -1718,6 +1934,7 @@ SimConfig random_config(std::uint64_t seed) {
   c.member.lease_wait = 2000;
   c.member.done_resend = 1000;
   c.member.idle_limit = 60000;
+  c.member.renew_when_left = uniform_real(rng, 0.25, 0.75);
   c.global_batch = 64;
   c.propose_plans = chance(rng, 0.5);
   if (chance(rng, 0.5)) {
@@ -1751,7 +1968,10 @@ SimConfig random_config(std::uint64_t seed) {
 }
 
 SimResult run_simulation(const SimConfig& config) {
-  Simulation sim(config);
+  SimConfig c = config;
+  c.member.mutation = c.mutation;
+  c.job.mutation = c.mutation;
+  Simulation sim(c);
   return sim.run();
 }
 

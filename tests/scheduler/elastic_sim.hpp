@@ -7,8 +7,11 @@
 // one seeded std::mt19937_64. A seed reproduces a run exactly. Faults (kills, freezes, partitions,
 // drains, joins, message loss) come from a seeded schedule; every run is checked against the
 // protocol's invariants (no step committed twice, none lost, bounded end, replicas consistent, no
-// trainer left running). Used by tests/scheduler/elastic_simulation_test.cpp; a benchmark may reuse
-// it.
+// trainer left running). The step is the fused one that runs in omnilearn-trainer: one exchange
+// per step carrying rank 0's words, a commit gate per rank (the leader's renews its lease when
+// the step outlasted it), and an exchange whose waits timed out still completing in the
+// background for a rank that posts late. Used by tests/scheduler/elastic_simulation_test.cpp; a
+// benchmark may reuse it.
 
 #include <array>
 #include <cstdint>
@@ -36,6 +39,8 @@ enum class FaultKind {
   kDelaySpike,      // messages on a node's link take 50..200 ms for a while
   kLoseDone,        // the next MemberDone sent is lost
   kFailCheckpoint,  // the next final checkpoint (FinishAction) fails
+  kSlowNode,        // a node computes each step in 300..2000 ms for a while (steps outlast leases)
+  kLeaseChange,     // the scheduler changes the lease length (as it does for slow steps)
   kCount
 };
 const char* to_string(FaultKind kind);
@@ -88,6 +93,9 @@ struct SimConfig {
   double dup_p = 0.0;
 
   std::vector<Fault> faults;
+  // A rule broken on purpose (elastic_mutation_test.cpp): given to both machines, and used by
+  // the simulated sync (kSyncTieLowestRank).
+  Mutation mutation = Mutation::kNone;
   std::int64_t fault_jitter_us = 30000;  // a step-triggered fault fires 0..this after the commit
 
   std::int64_t max_job_ms = 20 * 60 * 1000;  // the job must end by then (invariant c)
@@ -114,6 +122,10 @@ struct SimStats {
   std::int64_t lost_dones = 0;   // MemberDone messages lost by a kLoseDone fault
   std::int64_t store_drops = 0;  // DropStoreKeysCommands
   std::int64_t job_events = 0;   // JobEvents (the events.jsonl lines)
+  std::int64_t gate_waits = 0;   // a leader's commit gate waited for a renewal
+  std::int64_t gate_drops = 0;   // ... and dropped the step (no renewal)
+  std::int64_t late_exchanges = 0;  // an exchange completed by a late post (background)
+  std::int64_t follower_only = 0;   // steps committed by followers whose leader did not
 };
 
 struct SimResult {
@@ -131,8 +143,9 @@ struct SimResult {
 
 SimResult run_simulation(const SimConfig& config);
 
-// The reference chain: the checksum of a replica that committed `step` steps.
+// The digest of a replica's state: folded per committed step with the generation that
+// committed it, so that two generations' versions of one step differ.
 std::uint64_t initial_checksum();
-std::uint64_t fold_checksum(std::uint64_t checksum, std::int64_t step);
+std::uint64_t fold_checksum(std::uint64_t checksum, std::int64_t step, std::int64_t generation);
 
 }  // namespace omnilearn::scheduler::sim

@@ -117,6 +117,10 @@ TEST(ElasticSimulation, SeededFaultSchedules) {
     total.lost_dones += r.stats.lost_dones;
     total.store_drops += r.stats.store_drops;
     total.job_events += r.stats.job_events;
+    total.gate_waits += r.stats.gate_waits;
+    total.gate_drops += r.stats.gate_drops;
+    total.late_exchanges += r.stats.late_exchanges;
+    total.follower_only += r.stats.follower_only;
     sim_ms += std::max<std::int64_t>(r.finished_at_ms, 0);
     std::string outcome = r.state.empty() ? "unfinished" : r.state;
     if (r.state == "failed") {
@@ -169,6 +173,10 @@ TEST(ElasticSimulation, SeededFaultSchedules) {
             << " on a node still running a trainer), " << total.plans_proposed
             << " plans proposed, " << total.store_drops << " store key drops, " << total.job_events
             << " job events\n";
+  std::cout << "fused step: " << total.gate_waits << " commit-gate waits for a renewal, "
+            << total.gate_drops << " steps dropped at the gate, " << total.late_exchanges
+            << " exchanges completed by a late post, " << total.follower_only
+            << " steps committed by followers alone\n";
   std::cout << "outcomes:\n";
   for (const auto& [outcome, count] : outcomes)
     std::cout << "  " << count << "  " << outcome << "\n";
