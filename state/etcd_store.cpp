@@ -178,7 +178,7 @@ class EtcdStore final : public StateStore {
     return {{"key", base64(leader_key_)},
             {"target", "CREATE"},
             {"result", "EQUAL"},
-            {"create_revision", std::to_string(leader_revision_)}};
+            {"create_revision", std::to_string(leader_revision_.load())}};
   }
 
   void campaign() {
@@ -314,7 +314,9 @@ class EtcdStore final : public StateStore {
   const std::string state_prefix_;
   const std::string leader_key_;
   std::int64_t lease_ = 0;
-  std::int64_t leader_revision_ = 0;  // the leader key's create revision while this head leads
+  // The leader key's create revision while this head leads (0 before): set by campaign() on the
+  // constructor's thread while the lease keeper already runs.
+  std::atomic<std::int64_t> leader_revision_{0};
   std::atomic<std::size_t> preferred_{0};
 
   std::mutex mutex_;
