@@ -259,7 +259,7 @@ void print_summary(const Json& s) {
                 w.value("node", "").c_str(), w.value("rank", 0), w.value("final_batch", 0),
                 w.value("samples_per_s", 0.0), 1000 * w.value("compute_time_s", 0.0));
   }
-  // Issue 12 (speed-up wording): measured speeds and the ideal they imply; a speed-up over
+  // Speed-up wording: measured speeds and the ideal they imply; a speed-up over
   // uniform batches this run did not measure is printed as an estimate.
   if (field("measured_speeds").is_object()) {
     const auto& m = field("measured_speeds");
