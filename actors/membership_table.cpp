@@ -116,7 +116,10 @@ void MembershipTable::restore(const std::vector<NodeRecord>& nodes,
   }
   for (auto record : nodes) {
     record.state = NodeState::kAlive;
-    record.last_heard = now;
+    // Heard from one heartbeat timeout from now: a restored node has two timeouts to be heard
+    // again, since its agent only moves to this head once it has given up on the one before
+    // (a frozen head costs it a heartbeat timeout, a standby not yet elected a few retries).
+    record.last_heard = now + config_.heartbeat_timeout;
     record.state_since = now;
     auto& last = incarnations_[record.name];
     last = std::max(last, record.incarnation);
@@ -217,8 +220,8 @@ NodeInfo MembershipTable::info(const NodeRecord& record, TimePoint now) const {
   info.name = record.name;
   info.state = to_string(record.state);
   info.incarnation = record.incarnation;
-  info.last_heartbeat_ms =
-      std::chrono::duration_cast<std::chrono::milliseconds>(now - record.last_heard).count();
+  info.last_heartbeat_ms = std::max<std::int64_t>(
+      0, std::chrono::duration_cast<std::chrono::milliseconds>(now - record.last_heard).count());
   info.system = record.system;
   info.resources = record.resources;
   info.usage = record.usage;

@@ -64,9 +64,9 @@ class MembershipTable {
   RegisterNodeReply register_node(const RegisterNode& request, const std::string& system,
                                   TimePoint now, std::vector<StateChange>* changes = nullptr);
 
-  // Takes over what a previous head knew (actors/head_state.hpp): its live nodes, as alive and
-  // heard from at `now`, so each has a heartbeat timeout to be heard again before it is declared
-  // dead; and every name's last incarnation, so a worker restarted meanwhile gets a newer one.
+  // Takes over what a previous head knew (actors/head_state.hpp): its live nodes, as alive, each
+  // with two heartbeat timeouts from `now` to be heard again before it is declared dead; and
+  // every name's last incarnation, so a worker restarted meanwhile gets a newer one.
   void restore(const std::vector<NodeRecord>& nodes,
                const std::map<std::string, std::uint64_t>& incarnations, TimePoint now);
 

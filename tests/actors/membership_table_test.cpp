@@ -448,3 +448,56 @@ TEST_F(Membership, NodeIdsAreReproducibleForASeed) {
 
 }  // namespace
 }  // namespace omnilearn::actors
+
+namespace omnilearn::actors {
+namespace {
+
+using namespace std::chrono_literals;
+
+// A restarted head takes over the nodes the previous one knew: alive, with the same identity,
+// and two heartbeat timeouts to be heard again (their agents first give up on the old head);
+// a name's counter goes on from the stored one.
+TEST(MembershipRestore, RestoredNodesHaveTwoTimeoutsToBeHeardAgain) {
+  MembershipConfig config;
+  config.heartbeat_interval = 100ms;
+  config.heartbeat_timeout = 600ms;
+  MembershipTable table(config, 1);
+  const MembershipTable::TimePoint start{std::chrono::seconds(100)};
+  NodeRecord heard, silent;
+  heard.id = "n-1";
+  heard.name = "w1";
+  heard.system = "sys-1";
+  heard.incarnation = 3;
+  silent.id = "n-2";
+  silent.name = "w2";
+  silent.system = "sys-2";
+  silent.incarnation = 1;
+  table.restore({heard, silent}, {{"w1", 3}, {"w3", 7}}, start);
+  ASSERT_EQ(table.live_count(), 2u);
+  EXPECT_EQ(table.info(*table.find("n-1"), start).last_heartbeat_ms, 0);
+
+  // After one timeout, both still alive: the agents may still be giving up on the old head.
+  table.sweep(start + 700ms);
+  EXPECT_NE(table.find("n-1")->state, NodeState::kDead);
+  EXPECT_NE(table.find("n-2")->state, NodeState::kDead);
+  Heartbeat beat;
+  beat.node_id = "n-1";
+  beat.incarnation = 3;
+  EXPECT_TRUE(table.heartbeat(beat, start + 900ms));
+  EXPECT_TRUE(table.heartbeat(beat, start + 1250ms));
+  // Past two timeouts, the silent one is dead and the heard one alive.
+  table.sweep(start + 1300ms);
+  EXPECT_EQ(table.find("n-2")->state, NodeState::kDead);
+  EXPECT_EQ(table.find("n-1")->state, NodeState::kAlive);
+
+  // The counters go on: w1 registering again from a new process is incarnation 4, a new w3 is 8.
+  RegisterNode again;
+  again.name = "w1";
+  EXPECT_EQ(table.register_node(again, "sys-9", start + 1400ms).incarnation, 4u);
+  RegisterNode fresh;
+  fresh.name = "w3";
+  EXPECT_EQ(table.register_node(fresh, "sys-10", start + 1400ms).incarnation, 8u);
+}
+
+}  // namespace
+}  // namespace omnilearn::actors
