@@ -4,7 +4,9 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <filesystem>
+#include <future>
 #include <stdexcept>
 
 #include <CLI/CLI.hpp>
@@ -14,7 +16,9 @@
 #include <spdlog/spdlog.h>
 
 #include "cli/command.hpp"
+#include "runtime/actor_system.hpp"
 #include "runtime/cluster_file.hpp"
+#include "actors/membership_protocol.hpp"
 
 namespace omnilearn::cli {
 
@@ -38,10 +42,50 @@ runtime::HostPort resolve_head_address(const std::string& flag_value) {
   }
 }
 
+std::vector<runtime::HostPort> resolve_head_addresses(const std::string& flag_value) {
+  std::string text = flag_value;
+  if (text.empty()) {
+    if (const char* env = std::getenv("OMNILEARN_ADDRESS")) text = env;
+  }
+  std::vector<runtime::HostPort> heads;
+  std::size_t start = 0;
+  while (true) {
+    const auto comma = text.find(',', start);
+    heads.push_back(resolve_head_address(text.substr(start, comma - start)));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return heads;
+}
+
+namespace {
+
+// The first of `heads` whose registry answers (the active one among standbys), asked all at
+// once with a one-second bound; the first of the list when none answers.
+runtime::HostPort active_head(const std::vector<runtime::HostPort>& heads,
+                              const runtime::SystemOptions& options) {
+  runtime::ActorSystem system(options);
+  std::vector<std::future<runtime::AskResult>> asks;
+  for (const auto& head : heads) {
+    // A standby listens before it is elected, but has no registry yet: it answers with an
+    // error, not a status.
+    asks.push_back(system.ask(runtime::ActorAddress{runtime::tcp_endpoint(head),
+                                                    actors::kRegistryActor},
+                              actors::StatusRequest{false}, std::chrono::seconds(1)));
+  }
+  for (std::size_t i = 0; i < heads.size(); ++i) {
+    if (asks[i].get().as<actors::StatusReply>()) return heads[i];
+  }
+  return heads.front();
+}
+
+}  // namespace
+
 void add_cluster_flags(CLI::App* command, ClusterFlags& flags) {
   command->add_option("--address", flags.address,
                       "Head address HOST:PORT (default: $OMNILEARN_ADDRESS, else the cluster "
-                      "file's)");
+                      "file's); HOST:PORT,HOST:PORT,... for heads that share their state (a "
+                      "standby's): the one that answers is used");
   command->add_option("--cluster-file", flags.cluster_file,
                       "The cluster's credentials, written by `omnilearn head` (default: "
                       "$OMNILEARN_CLUSTER_FILE, else ~/.omnilearn/cluster.toml)");
@@ -96,7 +140,14 @@ ClusterAccess resolve_cluster_access(const ClusterFlags& flags) {
     if (const char* env = std::getenv("OMNILEARN_ADDRESS")) address = env;
   }
   if (address.empty() && file) address = file->address;
-  access.head = resolve_head_address(address);
+  access.heads = resolve_head_addresses(address);
+  access.head = access.heads.size() > 1 ? active_head(access.heads, access.system_options())
+                                        : access.heads.front();
+  // The one in use first, the others after it in the order given.
+  std::stable_partition(access.heads.begin(), access.heads.end(),
+                        [&](const runtime::HostPort& h) {
+                          return h.host == access.head.host && h.port == access.head.port;
+                        });
   return access;
 }
 

@@ -3,6 +3,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <spdlog/common.h>
 
@@ -26,7 +27,9 @@ void add_cluster_flags(CLI::App* command, ClusterFlags& flags);
 
 // What a client or worker uses to talk to the cluster.
 struct ClusterAccess {
-  runtime::HostPort head;
+  runtime::HostPort head;  // the head to talk to: with several given, the one that answered
+  // Every head given (--address H1:P1,H2:P2: an active head and its standbys), `head` first.
+  std::vector<runtime::HostPort> heads;
   std::optional<runtime::ClusterCredentials> credentials;  // unset only with --insecure
   std::string cluster_file;                                // the file read; "" with --insecure
   runtime::SystemOptions system_options() const;
@@ -35,7 +38,9 @@ struct ClusterAccess {
 // Credentials: none with --insecure (after a loud warning); else the cluster file from
 // --cluster-file, $OMNILEARN_CLUSTER_FILE, or ~/.omnilearn/cluster.toml when it exists; no file
 // at all is a CliError saying how to get one. Head address: --address, $OMNILEARN_ADDRESS, or
-// the cluster file's address.
+// the cluster file's address; a comma-separated list names heads that share their state (a
+// standby's included), and `head` is the first of them whose registry answers within a second
+// (the first of the list when none does: the command then says it cannot reach it).
 ClusterAccess resolve_cluster_access(const ClusterFlags& flags);
 
 // Says loudly, on stderr, what --insecure gives away.
@@ -53,6 +58,8 @@ int no_answer_exit_code(const runtime::ActorSystem& system);
 // The head's address from --address, else $OMNILEARN_ADDRESS; CliError (exit 2) if neither is
 // set or it does not parse.
 runtime::HostPort resolve_head_address(const std::string& flag_value);
+// The same for a comma-separated list of heads ("H1:P1,H2:P2"), in order.
+std::vector<runtime::HostPort> resolve_head_addresses(const std::string& flag_value);
 
 // The levels $OMNILEARN_LOG may name.
 inline constexpr const char* kLogLevels[] = {"trace", "debug",    "info", "warn",

@@ -102,6 +102,10 @@ int run_worker(const WorkerFlags& flags) {
   worker.cluster_file = access.cluster_file;
   auto& options = worker.agent;
   options.head_endpoint = runtime::tcp_endpoint(head);
+  // --address H1,H2: the heads after the one that answered are the agent's others too.
+  for (std::size_t i = 1; i < access.heads.size(); ++i) {
+    options.other_head_endpoints.push_back(runtime::tcp_endpoint(access.heads[i]));
+  }
   for (const auto& other : flags.other_heads) {
     try {
       options.other_head_endpoints.push_back(
@@ -247,7 +251,8 @@ void add_worker_command(CLI::App& app, int& exit_code) {
   command->add_option("--other-heads", flags->other_heads,
                       "HOST:PORT,... of standby heads (omnilearn head --standby): when the head "
                       "stops answering, this worker tries them in turn, and keeps its identity "
-                      "with the one that took over")
+                      "with the one that took over (the same as listing them after the first "
+                      "in --address)")
       ->delimiter(',');
   command->add_option("--load", flags->load,
                       "Shared library of remote functions and actors to run here (repeatable; "

@@ -184,8 +184,9 @@ TEST(CliCommands, FailedJobsAndRefusalsExit1AndCtrlCWhileFollowingExits130) {
   const auto interrupted = follow.wait_exit(20s);
   ASSERT_TRUE(interrupted) << follow.describe();
   EXPECT_EQ(interrupted->code, 130) << follow.describe();
-  EXPECT_NE(follow.output(Stream::kStderr).find("interrupted; job " + job_id + " goes on"),
-            std::string::npos)
+  // Waited for, not read at once: the exit can be seen before the pipe is drained.
+  EXPECT_TRUE(follow.wait_for_output("interrupted; job " + job_id + " goes on", 5s,
+                                     Stream::kStderr))
       << follow.describe();
 
   auto stopped = run_omnilearn({"job", "stop", job_id, "--address", address}, 20s);

@@ -310,6 +310,9 @@ TEST(CliErrors, FollowGivesUpOnADeadHeadWithCode3AndSaysWhatToDo) {
   const auto status = follow.wait_exit(90s);
   ASSERT_TRUE(status) << "still following a dead head: " << follow.describe();
   EXPECT_EQ(status->code, 3) << follow.describe();
+  // Waited for, not read at once: the exit can be seen before the pipe is drained.
+  EXPECT_TRUE(follow.wait_for_output("lost contact with the head at ", 5s, Stream::kStderr))
+      << follow.describe();
   const auto err = follow.output(Stream::kStderr);
   EXPECT_NE(err.find("lost contact with the head at "), std::string::npos) << err;
   EXPECT_TRUE(std::regex_search(err, std::regex("no answer for [0-9]+ s"))) << err;

@@ -1,6 +1,7 @@
 // An active head and a standby over a three-member etcd on loopback. When the active head is
 // killed or frozen, the standby is elected once the lease runs out, takes over the same state
-// (the workers keep their ids and incarnations, and follow it through --other-heads), and a
+// (the workers keep their ids and incarnations, and follow it through --other-heads or a list
+// of heads in --address, as clients do), and a
 // frozen head that thaws finds itself deposed and exits without acting again.
 
 #include <gtest/gtest.h>
@@ -87,14 +88,17 @@ TEST_F(HeadStandby, TheStandbyTakesOverAKilledOrFrozenHeadAndTheWorkersFollow) {
     EXPECT_EQ(third.status.code, 2) << third.err;
     EXPECT_NE(third.err.find("is the active head"), std::string::npos) << third.err;
 
+    // The two ways to name the standby: --other-heads, or after the first head in --address.
     std::vector<std::unique_ptr<ChildProcess>> workers;
-    for (const auto* name : {"w1", "w2"}) {
-      workers.push_back(std::make_unique<ChildProcess>(
-          std::vector<std::string>{omnilearn_binary().string(), "worker", "--address",
-                                   active_address, "--other-heads", standby_address, "--name",
-                                   name},
-          omnilearn_process_options({.name = std::string("worker ") + name})));
-    }
+    workers.push_back(std::make_unique<ChildProcess>(
+        std::vector<std::string>{omnilearn_binary().string(), "worker", "--address",
+                                 active_address, "--other-heads", standby_address, "--name",
+                                 "w1"},
+        omnilearn_process_options({.name = "worker w1"})));
+    workers.push_back(std::make_unique<ChildProcess>(
+        std::vector<std::string>{omnilearn_binary().string(), "worker", "--address",
+                                 active_address + "," + standby_address, "--name", "w2"},
+        omnilearn_process_options({.name = "worker w2"})));
     for (auto& worker : workers) ASSERT_TRUE(worker->wait_for_output("joined", 15s));
     std::optional<ClusterStatus> before;
     ASSERT_TRUE(wait_until(
@@ -138,7 +142,8 @@ TEST_F(HeadStandby, TheStandbyTakesOverAKilledOrFrozenHeadAndTheWorkersFollow) {
           << worker->describe();
     }
     std::this_thread::sleep_for(2s);
-    auto settled = status_of(standby_address);
+    // A client given both heads talks to the one that answers.
+    auto settled = status_of(active_address + "," + standby_address);
     ASSERT_TRUE(settled);
     EXPECT_EQ(settled->count("alive"), 2u) << settled->json().dump();
     EXPECT_EQ(settled->count("dead"), 0u) << settled->json().dump();
