@@ -144,20 +144,29 @@ void JobManager::restore_jobs() {
   }
   options_.restored.clear();
   // Beyond max_jobs (a head restarted with a smaller --max-jobs): the oldest finished go.
-  while (jobs_.size() > options_.max_jobs) {
-    auto finished = std::find_if(submitted_.begin(), submitted_.end(),
-                                 [&](const std::string& id) { return jobs_.at(id).finished; });
-    if (finished == submitted_.end()) break;
-    if (options_.store) {
-      try {
-        options_.store->erase(job_key(*finished));
-      } catch (const state::StateStoreError& e) {
-        spdlog::error("jobs: cannot forget job {}: {}", *finished, e.what());
-      }
-    }
-    jobs_.erase(*finished);
-    submitted_.erase(finished);
+  std::string error;
+  while (jobs_.size() > options_.max_jobs && forget_oldest_finished(&error)) {
   }
+  if (!error.empty()) spdlog::error("jobs: {}", error);
+}
+
+bool JobManager::forget_oldest_finished(std::string* error) {
+  auto finished = std::find_if(submitted_.begin(), submitted_.end(),
+                               [&](const std::string& id) { return jobs_.at(id).finished; });
+  if (finished == submitted_.end()) return false;
+  if (options_.store) {
+    try {
+      options_.store->erase(job_key(*finished));
+    } catch (const state::StateStoreError& e) {
+      *error = "the head cannot write to its state store: " + std::string(e.what());
+      return false;
+    }
+  }
+  // Normally gone already (stopped once its job finished); a forgotten job keeps nothing.
+  stop_scheduler(*finished, "job forgotten (--max-jobs)");
+  jobs_.erase(*finished);
+  submitted_.erase(finished);
+  return true;
 }
 
 void JobManager::end_job_here(Job& job, const std::string& state, const std::string& reason,
@@ -214,29 +223,17 @@ void JobManager::submit(const runtime::Envelope& message, const SubmitJob& reque
   if (jobs_.size() >= options_.max_jobs) {
     // Make room by forgetting the oldest finished job (its run directory stays on disk); a head
     // full of live jobs refuses: memory on the head is bounded by max_jobs either way.
-    auto finished = std::find_if(submitted_.begin(), submitted_.end(),
-                                 [&](const std::string& id) { return jobs_.at(id).finished; });
-    if (finished == submitted_.end()) {
-      reply.error = fmt::format(
-          "the head already has {} jobs pending or running (its "
-          "--max-jobs); wait for one to finish or stop one",
-          options_.max_jobs);
+    std::string error;
+    if (!forget_oldest_finished(&error)) {
+      reply.error = !error.empty() ? error
+                                   : fmt::format(
+                                         "the head already has {} jobs pending or "
+                                         "running (its --max-jobs); wait for one to "
+                                         "finish or stop one",
+                                         options_.max_jobs);
       this->reply(message, reply);
       return;
     }
-    // Normally gone already (stopped once its job finished); a forgotten job keeps nothing.
-    stop_scheduler(*finished, "job forgotten (--max-jobs)");
-    if (options_.store) {
-      try {
-        options_.store->erase(job_key(*finished));
-      } catch (const state::StateStoreError& e) {
-        reply.error = "the head cannot write to its state store: " + std::string(e.what());
-        this->reply(message, reply);
-        return;
-      }
-    }
-    jobs_.erase(*finished);
-    submitted_.erase(finished);
   }
   JobSpec spec;
   try {

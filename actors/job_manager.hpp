@@ -78,6 +78,10 @@ class JobManager : public runtime::Actor {
   // Deletes the job's rendezvous keys from the store (job/<id>/...).
   void release_store_keys(const std::string& job_id);
   const NodeInfo* find_node(const std::string& name_or_id) const;
+  // Forgets the oldest finished job (its run directory stays on disk): its scheduler and its
+  // record, in memory and in the store. False when every job is pending or running, or when the
+  // store cannot take the change (then `error` says why, and nothing is forgotten).
+  bool forget_oldest_finished(std::string* error);
   // Takes over options_.restored (on_start).
   void restore_jobs();
   // Ends a job whose scheduler cannot: state and reason, a "finished" event after `events`, and

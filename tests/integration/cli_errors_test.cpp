@@ -21,21 +21,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// A loopback port nobody listens on: bound by the OS, then released.
-std::uint16_t unused_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof address;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
-    ::close(fd);
-    return 0;
-  }
-  ::close(fd);
-  return ntohs(address.sin_port);
-}
 
 std::size_t count_lines(const std::string& text) {
   std::size_t lines = 0;

@@ -1,6 +1,10 @@
 #include "tests/support/cluster.hpp"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -35,7 +39,8 @@ namespace {
 class TestClusterFileDir {
  public:
   TestClusterFileDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "omnilearn-test-XXXXXX").string();
+    std::string pattern =
+        (std::filesystem::temp_directory_path() / "omnilearn-test-XXXXXX").string();
     if (!::mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed for " + pattern);
     dir_ = pattern;
   }
@@ -55,6 +60,22 @@ TestClusterFileDir& test_cluster_dir() {
 }
 
 }  // namespace
+
+std::uint16_t unused_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof address;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+    ::close(fd);
+    return 0;
+  }
+  ::close(fd);
+  return ntohs(address.sin_port);
+}
 
 std::filesystem::path test_cluster_file() {
   // Written once, before any head starts, so that heads started concurrently by one test share

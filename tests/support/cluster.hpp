@@ -24,6 +24,9 @@ namespace omnilearn::testing {
 // Throws std::runtime_error if the variable is unset or the file is missing.
 std::filesystem::path omnilearn_binary();
 
+// A loopback TCP port nobody listens on (bound by the OS, then released); 0 if none was had.
+std::uint16_t unused_port();
+
 // The cluster file of this test program's clusters, in a private temporary directory removed at
 // exit: created (with fresh keys and no address) on first use; every head reuses its keys and
 // records its address in it.

@@ -1,8 +1,5 @@
 #include "tests/support/etcd.hpp"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -14,22 +11,6 @@ namespace {
 constexpr const char* kEtcd = "/usr/bin/etcd";
 
 }  // namespace
-
-std::uint16_t unused_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return 0;
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof address;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
-    ::close(fd);
-    return 0;
-  }
-  ::close(fd);
-  return ntohs(address.sin_port);
-}
 
 std::string EtcdCluster::unavailable() {
   if (::access(kEtcd, X_OK) != 0) {

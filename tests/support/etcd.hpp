@@ -10,11 +10,9 @@
 #include <vector>
 
 #include "tests/support/child_process.hpp"
+#include "tests/support/cluster.hpp"
 
 namespace omnilearn::testing {
-
-// A loopback TCP port nobody listens on (bound by the OS, then released).
-std::uint16_t unused_port();
 
 class EtcdCluster {
  public:
