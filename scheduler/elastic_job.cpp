@@ -411,18 +411,44 @@ void ElasticJob::maybe_regroup(const std::string& reason, Millis now) {
     if (p == Phase::kMember) survivors.push_back(name);
     leavers |= p == Phase::kLeaving;
   }
-  // A drained member leaves only once someone else holds the job's state: while no survivor
-  // does (it was alone, or all were drained), it stays for one more generation, with its
-  // successors, and hands the state over; report() lets it go once that generation trained.
-  // Releasing it at once lost every committed step. [fix: elastic simulation seed 190]
-  if (std::none_of(survivors.begin(), survivors.end(),
-                   [&](const std::string& name) { return holds_state(name); })) {
-    for (const auto& [name, t] : trainers_) {
-      if (t.view.phase == Phase::kLeaving && holds_state(name)) survivors.push_back(name);
-    }
-  }
   for (const auto& [name, t] : trainers_) {
     if (t.view.phase == Phase::kReady) joiners.push_back(name);
+  }
+  // A drained member leaves only once someone else holds the job's state: while no survivor
+  // or joiner does (it was alone, or all were drained), it stays for one more generation, with
+  // its successors, and hands the state over; report() lets it go once that generation
+  // trained. Releasing it at once lost every committed step. [fix: elastic simulation seed 190]
+  const auto holds = [&](const std::string& name) { return holds_state(name); };
+  if (std::none_of(survivors.begin(), survivors.end(), holds) &&
+      std::none_of(joiners.begin(), joiners.end(), holds)) {
+    std::vector<std::string> leaving_holders;
+    for (const auto& [name, t] : trainers_) {
+      if (t.view.phase == Phase::kLeaving && holds(name)) leaving_holders.push_back(name);
+    }
+    // Those who trained with it in the last generation hold its state too, but the job hears
+    // a follower's steps only from heartbeats and so always a step or two behind its leader's
+    // reports: re-forming with the drained leader as rank 0 again handed nothing over, every
+    // generation, to the end of the job. Instead every member stops at a step boundary (a
+    // generation without members) and says where (MemberReport::kLeft); then one of them holds
+    // the job's step and leads. Should none say so in a probe timeout, the drained member
+    // hands the state over as above.
+    const auto trained_with = [&](const std::string& name) {
+      return std::find(last_trained_members_.begin(), last_trained_members_.end(), name) !=
+             last_trained_members_.end();
+    };
+    const bool successors_trained = std::any_of(survivors.begin(), survivors.end(), trained_with) ||
+                                    std::any_of(joiners.begin(), joiners.end(), trained_with);
+    const bool leaver_training = std::any_of(
+        leaving_holders.begin(), leaving_holders.end(), [&](const std::string& name) {
+          return std::find(members_.begin(), members_.end(), name) != members_.end();
+        });
+    if (successors_trained && leaver_training) {
+      handover_wait_until_ = now + options_.probe_timeout;
+      form_generation({}, reason + " (every member stops to report its committed step)", now);
+      return;
+    }
+    if (successors_trained && handover_wait_until_ && now < *handover_wait_until_) return;
+    survivors.insert(survivors.end(), leaving_holders.begin(), leaving_holders.end());
   }
   // A generation that broke (a member reported a failed collective or an abandoned group, and
   // the probes have had their time) is re-formed even when every member is still reachable (a
@@ -518,6 +544,7 @@ void ElasticJob::form_generation(std::vector<std::string> members, const std::st
     if (t.view.phase != Phase::kLeaving) t.view.phase = Phase::kReady;
   }
   forming_ = !members.empty();
+  if (forming_) handover_wait_until_.reset();
   formed_at_ = now;
   if (state_ == "pending" && !members.empty()) state_ = "running";
   JobEvent e = event_now("generation");
@@ -581,7 +608,12 @@ void ElasticJob::report(const std::string& trainer, const MemberReport& r, Milli
         (r.kind == MemberReport::Kind::kLeft || r.kind == MemberReport::Kind::kBroken)))) {
     lease_released_ = true;
   }
-  if (r.kind == MemberReport::Kind::kLeft) return;
+  if (r.kind == MemberReport::Kind::kLeft) {
+    // Waiting for the members' committed steps to hand a drained leader's state over: this
+    // may be the report that names a successor (maybe_regroup).
+    if (handover_wait_until_ && members_.empty()) maybe_regroup("a drained member's state handed over", now);
+    return;
+  }
   if (finished_) return;
   if (r.generation != generation_ || t->view.phase != Phase::kMember ||
       t->view.rank != r.rank) {

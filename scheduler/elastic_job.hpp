@@ -246,6 +246,9 @@ class ElasticJob {
   bool forming_ = false;           // generation_ issued, has not committed a step yet
   Millis formed_at_ = 0;
   Millis retry_after_ = 0;         // no new generation before this (back-off)
+  // Members stopped so that a drained leader's state can pass to one of them: wait for their
+  // MemberReport::kLeft until then (maybe_regroup).
+  std::optional<Millis> handover_wait_until_;
   Millis backoff_ = 0;
   std::int64_t dropped_below_ = 1; // rendezvous keys of generations < this are gone
 

@@ -372,9 +372,11 @@ void ElasticMember::act_on(const std::vector<std::int64_t>& w, Millis now) {
     }
     case kRegroup:
     case kAbandon:
-      if (rank_ == 0) {
-        report(MemberReport::Kind::kLeft);
-      }
+      // Every rank says where it stopped: the leader so that its lease may pass on at once,
+      // a follower so that the scheduler knows its committed step exactly (it hears a
+      // follower's steps otherwise only from heartbeats) and may hand a drained leader's
+      // state over to it.
+      report(MemberReport::Kind::kLeft);
       // This group ends here. A leader that was stopped exits on the next call; the others
       // wait for (or already hold) the next rendezvous.
       phase_ = Phase::kIdle;

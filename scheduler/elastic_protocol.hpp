@@ -63,8 +63,9 @@ struct LeaseAnswer {
 // trainer -> scheduler reports. Each names the generation it belongs to; the scheduler ignores
 // one whose generation is superseded.
 struct MemberReport {
-  // kLeft: the leader stopped leading its generation (it regrouped or abandoned it at a step
-  // boundary): it commits nothing more there, so its lease may go to a successor at once.
+  // kLeft: the member stopped training in its generation (it regrouped or abandoned it at a
+  // step boundary): it commits nothing more there, so a leader's lease may go to a successor
+  // at once, and the step it names is its committed state.
   enum class Kind { kSynced, kStep, kBroken, kLeft };
   Kind kind = Kind::kStep;
   std::int64_t generation = 0;

@@ -915,6 +915,13 @@ class Simulation {
         SLOG("fault: lost ", p.name, "'s ", describe(m));
         continue;
       }
+      // As in the trainer: a follower's step goes only to its agent (the heartbeat's counters,
+      // head_heartbeat), the leader's to the scheduler. Delivering both let the simulation pass
+      // handovers that, in the real runtime, depend on which report came first.
+      if (auto* r = std::get_if<MemberReport>(&m);
+          r && r->kind == MemberReport::Kind::kStep && r->rank != 0) {
+        continue;
+      }
       SLOG(p.name, " -> ", describe(m));
       const std::string name = p.name;
       send(p.pid, 0, p.node, [this, name, m] { head_member_message(name, m); });
