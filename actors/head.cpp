@@ -19,17 +19,24 @@ HeadInfo spawn_head_actors(runtime::ActorSystem& system, const HeadOptions& opti
       *durable,
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
   for (const auto& job : restored.jobs) {
-    if (!job.finished) ++restored.info.failed_jobs;
+    if (job.finished) continue;
+    // Asynchronous jobs have no snapshot of their own yet: those end (JobManager).
+    if (job_resumable(job)) {
+      ++restored.info.resumed_jobs;
+    } else {
+      ++restored.info.failed_jobs;
+    }
   }
   restored.info.restore_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started)
           .count();
   if (restored.info.epoch > 1) {
-    spdlog::info("head: epoch {} over {}: {} live nodes and {} jobs restored ({} running ones "
-                 "end as failed), outage {:.1f} s, read in {:.1f} ms",
-                 restored.info.epoch, restored.info.store, restored.info.restored_nodes,
-                 restored.info.restored_jobs, restored.info.failed_jobs, restored.info.outage_s,
-                 restored.info.restore_ms);
+    spdlog::info(
+        "head: epoch {} over {}: {} live nodes and {} jobs restored ({} resumed, {} "
+        "ended as failed), outage {:.1f} s, read in {:.1f} ms",
+        restored.info.epoch, restored.info.store, restored.info.restored_nodes,
+        restored.info.restored_jobs, restored.info.resumed_jobs, restored.info.failed_jobs,
+        restored.info.outage_s, restored.info.restore_ms);
   }
   auto store = std::make_shared<StoreStats>();
   RegistryState registry;

@@ -25,6 +25,7 @@ std::string node_key(const std::string& node_id) { return "nodes/" + node_id; }
 std::string name_key(const std::string& name) { return "names/" + name; }
 std::string job_key(const std::string& job_id) { return "jobs/" + job_id; }
 std::string drained_key(const std::string& node_name) { return "drained/" + node_name; }
+std::string run_key(const std::string& job_id) { return "runs/" + job_id; }
 
 std::string encode_node(const NodeRecord& node) {
   return Json{{"id", node.id},
@@ -79,9 +80,13 @@ RestoredHead start_head_epoch(state::StateStore& store, double now_unix) {
   out.info.epoch = static_cast<std::uint64_t>(epoch.value_or(0)) + 1;
   if (auto alive = number(kHeadAliveKey)) out.info.outage_s = std::max(0.0, now_unix - *alive);
 
+  std::map<std::string, std::string> runs;  // by job id
   for (const auto& [key, value] : everything) {
     try {
-      if (key.rfind("nodes/", 0) == 0) {
+      if (key.rfind("runs/", 0) == 0) {
+        if (!Json::parse(value).is_object()) unreadable(store, key, "not a JSON object");
+        runs[key.substr(5)] = value;
+      } else if (key.rfind("nodes/", 0) == 0) {
         auto json = Json::parse(value);
         NodeRecord node;
         node.id = json.at("id").get<std::string>();
@@ -133,6 +138,10 @@ RestoredHead start_head_epoch(state::StateStore& store, double now_unix) {
   for (const auto& node : out.nodes) {
     auto& last = out.incarnations[node.name];
     last = std::max(last, node.incarnation);
+  }
+  for (auto& job : out.jobs) {
+    auto run = runs.find(job.info.id);
+    if (run != runs.end() && !job.finished) job.run_state = std::move(run->second);
   }
   std::stable_sort(out.jobs.begin(), out.jobs.end(), [](const StoredJob& a, const StoredJob& b) {
     return a.submitted_at < b.submitted_at;

@@ -3,8 +3,9 @@
 // the live nodes with their identities and every name's last incarnation (so that a restarted
 // head goes on recognising its workers, and a worker restarted meanwhile still gets a newer
 // incarnation), the jobs with their specs, run directories and outcomes, and the head's epoch
-// and last sign of life. Heartbeats and steps are not written: they change every second and
-// a restarted head hears them again within one heartbeat interval.
+// and last sign of life, and each running job's protocol state (its scheduler's snapshot,
+// written per generation and membership change). Heartbeats and steps are not written: they
+// change every second, and a restarted head hears them again from the workers and trainers.
 
 #include <cstdint>
 #include <map>
@@ -28,6 +29,10 @@ struct StoredJob {
   std::string toml;          // the job file as submitted
   std::string source_name;
   double submitted_at = 0;  // Unix time
+  // The scheduler's last snapshot of a job that was pending or running (SchedulerActor): what
+  // a restarted head resumes it from. Empty when the scheduler never wrote one (it had placed
+  // no trainer yet: the job starts afresh).
+  std::string run_state;
 };
 
 // Keys of the store (one place, so that every writer and the reader agree).
@@ -35,6 +40,7 @@ std::string node_key(const std::string& node_id);
 std::string name_key(const std::string& name);
 std::string job_key(const std::string& job_id);
 std::string drained_key(const std::string& node_name);  // a node drained for every job
+std::string run_key(const std::string& job_id);         // a running job's protocol state
 inline constexpr const char* kHeadEpochKey = "head/epoch";
 inline constexpr const char* kHeadAliveKey = "head/alive_at";
 

@@ -75,6 +75,15 @@ void drop_partial_last_line(const fs::path& path) {
 
 }  // namespace
 
+bool job_resumable(const StoredJob& job) {
+  try {
+    return parse_job_spec(job.toml, job.source_name.empty() ? "job.toml" : job.source_name).mode !=
+           "asp";
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
 JobManager::JobManager(JobManagerOptions options) : options_(std::move(options)) {}
 
 void JobManager::on_start() {
@@ -102,7 +111,10 @@ bool JobManager::persist(const Job& job) {
   stored.source_name = job.source_name;
   stored.submitted_at = job.submitted_at;
   try {
-    options_.store->put(job_key(job.info.id), encode_job(stored));
+    std::vector<state::Write> writes{{job_key(job.info.id), encode_job(stored)}};
+    // A finished job's protocol state has served its purpose.
+    if (job.finished) writes.push_back({run_key(job.info.id), std::nullopt});
+    options_.store->commit(writes);
     return true;
   } catch (const state::StateStoreError& e) {
     spdlog::error("jobs: cannot record job {}: {}", job.info.id, e.what());
@@ -126,12 +138,32 @@ void JobManager::restore_jobs() {
     submitted_.push_back(id);
     auto& kept = jobs_[id] = std::move(job);
     if (kept.finished) continue;
-    // The previous head ran this job and is gone; its trainers have lost their scheduler.
+    drop_partial_last_line(events_path(kept.run_dir));
+    if (job_resumable(stored)) {
+      // Its trainers kept running through the outage: its scheduler takes them back.
+      SchedulerOptions scheduler;
+      scheduler.job_id = id;
+      scheduler.spec =
+          parse_job_spec(kept.toml, kept.source_name.empty() ? "job.toml" : kept.source_name);
+      scheduler.job_toml = kept.toml;
+      scheduler.source_name = kept.source_name;
+      scheduler.run_dir = kept.run_dir;
+      scheduler.jobs = self();
+      scheduler.heartbeat_timeout = options_.heartbeat_timeout;
+      scheduler.store = options_.store;
+      scheduler.restore_state = stored.run_state;
+      scheduler.head_epoch = head.epoch;
+      scheduler.head_outage_s = head.outage_s;
+      monitor(system().spawn<SchedulerActor>(scheduler_actor_name(id), scheduler));
+      spdlog::info("jobs: resuming job {} ('{}') at step {}", id, kept.info.name, kept.info.step);
+      continue;
+    }
+    // An asynchronous job has no saved protocol state: its trainers lost their scheduler.
     const std::string outage =
         head.outage_s >= 0 ? fmt::format(" after an outage of {:.1f} s", head.outage_s) : "";
     const std::string reason = fmt::format(
         "the head restarted{} while the job was {} at step {}; a restarted head does not "
-        "resume a job's run: submit it again",
+        "resume an asynchronous (ASP) job: submit it again",
         outage, kept.info.state, kept.info.step);
     const std::string restarted = Json{
         {"time", unix_time()},
@@ -139,7 +171,6 @@ void JobManager::restore_jobs() {
         {"head_epoch", head.epoch},
         {"outage_s", head.outage_s >= 0 ? Json(head.outage_s) : Json(nullptr)},
         {"step", kept.info.step}}.dump();
-    drop_partial_last_line(events_path(kept.run_dir));
     end_job_here(kept, "failed", reason, {restarted});
   }
   options_.restored.clear();
@@ -156,7 +187,8 @@ bool JobManager::forget_oldest_finished(std::string* error) {
   if (finished == submitted_.end()) return false;
   if (options_.store) {
     try {
-      options_.store->erase(job_key(*finished));
+      options_.store->commit(
+          {{job_key(*finished), std::nullopt}, {run_key(*finished), std::nullopt}});
     } catch (const state::StateStoreError& e) {
       *error = "the head cannot write to its state store: " + std::string(e.what());
       return false;
@@ -258,6 +290,7 @@ void JobManager::submit(const runtime::Envelope& message, const SubmitJob& reque
   scheduler.run_dir = request.run_dir.empty() ? options_.runs_root + "/" + id : request.run_dir;
   scheduler.jobs = self();
   scheduler.heartbeat_timeout = options_.heartbeat_timeout;
+  scheduler.store = options_.store;
   Job job;
   job.info.id = id;
   job.info.name = spec.name;

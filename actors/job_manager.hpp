@@ -33,12 +33,16 @@ struct JobManagerOptions {
   std::chrono::milliseconds finished_scheduler_grace{1000};
   // Where jobs are written before they are acknowledged (null: nowhere, as in unit tests).
   std::shared_ptr<state::StateStore> store;
-  // The jobs a previous head over the same store kept, and this head's start. A restored job
-  // that had not finished is ended as failed at the start, with the outage in its reason and a
-  // head_restarted event: this head does not resume the runs of a previous one.
+  // The jobs a previous head over the same store kept, and this head's start. A restored
+  // synchronous job that had not finished goes on: its scheduler restores the protocol state
+  // the previous one wrote (or starts it, if it had placed no trainer yet). An asynchronous one
+  // ends as failed, with the outage in its reason and a head_restarted event.
   std::vector<StoredJob> restored;
   HeadInfo head;
 };
+
+// Whether a restarted head resumes this unfinished job (synchronous training) or ends it.
+bool job_resumable(const StoredJob& job);
 
 class JobManager : public runtime::Actor {
  public:

@@ -177,12 +177,13 @@ struct HeadInfo {
                                  // the first start over this state)
   std::int32_t restored_nodes = 0;  // live nodes the previous head knew, taken over as alive
   std::int32_t restored_jobs = 0;   // jobs read back, finished or not
-  std::int32_t failed_jobs = 0;     // running jobs this start ended as failed
+  std::int32_t failed_jobs = 0;     // running jobs this start ended as failed (ASP jobs)
+  std::int32_t resumed_jobs = 0;    // pending or running jobs this start carries on
   double restore_ms = 0;            // reading the state and applying it
   double nodes_back_ms = -1;  // from the start until every restored node was heard from or
                               // declared dead (-1: not yet, or nothing restored)
   MSGPACK_DEFINE(store, role, epoch, started_at, outage_s, restored_nodes, restored_jobs,
-                 failed_jobs, restore_ms, nodes_back_ms);
+                 failed_jobs, restore_ms, nodes_back_ms, resumed_jobs);
 };
 
 struct StatusReply {

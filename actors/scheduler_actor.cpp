@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "actors/head_state.hpp"
 #include "runtime/atomic_file.hpp"
 #include "runtime/system_messages.hpp"
 #include "scheduler/simulator.hpp"
@@ -60,6 +61,79 @@ proto::ElasticJobOptions job_options(const SchedulerOptions& o) {
 }
 
 }  // namespace
+
+std::string encode_run_state(const scheduler::ElasticJobSnapshot& m,
+                             const std::map<std::string, std::string>& trainer_systems,
+                             std::int64_t step, std::int64_t epoch, const Json& checkpoints) {
+  Json trainers = Json::array();
+  for (const auto& t : m.trainers) {
+    trainers.push_back({{"name", t.name},
+                        {"node", t.node},
+                        {"phase", t.phase},
+                        {"committed_step", t.committed_step},
+                        {"synced_generation", t.synced_generation},
+                        {"exited", t.exited}});
+  }
+  Json machine{{"state", m.state},
+               {"total_steps", m.total_steps},
+               {"generation", m.generation},
+               {"members", m.members},
+               {"last_trained_members", m.last_trained_members},
+               {"committed_step", m.committed_step},
+               {"lease_generation", m.lease_generation},
+               {"lease_holder", m.lease_holder},
+               {"lease_duration_ms", m.lease_duration},
+               {"trainer_counter", m.trainer_counter},
+               {"trainers", trainers},
+               {"draining_nodes", m.draining_nodes},
+               {"lost_steps", m.lost_steps},
+               {"abandoned_steps", m.abandoned_steps}};
+  return Json{{"version", 1}, {"machine", machine}, {"trainer_systems", trainer_systems},
+              {"step", step}, {"epoch", epoch},     {"checkpoints", checkpoints}}
+      .dump();
+}
+
+RunState decode_run_state(const std::string& text) {
+  RunState run;
+  try {
+    const Json json = Json::parse(text);
+    if (json.at("version").get<int>() != 1) {
+      throw std::invalid_argument("version " + json.at("version").dump() + " is not 1");
+    }
+    const Json& m = json.at("machine");
+    auto& s = run.machine;
+    s.state = m.at("state").get<std::string>();
+    s.total_steps = m.at("total_steps").get<std::int64_t>();
+    s.generation = m.at("generation").get<std::int64_t>();
+    s.members = m.at("members").get<std::vector<std::string>>();
+    s.last_trained_members = m.at("last_trained_members").get<std::vector<std::string>>();
+    s.committed_step = m.at("committed_step").get<std::int64_t>();
+    s.lease_generation = m.at("lease_generation").get<std::int64_t>();
+    s.lease_holder = m.at("lease_holder").get<std::string>();
+    s.lease_duration = m.at("lease_duration_ms").get<scheduler::Millis>();
+    s.trainer_counter = m.at("trainer_counter").get<std::int32_t>();
+    for (const auto& t : m.at("trainers")) {
+      scheduler::ElasticJobSnapshot::TrainerRecord r;
+      r.name = t.at("name").get<std::string>();
+      r.node = t.at("node").get<std::string>();
+      r.phase = t.at("phase").get<std::int32_t>();
+      r.committed_step = t.at("committed_step").get<std::int64_t>();
+      r.synced_generation = t.at("synced_generation").get<std::int64_t>();
+      r.exited = t.at("exited").get<bool>();
+      s.trainers.push_back(std::move(r));
+    }
+    s.draining_nodes = m.at("draining_nodes").get<std::vector<std::string>>();
+    s.lost_steps = m.at("lost_steps").get<std::int64_t>();
+    s.abandoned_steps = m.at("abandoned_steps").get<std::int64_t>();
+    run.trainer_systems = json.at("trainer_systems").get<std::map<std::string, std::string>>();
+    run.step = json.at("step").get<std::int64_t>();
+    run.epoch = json.at("epoch").get<std::int64_t>();
+    run.checkpoints = json.at("checkpoints");
+  } catch (const Json::exception& e) {
+    throw std::invalid_argument(e.what());
+  }
+  return run;
+}
 
 SchedulerActor::SchedulerActor(SchedulerOptions options)
     : options_(std::move(options)),
@@ -115,15 +189,28 @@ void SchedulerActor::on_start() {
   if (!events_file_) {
     spdlog::warn("job {}: cannot write {}/events.jsonl", options_.job_id, options_.run_dir);
   }
-  emit(Json{{"time", unix_time()},
-            {"event", "submitted"},
-            {"job_id", options_.job_id},
-            {"name", options_.spec.name},
-            {"policy", std::string(scheduler::to_string(options_.spec.controller.config.policy))},
-            {"global_batch", options_.spec.train.global_batch},
-            {"min_workers", options_.spec.elastic.min_workers},
-            {"max_workers", options_.spec.elastic.max_workers}}
-           .dump());
+  if (options_.head_epoch > 0 && options_.restore_state.empty()) {
+    // Resumed by a restarted head before it had placed a trainer: it starts now.
+    emit(Json{
+        {"time", unix_time()},
+        {"event", "head_restarted"},
+        {"head_epoch", options_.head_epoch},
+        {"outage_s", options_.head_outage_s >= 0 ? Json(options_.head_outage_s) : Json(nullptr)},
+        {"step", 0},
+        {"resumed", true}}
+             .dump());
+  }
+  if (options_.head_epoch == 0) {
+    emit(Json{{"time", unix_time()},
+              {"event", "submitted"},
+              {"job_id", options_.job_id},
+              {"name", options_.spec.name},
+              {"policy", std::string(scheduler::to_string(options_.spec.controller.config.policy))},
+              {"global_batch", options_.spec.train.global_batch},
+              {"min_workers", options_.spec.elastic.min_workers},
+              {"max_workers", options_.spec.elastic.max_workers}}
+             .dump());
+  }
   ask(runtime::ActorAddress{"", kRegistryActor}, SubscribeNodes{}, std::chrono::seconds(5),
       [this](runtime::AskResult result) {
         auto snapshot = result.as<StatusReply>();
@@ -137,6 +224,18 @@ void SchedulerActor::on_start() {
               node_systems_[node.id] = node.system;
               job_.node_up(node.id, node.name, now(), node.drained);
             }
+          }
+          if (!options_.restore_state.empty()) {
+            try {
+              restore_run(decode_run_state(options_.restore_state));
+            } catch (const std::exception& e) {
+              // Nothing the previous head did not write is guessed.
+              job_.fail(std::string("the head restarted and cannot read the job's saved "
+                                    "state: ") +
+                            e.what() + "; submit it again",
+                        now());
+            }
+            return;
           }
           job_.start(now());
         });
@@ -184,6 +283,16 @@ void SchedulerActor::carry_out(std::vector<scheduler::JobCommand> commands) {
     return runtime::ActorAddress{it->second.system, "trainer"};
   };
   for (auto& command : commands) {
+    if (std::holds_alternative<proto::PersistCommand>(command)) {
+      // First in its batch: nothing after it goes out unless the store has it.
+      if (persist_run()) continue;
+      job_.fail(
+          "the head cannot write the job's state to its store (see the head's log): a "
+          "restarted head could not resume it safely",
+          now());
+      carry_out(job_.take_commands());
+      return;
+    }
     if (auto* spawn = std::get_if<proto::SpawnCommand>(&command)) {
       auto node = node_systems_.find(spawn->node);
       if (node == node_systems_.end()) continue;  // the deadline will write it off
@@ -244,6 +353,46 @@ void SchedulerActor::carry_out(std::vector<scheduler::JobCommand> commands) {
       finished(finish->state, finish->reason);
     }
   }
+}
+
+bool SchedulerActor::persist_run() {
+  if (!options_.store) return true;
+  std::map<std::string, std::string> systems;
+  for (const auto& [name, io] : io_) {
+    if (!io.system.empty()) systems[name] = io.system;
+  }
+  try {
+    options_.store->put(run_key(options_.job_id), encode_run_state(job_.snapshot(), systems, step_,
+                                                                   epoch_, checkpoints_json()));
+    return true;
+  } catch (const state::StateStoreError& e) {
+    spdlog::error("job {}: cannot write its state: {}", options_.job_id, e.what());
+    return false;
+  }
+}
+
+void SchedulerActor::restore_run(const RunState& run) {
+  for (const auto& [name, system] : run.trainer_systems) io_[name].system = system;
+  for (const auto& t : run.machine.trainers) io_[t.name];
+  step_ = run.step;
+  epoch_ = run.epoch;
+  for (const auto& c : run.checkpoints) {
+    checkpoints_.push_back({c.at("step").get<std::int64_t>(), c.at("path").get<std::string>(),
+                            c.at("node").get<std::string>()});
+  }
+  seen_generation_ = run.machine.generation;
+  emit(
+      Json{{"time", unix_time()},
+           {"event", "head_restarted"},
+           {"head_epoch", options_.head_epoch},
+           {"outage_s", options_.head_outage_s >= 0 ? Json(options_.head_outage_s) : Json(nullptr)},
+           {"step", run.step},
+           {"generation", run.machine.generation},
+           {"resumed", true}}
+          .dump());
+  spdlog::info("job {}: resuming at generation {} (step {} or later) after a head restart",
+               options_.job_id, run.machine.generation, run.step);
+  job_.restore(run.machine, now());
 }
 
 void SchedulerActor::write_event(const scheduler::JobEvent& e) {

@@ -20,6 +20,7 @@
 #include "scheduler/batch_controller.hpp"
 #include "scheduler/control_rounds.hpp"
 #include "scheduler/elastic_job.hpp"
+#include "state/state_store.hpp"
 
 namespace omnilearn::actors {
 
@@ -36,7 +37,31 @@ struct SchedulerOptions {
   // A leader's lease; below the heartbeat timeout, after which the job forms a generation
   // without the leader's node (0: a third of the heartbeat timeout, at most 1 s).
   std::chrono::milliseconds lease_duration{0};
+  // Where the job's protocol state is written (run_key), before what depends on it goes out;
+  // null: nowhere (unit tests).
+  std::shared_ptr<state::StateStore> store;
+  // A restarted head's: the state the previous head wrote last (StoredJob::run_state). The
+  // job goes on from it (ElasticJob::restore) instead of starting.
+  std::string restore_state;
+  std::uint64_t head_epoch = 0;
+  double head_outage_s = -1;
 };
+
+// The JSON kept under run_key(job): the protocol machine's snapshot and what the adapter needs
+// to reach the trainers and write the job's record.
+std::string encode_run_state(const scheduler::ElasticJobSnapshot& machine,
+                             const std::map<std::string, std::string>& trainer_systems,
+                             std::int64_t step, std::int64_t epoch,
+                             const nlohmann::json& checkpoints);
+struct RunState {
+  scheduler::ElasticJobSnapshot machine;
+  std::map<std::string, std::string> trainer_systems;
+  std::int64_t step = 0;
+  std::int64_t epoch = 0;
+  nlohmann::json checkpoints = nlohmann::json::array();
+};
+// Throws std::invalid_argument naming what is wrong.
+RunState decode_run_state(const std::string& json);
 
 class SchedulerActor : public runtime::Actor {
  public:
@@ -68,6 +93,9 @@ class SchedulerActor : public runtime::Actor {
   template <class F>
   void drive(F&& input);
   void carry_out(std::vector<scheduler::JobCommand> commands);
+  // Writes the machine's snapshot (PersistCommand); false when the store refused it.
+  bool persist_run();
+  void restore_run(const RunState& run);
   void write_event(const scheduler::JobEvent& event);
   scheduler::GenerationPlan plan_for(const std::vector<std::string>& members);
 

@@ -57,10 +57,11 @@ void print_state_line(const actors::HeadInfo& head) {
     return;
   }
   std::string outage = head.outage_s >= 0 ? fmt::format(" after {:.1f} s down", head.outage_s) : "";
-  std::printf("state: %s (head start %llu%s: %d nodes and %d jobs restored, %d running jobs "
-              "ended as failed)\n",
-              head.store.c_str(), static_cast<unsigned long long>(head.epoch), outage.c_str(),
-              head.restored_nodes, head.restored_jobs, head.failed_jobs);
+  std::printf(
+      "state: %s (head start %llu%s: %d nodes and %d jobs restored, %d running jobs "
+      "resumed, %d ended as failed)\n",
+      head.store.c_str(), static_cast<unsigned long long>(head.epoch), outage.c_str(),
+      head.restored_nodes, head.restored_jobs, head.resumed_jobs, head.failed_jobs);
 }
 
 int run_head(const HeadFlags& flags) {

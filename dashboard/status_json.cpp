@@ -70,6 +70,7 @@ nlohmann::json status_json(const actors::StatusReply& status) {
                  {"restored_nodes", head.restored_nodes},
                  {"restored_jobs", head.restored_jobs},
                  {"failed_jobs", head.failed_jobs},
+                 {"resumed_jobs", head.resumed_jobs},
                  {"restore_ms", head.restore_ms},
                  {"nodes_back_ms", or_null(head.nodes_back_ms)}};
   return out;

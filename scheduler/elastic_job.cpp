@@ -19,6 +19,10 @@ const char* to_string(Mutation mutation) {
       return "sync_tie_lowest_rank";
     case Mutation::kGrantOnSilence:
       return "grant_on_silence";
+    case Mutation::kRestoreTrustsSnapshot:
+      return "restore_trusts_snapshot";
+    case Mutation::kRestoreForgetsLease:
+      return "restore_forgets_lease";
   }
   return "?";
 }
@@ -68,8 +72,117 @@ std::string ElasticJob::node_name(const std::string& node) const {
 
 std::vector<JobCommand> ElasticJob::take_commands() {
   std::vector<JobCommand> out;
-  out.swap(commands_);
+  if (persist_pending_ && !finished_) out.emplace_back(PersistCommand{});
+  persist_pending_ = false;
+  for (auto& c : commands_) out.push_back(std::move(c));
+  commands_.clear();
   return out;
+}
+
+ElasticJobSnapshot ElasticJob::snapshot() const {
+  ElasticJobSnapshot s;
+  s.state = state_;
+  s.total_steps = options_.total_steps;
+  s.generation = generation_;
+  s.members = members_;
+  s.last_trained_members = last_trained_members_;
+  s.committed_step = job_step_;
+  s.lease_generation = lease_generation_;
+  s.lease_holder = lease_holder_;
+  s.lease_duration = options_.lease_duration;
+  s.trainer_counter = trainer_counter_;
+  const auto listed = [](const std::vector<std::string>& v, const std::string& name) {
+    return std::find(v.begin(), v.end(), name) != v.end();
+  };
+  for (const auto& [name, t] : trainers_) {
+    // A trainer gone for good is forgotten (a long job's churn does not grow the record),
+    // unless a generation still names it.
+    if (t.view.phase == Phase::kGone && !listed(members_, name) &&
+        !listed(last_trained_members_, name)) {
+      continue;
+    }
+    ElasticJobSnapshot::TrainerRecord r;
+    r.name = name;
+    r.node = t.view.node;
+    r.phase = static_cast<std::int32_t>(t.view.phase);
+    r.committed_step = t.view.committed_step;
+    r.synced_generation = t.synced_generation;
+    r.exited = t.exited;
+    s.trainers.push_back(std::move(r));
+  }
+  for (const auto& [id, node] : nodes_) {
+    if (node.draining) s.draining_nodes.push_back(id);
+  }
+  s.lost_steps = lost_steps_;
+  s.abandoned_steps = abandoned_steps_;
+  return s;
+}
+
+void ElasticJob::restore(const ElasticJobSnapshot& s, Millis now) {
+  if (started_) throw std::logic_error("ElasticJob::restore: the job has started already");
+  started_ = true;
+  state_ = s.state.empty() ? "pending" : s.state;
+  if (s.total_steps > 0) options_.total_steps = s.total_steps;
+  generation_ = s.generation;
+  members_ = s.members;
+  last_trained_members_ = s.last_trained_members;
+  job_step_ = s.committed_step;
+  trainer_counter_ = s.trainer_counter;
+  lost_steps_ = s.lost_steps;
+  abandoned_steps_ = s.abandoned_steps;
+  last_progress_ = now;
+  dropped_below_ = std::max<std::int64_t>(1, generation_);
+  for (const auto& id : s.draining_nodes) {
+    Node& n = nodes_[id];
+    n.alive = false;  // until the registry says otherwise (node_up)
+    n.draining = true;
+  }
+  for (const auto& r : s.trainers) {
+    if (r.phase < 0 || r.phase > static_cast<std::int32_t>(Phase::kGone)) {
+      throw std::invalid_argument("ElasticJob::restore: trainer " + r.name + " has phase " +
+                                  std::to_string(r.phase));
+    }
+    Trainer t;
+    t.view.name = r.name;
+    t.view.node = r.node;
+    t.view.phase = static_cast<Phase>(r.phase);
+    t.synced_generation = r.synced_generation;
+    t.exited = r.exited;
+    t.spawned_at = now;  // a trainer still starting has its spawn timeout again
+    // Unknown until it reports: it may have committed any number of steps since.
+    const bool trust = options_.mutation == Mutation::kRestoreTrustsSnapshot;
+    t.view.committed_step = t.view.phase == Phase::kGone || trust ? r.committed_step : -1;
+    if (t.view.phase == Phase::kMember) {
+      auto rank = std::find(members_.begin(), members_.end(), r.name);
+      t.view.rank =
+          rank == members_.end() ? -1 : static_cast<std::int32_t>(rank - members_.begin());
+    }
+    if (!nodes_.count(r.node)) nodes_[r.node].alive = false;
+    trainers_.emplace(r.name, std::move(t));
+  }
+  for (const auto& name : members_) {
+    if (!trainers_.count(name)) {
+      throw std::invalid_argument("ElasticJob::restore: member " + name + " is not a trainer");
+    }
+  }
+  // The holder may go on committing under the lease the previous head granted last, for at
+  // most a lease duration from now (a renewal that head answered just before it died).
+  lease_generation_ = s.lease_generation;
+  lease_holder_ = s.lease_holder;
+  lease_until_ = now + std::max(options_.lease_duration, s.lease_duration);
+  lease_released_ = s.lease_holder.empty();
+  if (options_.mutation == Mutation::kRestoreForgetsLease) lease_released_ = true;
+  if (state_ != "running") {
+    maybe_regroup("the head restarted", now);
+    return;
+  }
+  note_disruption(now);
+  if (options_.mutation == Mutation::kRestoreTrustsSnapshot) {
+    maybe_regroup("the head restarted", now);
+    return;
+  }
+  restore_wait_until_ = now + options_.form_timeout;
+  form_generation({}, "the head restarted (every trainer stops to report its committed step)", now);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -217,6 +330,7 @@ void ElasticJob::undrain(const std::string& node_or_name, Millis now) {
     if (id != node_or_name && node.name != node_or_name) continue;
     any |= node.draining;
     node.draining = false;
+    if (any) persist();
   }
   if (any && !finished_ && started_) place_trainers(now);
 }
@@ -225,6 +339,7 @@ int ElasticJob::drain(const std::string& node_or_name, Millis now) {
   int leaving = 0;
   for (auto& [id, node] : nodes_) {
     if (id != node_or_name && node.name != node_or_name) continue;
+    if (!node.draining) persist();
     node.draining = true;
     if (finished_) continue;
     for (auto& [name, t] : trainers_) {
@@ -286,6 +401,7 @@ void ElasticJob::place_trainers(Millis now) {
       event(std::move(e));
       trainers_.emplace(t.view.name, std::move(t));
       ++on_node;
+      persist();
     }
   }
 }
@@ -294,6 +410,7 @@ bool ElasticJob::hello(const std::string& trainer, Millis now) {
   Trainer* t = find(trainer);
   if (finished_ || !t || t->view.phase != Phase::kSpawning) return false;
   t->view.phase = Phase::kReady;
+  persist();
   JobEvent e;
   e.kind = "trainer_ready";
   e.trainer = trainer;
@@ -355,6 +472,7 @@ void ElasticJob::trainer_gone(const std::string& trainer, const std::string& rea
   const bool was_member = t->view.phase == Phase::kMember || t->view.phase == Phase::kLeaving;
   t->view.phase = Phase::kGone;
   t->view.rank = -1;
+  persist();
   if (stop_it && !t->exited) emit(StopCommand{trainer, reason});
   JobEvent e = event_now("trainer_gone");
   e.trainer = trainer;
@@ -404,6 +522,24 @@ void ElasticJob::maybe_regroup(const std::string& reason, Millis now) {
     if (!broken) return;
   }
   if (now < retry_after_) return;
+  if (restore_wait_until_) {
+    // Restored: the newest committed state is the one its holders report. Wait for everyone
+    // who trained in the last generations (or the deadline: a dead one never reports).
+    bool all_heard = true;
+    for (const auto& [name, t] : trainers_) {
+      const bool trained = t.synced_generation >= 0 ||
+                           std::find(last_trained_members_.begin(), last_trained_members_.end(),
+                                     name) != last_trained_members_.end();
+      auto node = nodes_.find(t.view.node);
+      const bool node_alive = node != nodes_.end() && node->second.alive;
+      if (trained && node_alive && t.view.phase != Phase::kGone && !t.exited &&
+          t.view.committed_step < 0) {
+        all_heard = false;
+      }
+    }
+    if (!all_heard && now < *restore_wait_until_) return;
+    restore_wait_until_.reset();
+  }
   std::vector<std::string> survivors, joiners;
   bool leavers = false;
   for (const auto& name : members_) {
@@ -507,6 +643,7 @@ void ElasticJob::maybe_regroup(const std::string& reason, Millis now) {
 void ElasticJob::form_generation(std::vector<std::string> members, const std::string& reason,
                                  Millis now) {
   ++generation_;
+  persist();  // a generation number is never issued twice, across head restarts too
   std::vector<std::int32_t> batches;
   if (!members.empty()) {
     GenerationPlan plan = planner_(members);
@@ -611,7 +748,11 @@ void ElasticJob::report(const std::string& trainer, const MemberReport& r, Milli
   if (r.kind == MemberReport::Kind::kLeft) {
     // Waiting for the members' committed steps to hand a drained leader's state over: this
     // may be the report that names a successor (maybe_regroup).
-    if (handover_wait_until_ && members_.empty()) maybe_regroup("a drained member's state handed over", now);
+    if (handover_wait_until_ && members_.empty()) {
+      maybe_regroup("a drained member's state handed over", now);
+    } else if (restore_wait_until_ && members_.empty()) {
+      maybe_regroup("the head restarted", now);
+    }
     return;
   }
   if (finished_) return;
@@ -657,6 +798,7 @@ void ElasticJob::report(const std::string& trainer, const MemberReport& r, Milli
     e.step = r.step;
     event(std::move(e));
   }
+  if (last_trained_members_ != members_) persist();
   last_trained_members_ = members_;
   if (dropped_below_ < generation_) {
     // Every member of this generation is past its rendezvous: older keys serve nobody.
@@ -751,6 +893,7 @@ void ElasticJob::lease_request(const std::string& trainer, const LeaseAsk& ask, 
       // From now on this generation may commit steps: its members are the ones holding them
       // (holds_state), whether or not a report of a step arrives. [fix: seed 2939]
       last_trained_members_ = members_;
+      persist();
     }
     lease_released_ = false;
     lease_until_ = now + options_.lease_duration;

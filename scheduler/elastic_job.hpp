@@ -99,9 +99,41 @@ struct FinishCommand {
   std::string state;  // "succeeded" | "failed" | "stopped"
   std::string reason;
 };
-using JobCommand = std::variant<SpawnCommand, RendezvousCommand, PlanCommand, LeaseCommand,
-                                StopCommand, ProbeCommand, DropStoreKeysCommand, JobEvent,
-                                FinishCommand>;
+// What a restarted head must know changed (ElasticJob::snapshot()): it comes first in a batch
+// of commands, and the adapter writes the snapshot durably before it carries out the others,
+// so that no generation number, lease or trainer goes out that a restarted head would not know.
+struct PersistCommand {};
+using JobCommand =
+    std::variant<SpawnCommand, RendezvousCommand, PlanCommand, LeaseCommand, StopCommand,
+                 ProbeCommand, DropStoreKeysCommand, JobEvent, FinishCommand, PersistCommand>;
+
+// The part of an ElasticJob a head keeps across its own restart. Written per generation, lease
+// and membership change, not per step: the committed step in it is a lower bound, and a
+// restored job learns the newest one from its trainers (ElasticJob::restore).
+struct ElasticJobSnapshot {
+  struct TrainerRecord {
+    std::string name;
+    std::string node;
+    std::int32_t phase = 0;  // ElasticJob::Phase
+    std::int64_t committed_step = 0;
+    std::int64_t synced_generation = -1;
+    bool exited = false;
+  };
+  std::string state;  // pending | running
+  std::int64_t total_steps = 0;
+  std::int64_t generation = 0;
+  std::vector<std::string> members;
+  std::vector<std::string> last_trained_members;
+  std::int64_t committed_step = 0;
+  std::int64_t lease_generation = 0;
+  std::string lease_holder;
+  Millis lease_duration = 0;  // of the leases granted last (the adapter changes it)
+  std::int32_t trainer_counter = 0;
+  std::vector<TrainerRecord> trainers;
+  std::vector<std::string> draining_nodes;  // node ids
+  std::int64_t lost_steps = 0;
+  std::int64_t abandoned_steps = 0;
+};
 
 // The batch plan a new generation starts with: the controller's split for these members.
 struct GenerationPlan {
@@ -125,6 +157,14 @@ class ElasticJob {
 
   // Lifecycle. start() places the first trainers on the nodes known so far.
   void start(Millis now);
+  // Instead of start(), on a restarted head: the job as the snapshot left it. Every trainer's
+  // committed step is unknown until it reports again; the lease in force may still be used by
+  // its holder for a lease duration. The job's members are told to stop (a generation without
+  // members) and report where they stopped; the next generation, a new fenced number, forms
+  // from the newest state they report, once all have or form_timeout passed. The adapter
+  // feeds node_up() for the nodes the registry knows, as after start().
+  void restore(const ElasticJobSnapshot& snapshot, Millis now);
+  ElasticJobSnapshot snapshot() const;
   void stop(const std::string& reason, Millis now);  // by the user: "stopped"
   void fail(const std::string& reason, Millis now);  // the adapter could not go on: "failed"
   // The job's length when only the trainers can compute it (epochs over a dataset they load).
@@ -249,6 +289,11 @@ class ElasticJob {
   // Members stopped so that a drained leader's state can pass to one of them: wait for their
   // MemberReport::kLeft until then (maybe_regroup).
   std::optional<Millis> handover_wait_until_;
+  // Restored on a restarted head: wait until then for the trainers of the last generations to
+  // report their committed steps (restore()).
+  std::optional<Millis> restore_wait_until_;
+  bool persist_pending_ = false;  // a PersistCommand goes first in the next take_commands()
+  void persist() { persist_pending_ = true; }
   Millis backoff_ = 0;
   std::int64_t dropped_below_ = 1; // rendezvous keys of generations < this are gone
 

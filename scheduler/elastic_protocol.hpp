@@ -103,6 +103,8 @@ enum class Mutation {
   kCommitUnconfirmed,  // ElasticMember: a follower commits whatever rank 0's words say
   kSyncTieLowestRank,  // sync ties go to the lowest rank, not the newest generation's last step
   kGrantOnSilence,     // ElasticJob: a new lease at once when the old leader is merely silent
+  kRestoreTrustsSnapshot,  // ElasticJob::restore: the trainers' steps as persisted, no waiting
+  kRestoreForgetsLease,    // ElasticJob::restore: the lease in force treated as run out
 };
 const char* to_string(Mutation mutation);
 

@@ -8,6 +8,11 @@ namespace omnilearn::actors {
 
 RuntimeStore::RuntimeStore(runtime::ActorSystem& system, runtime::ActorAddress store,
                            std::chrono::milliseconds timeout)
+    : c10d::Store(timeout), system_(system), store_([store] { return store; }) {}
+
+RuntimeStore::RuntimeStore(runtime::ActorSystem& system,
+                           std::function<runtime::ActorAddress()> store,
+                           std::chrono::milliseconds timeout)
     : c10d::Store(timeout), system_(system), store_(std::move(store)) {}
 
 RuntimeStore::Reply RuntimeStore::call(int op, std::vector<std::string> keys, std::string value,
@@ -21,7 +26,7 @@ RuntimeStore::Reply RuntimeStore::call(int op, std::vector<std::string> keys, st
   request.delta = delta;
   request.timeout_ms = wait_timeout.count();
   // The ask outlives the store-side wait a little, so a store timeout arrives as an answer.
-  auto pending = system_.ask(store_, request, wait_timeout + std::chrono::seconds(5));
+  auto pending = system_.ask(store_(), request, wait_timeout + std::chrono::seconds(5));
   if (abandon_) {
     while (pending.wait_for(std::chrono::milliseconds(50)) != std::future_status::ready) {
       if (abandon_()) {

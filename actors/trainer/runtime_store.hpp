@@ -18,6 +18,10 @@ class RuntimeStore : public c10d::Store {
   // timeout. Failures throw std::runtime_error (c10d's convention for stores).
   RuntimeStore(runtime::ActorSystem& system, runtime::ActorAddress store,
                std::chrono::milliseconds timeout);
+  // The store's address asked anew for every operation: the head that serves it may change
+  // (a standby took over).
+  RuntimeStore(runtime::ActorSystem& system, std::function<runtime::ActorAddress()> store,
+               std::chrono::milliseconds timeout);
 
   void set(const std::string& key, const std::vector<uint8_t>& value) override;
   std::vector<uint8_t> compareSet(const std::string& key, const std::vector<uint8_t>& expected,
@@ -44,7 +48,7 @@ class RuntimeStore : public c10d::Store {
              std::int64_t delta, std::chrono::milliseconds wait_timeout);
 
   runtime::ActorSystem& system_;
-  runtime::ActorAddress store_;
+  std::function<runtime::ActorAddress()> store_;
   std::function<bool()> abandon_;
 };
 

@@ -82,6 +82,23 @@ struct Control {
   std::atomic<std::int64_t> abandon_below{0};
   std::atomic<std::int64_t> newest_generation{0};  // the newest rendezvous received
 
+  // The head whose scheduler speaks for the job: the one the trainer was started by, until
+  // the job's scheduler speaks from another (a standby head took over and resumed the job).
+  std::string head() const {
+    std::lock_guard lock(head_mutex);
+    return head_system;
+  }
+  void heard_scheduler_at(const std::string& system) {
+    std::lock_guard lock(head_mutex);
+    if (system != head_system) {
+      spdlog::info("trainer: the job's scheduler now speaks from {}", system);
+      head_system = system;
+    }
+  }
+  mutable std::mutex head_mutex;
+  std::string head_system;
+  std::string scheduler_actor;
+
   void push(Inbound message) {
     {
       std::lock_guard lock(mutex);
@@ -100,6 +117,10 @@ class TrainerActor : public runtime::Actor {
  public:
   explicit TrainerActor(Control& control) : control_(control) {}
   void on_message(const runtime::Envelope& message) override {
+    if (message.from.actor == control_.scheduler_actor && !message.from.system.empty() &&
+        (message.kind == MessageKind::kRendezvous || message.kind == MessageKind::kLeaseGrant)) {
+      control_.heard_scheduler_at(message.from.system);
+    }
     switch (message.kind) {
       case MessageKind::kRendezvous:
         if (auto rv = decode<Rendezvous>(message)) {
@@ -184,7 +205,11 @@ class TrainingLoop {
     trainer_->set_abandon_check(
         [this] { return control_.abandon_below.load() > trainer_->generation(); });
     auto runtime_store = c10::make_intrusive<RuntimeStore>(
-        system_, runtime::ActorAddress{args_.head, kStoreActor}, std::chrono::milliseconds(60000));
+        system_,
+        [this] {
+          return runtime::ActorAddress{control_.head(), kStoreActor};
+        },
+        std::chrono::milliseconds(60000));
     // A rendezvous that a newer generation has replaced will not complete: stop waiting for it.
     runtime_store->set_abandon_check(
         [this] { return control_.newest_generation.load() > joining_generation_; });
@@ -436,7 +461,7 @@ class TrainingLoop {
 
   // Carries what the machine wants sent.
   void send(proto::ElasticMember& member) {
-    const runtime::ActorAddress scheduler{args_.head, args_.scheduler};
+    const runtime::ActorAddress scheduler{control_.head(), args_.scheduler};
     for (auto& message : member.take_outbox()) {
       if (const auto* report = std::get_if<proto::MemberReport>(&message)) {
         TrainerReport r;
@@ -515,8 +540,9 @@ class TrainingLoop {
     TrainerHello hello{args_.job, args_.trainer, args_.node, static_cast<std::int32_t>(getpid()),
                        args_.gloo_host};
     for (int attempt = 0; attempt < 5; ++attempt) {
-      auto result = system_.ask(runtime::ActorAddress{args_.head, args_.scheduler}, hello,
-                                std::chrono::seconds(5))
+      auto result = system_
+                        .ask(runtime::ActorAddress{control_.head(), args_.scheduler}, hello,
+                             std::chrono::seconds(5))
                         .get();
       if (auto reply = result.as<TrainerHelloReply>()) {
         if (!reply->accepted) {
@@ -626,6 +652,8 @@ int main(int argc, char** argv) {
   runtime::ActorSystem system(system_options);
   actors::Control control;
   control.slowdown = args.slowdown;
+  control.head_system = args.head;
+  control.scheduler_actor = args.scheduler;
   system.spawn<actors::TrainerActor>("trainer", control);
 
   std::atomic<int> exit_code{-1};
@@ -647,7 +675,8 @@ int main(int argc, char** argv) {
       done.ok = false;
       done.error = e.what();
       done.outcome = "error";
-      system.ask(runtime::ActorAddress{args.head, args.scheduler}, done, std::chrono::seconds(2))
+      system
+          .ask(runtime::ActorAddress{control.head(), args.scheduler}, done, std::chrono::seconds(2))
           .wait_for(std::chrono::seconds(2));
       exit_code = bad_input ? scheduler::kTrainerExitBadInput : 1;
     }

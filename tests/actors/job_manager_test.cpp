@@ -265,16 +265,24 @@ namespace omnilearn::actors {
 namespace {
 
 // A head over a state store: submissions are recorded before they are answered; a second head
-// over the same state answers for a finished job as before, and ends a pending one as failed
-// with the outage, a head_restarted event after the last whole line of its events.jsonl (a line
-// the first head was cut off writing is dropped), and a summary.
-TEST_F(Jobs, ARestartedHeadKeepsItsJobsAndEndsTheOnesThatWereRunning) {
+// over the same state answers for a finished job as before, carries on a pending synchronous
+// one (its scheduler runs again), and ends a pending asynchronous one as failed with the
+// outage, a head_restarted event after the last whole line of its events.jsonl (a line the
+// first head was cut off writing is dropped), and a summary.
+TEST_F(Jobs, ARestartedHeadKeepsItsJobsResumesSynchronousOnesAndEndsAsynchronousOnes) {
   std::shared_ptr<state::StateStore> store = state::open_memory_store();
   JobManagerOptions options;
   options.store = store;
   start_head(options);
   auto pending = submit((dir / "pending").string());
   ASSERT_TRUE(store->get(job_key(pending.job_id))) << "answered before it was recorded";
+  std::string asp_toml = kJob;
+  const std::string name_line = "name = \"jobs-test\"";
+  asp_toml.replace(asp_toml.find(name_line), name_line.size(), name_line + "\nmode = \"asp\"");
+  asp_toml += "[asp]\nservers = 1\n";
+  auto asp =
+      ask<SubmitJobReply>(kJobsActor, SubmitJob{asp_toml, "asp.toml", (dir / "asp").string()});
+  ASSERT_TRUE(asp && asp->accepted) << (asp ? asp->error : "");
   auto stopped = submit((dir / "stopped").string());
   ASSERT_TRUE(ask<SimpleReply>(kJobsActor, StopJob{stopped.job_id}));
   ASSERT_TRUE(wait_state(stopped.job_id, "stopped"));
@@ -285,6 +293,7 @@ TEST_F(Jobs, ARestartedHeadKeepsItsJobsAndEndsTheOnesThatWereRunning) {
       },
       10s));
   ASSERT_TRUE(wait_state(pending.job_id, "pending"));
+  ASSERT_TRUE(wait_state(asp->job_id, "pending"));
   // The first head dies here, as kill -9 would stop it: what the store holds now is what the
   // next head finds (a graceful shutdown would go on to end the pending job itself).
   std::shared_ptr<state::StateStore> crashed = state::open_memory_store();
@@ -294,11 +303,13 @@ TEST_F(Jobs, ARestartedHeadKeepsItsJobsAndEndsTheOnesThatWereRunning) {
   head.shutdown();
   store = crashed;
   // The first head was killed in the middle of a line.
-  { std::ofstream(dir / "pending" / "events.jsonl", std::ios::app) << R"({"time": 1, "ev)"; }
+  for (const auto* run : {"pending", "asp"}) {
+    std::ofstream(dir / run / "events.jsonl", std::ios::app) << R"({"time": 1, "ev)";
+  }
 
   runtime::ActorSystem second;
   auto restored = start_head_epoch(*store, 2000.0);
-  ASSERT_EQ(restored.jobs.size(), 2u);
+  ASSERT_EQ(restored.jobs.size(), 3u);
   JobManagerOptions again;
   again.runs_root = (dir / "runs").string();
   again.store = store;
@@ -316,24 +327,42 @@ TEST_F(Jobs, ARestartedHeadKeepsItsJobsAndEndsTheOnesThatWereRunning) {
   ASSERT_TRUE(was_stopped && was_stopped->found);
   EXPECT_TRUE(was_stopped->finished);
   EXPECT_EQ(was_stopped->job.state, "stopped");
+  // The synchronous job goes on: its scheduler runs again (it had placed no trainer, so the
+  // job starts), after a head_restarted event.
   auto was_pending = ask_second(pending.job_id);
   ASSERT_TRUE(was_pending && was_pending->found);
-  EXPECT_TRUE(was_pending->finished);
-  EXPECT_EQ(was_pending->job.state, "failed");
-  EXPECT_NE(was_pending->job.reason.find("the head restarted after an outage of 1.5 s while the "
-                                         "job was pending"),
+  EXPECT_FALSE(was_pending->finished);
+  EXPECT_EQ(was_pending->job.state, "pending");
+  EXPECT_TRUE(second.has_actor(scheduler_actor_name(pending.job_id)));
+  ASSERT_TRUE(testing::wait_until(
+      [&] {
+        const auto lines = lines_of(dir / "pending" / "events.jsonl");
+        return !lines.empty() &&
+               Json::parse(lines.back(), nullptr, false).value("event", "") == "head_restarted";
+      },
+      10s));
+  // The asynchronous one ends.
+  auto was_asp = ask_second(asp->job_id);
+  ASSERT_TRUE(was_asp && was_asp->found);
+  EXPECT_TRUE(was_asp->finished);
+  EXPECT_EQ(was_asp->job.state, "failed");
+  EXPECT_NE(was_asp->job.reason.find("the head restarted after an outage of 1.5 s while the "
+                                     "job was pending"),
             std::string::npos)
-      << was_pending->job.reason;
-  const auto lines = lines_of(dir / "pending" / "events.jsonl");
-  ASSERT_GE(lines.size(), 2u);
-  for (const auto& line : lines) {
-    EXPECT_FALSE(Json::parse(line, nullptr, false).is_discarded()) << "not an event: " << line;
+      << was_asp->job.reason;
+  EXPECT_NE(was_asp->job.reason.find("asynchronous"), std::string::npos) << was_asp->job.reason;
+  for (const auto* run : {"pending", "asp"}) {
+    for (const auto& line : lines_of(dir / run / "events.jsonl")) {
+      EXPECT_FALSE(Json::parse(line, nullptr, false).is_discarded()) << "not an event: " << line;
+    }
   }
+  const auto lines = lines_of(dir / "asp" / "events.jsonl");
+  ASSERT_GE(lines.size(), 2u);
   EXPECT_EQ(Json::parse(lines[lines.size() - 2]).at("event"), "head_restarted");
   EXPECT_EQ(Json::parse(lines.back()).at("event"), "finished");
-  auto summary = Json::parse(std::ifstream(dir / "pending" / "summary.json"));
+  auto summary = Json::parse(std::ifstream(dir / "asp" / "summary.json"));
   EXPECT_EQ(summary.at("status"), "failed");
-  auto record = Json::parse(*store->get(job_key(pending.job_id)));
+  auto record = Json::parse(*store->get(job_key(asp->job_id)));
   EXPECT_TRUE(record.at("finished").get<bool>());
   EXPECT_EQ(record.at("state"), "failed");
   second.shutdown();

@@ -46,6 +46,8 @@ const char* to_string(FaultKind kind) {
       return "slow_node";
     case FaultKind::kLeaseChange:
       return "lease_change";
+    case FaultKind::kRestartHead:
+      return "restart_head";
     case FaultKind::kCount:
       break;
   }
@@ -181,6 +183,8 @@ std::string describe(const JobCommand& c) {
     os << "}";
   } else if (auto* f = std::get_if<FinishCommand>(&c)) {
     os << "Finish{" << f->state << " '" << f->reason << "'}";
+  } else if (std::get_if<PersistCommand>(&c)) {
+    os << "Persist{}";
   }
   return os.str();
 }
@@ -407,9 +411,17 @@ class Simulation {
   void send(int from, int to, int via_node, std::function<void()> deliver) {
     ++result_.stats.messages;
     Node& n = node(via_node);
-    if (n.head_cut > 0) {
+    if (n.head_cut > 0 || ((from == 0 || to == 0) && !head_up_)) {
       ++result_.stats.dropped;
       return;
+    }
+    // A message to the head reaches the process it was sent to, or none: one sent to a head
+    // that died meanwhile is lost with its connection.
+    if (to == 0) {
+      const int incarnation = head_incarnation_;
+      deliver = [this, incarnation, inner = std::move(deliver)] {
+        if (head_up_ && head_incarnation_ == incarnation) inner();
+      };
     }
     if (chance(rng_, cfg_.drop_p)) {
       ++result_.stats.dropped;
@@ -505,7 +517,10 @@ class Simulation {
     const std::string trainer = c.trainer;
     const std::int64_t generation = c.generation;
     const std::uint64_t id = ++probe_counter_;
-    auto answer = [this, trainer, generation, id](bool reachable, const std::string& error) {
+    const int incarnation = head_incarnation_;
+    auto answer = [this, trainer, generation, id, incarnation](bool reachable,
+                                                               const std::string& error) {
+      if (head_incarnation_ != incarnation || !head_up_) return;  // asked by a head now gone
       if (!open_probes_.erase(id)) return;
       SLOG("head: probe ", trainer, " g", generation,
            reachable ? " reachable" : " unreachable: ", error);
@@ -536,6 +551,10 @@ class Simulation {
       if (!q || !q->alive || frozen(*q)) return;  // no answer: the probe times out
       send(pid, 0, idx, [answer] { answer(true, ""); });
     });
+  }
+  void handle(PersistCommand&) {
+    ++result_.stats.persists;
+    durable_ = job_.snapshot();
   }
   void handle(DropStoreKeysCommand& c) {
     ++result_.stats.store_drops;
@@ -668,6 +687,10 @@ class Simulation {
   }
 
   void head_tick() {
+    if (!head_up_) {
+      at(now_ + ms(cfg_.tick_ms), [this] { head_tick(); });
+      return;
+    }
     job_.tick(head_now());
     dispatch();
     for (auto& [id, e] : registry_) {
@@ -1313,7 +1336,7 @@ class Simulation {
       if (!p || !p->alive || frozen(*p)) return;
       if (g.kind == Coll::kJoin) {
         // Rendezvous goes through the store on the head.
-        if (node(p->node).head_cut > 0 || gen < store_below_) return;
+        if (node(p->node).head_cut > 0 || !head_up_ || gen < store_below_) return;
       }
       ranks.push_back(p);
     }
@@ -1496,6 +1519,49 @@ class Simulation {
   // A fault starts or ends now: trainers may take until then + exit_bound to be gone (e).
   void mark_fault(int idx) { last_fault_end_ = std::max(last_fault_end_, now_); }
 
+  // kill -9 of the head, and a new head on the same address outage_ms later, as
+  // `omnilearn head` restarted with the same state directory: the registry's nodes come back
+  // from the store (each with two heartbeat timeouts to be heard again), the job from the last
+  // snapshot it persisted; everything else the old process held is gone (its probes, the
+  // rendezvous store, messages on their way to it).
+  void restart_head(std::int64_t outage_ms) {
+    note_fault(FaultKind::kRestartHead, false,
+               "the head dies; a new one starts in " + std::to_string(outage_ms) + " ms");
+    head_up_ = false;
+    ++head_incarnation_;
+    open_probes_.clear();
+    crashed_generation_ = job_.generation();
+    last_fault_end_ = std::max(last_fault_end_, now_ + ms(outage_ms));
+    at(now_ + ms(outage_ms), [this] {
+      head_up_ = true;
+      store_below_ = std::max(store_below_, crashed_generation_ + 1);
+      if (job_.finished()) {
+        // A job that ended is the JobManager's to report (it persisted the outcome); no
+        // scheduler runs for it again.
+        SLOG("head: restarted; the job had ended");
+      } else if (!durable_) {
+        // Nothing was written, so nothing was spawned or formed: the job starts afresh.
+        job_ = ElasticJob(
+            cfg_.job, [this](const std::vector<std::string>& members) { return plan(members); });
+        SLOG("head: restarted; the job starts afresh");
+        job_.start(head_now());
+      } else {
+        job_ = ElasticJob(
+            cfg_.job, [this](const std::vector<std::string>& members) { return plan(members); });
+        SLOG("head: restarted; restoring generation ", durable_->generation, " step ",
+             durable_->committed_step);
+        job_.restore(*durable_, head_now());
+      }
+      for (auto& [id, e] : registry_) {
+        if (e.down) continue;
+        e.last_heard = now_ + ms(cfg_.heartbeat_timeout_ms);  // two timeouts of grace
+        job_.node_up(id, node(e.node).name, head_now(), drained_.count(id) > 0);
+      }
+      dispatch();
+      complete_all();
+    });
+  }
+
   void apply_fault(const Fault& f) {
     if (f.kind == FaultKind::kJoinNode) {
       add_node();
@@ -1513,6 +1579,11 @@ class Simulation {
       const Millis lease = uniform(rng_, 200, cfg_.heartbeat_timeout_ms / 3);
       job_.set_lease_duration(lease);
       note_fault(f.kind, false, "leases of " + std::to_string(lease) + " ms from now on");
+      return;
+    }
+    if (f.kind == FaultKind::kRestartHead) {
+      if (!head_up_) return;
+      restart_head(std::max<std::int64_t>(1, f.duration_ms));
       return;
     }
     if (f.kind == FaultKind::kFailCheckpoint) {
@@ -1768,6 +1839,10 @@ class Simulation {
   std::string state_lost_how_;
   bool believed_reported_ = false;
   std::int64_t leased_generation_ = 0;  // newest generation granted a lease
+  bool head_up_ = true;
+  int head_incarnation_ = 0;
+  std::optional<ElasticJobSnapshot> durable_;  // what the head wrote last (PersistCommand)
+  std::int64_t crashed_generation_ = 0;
 
   bool finished_ = false;
   Us finished_at_ = 0;
@@ -1957,7 +2032,8 @@ SimConfig random_config(std::uint64_t seed) {
   const std::int64_t n = c.job.total_steps;
   for (int i = 0; i < count; ++i) {
     Fault f;
-    f.kind = static_cast<FaultKind>(uniform(rng, 0, kFaultKinds - 1));
+    // Head restarts are drawn below, from their own stream.
+    f.kind = static_cast<FaultKind>(uniform(rng, 0, static_cast<int>(FaultKind::kRestartHead) - 1));
     const auto when = uniform(rng, 0, 9);
     if (when <= 2) {
       f.at_ms = uniform(rng, 0, 2000);  // during the first formation
@@ -1969,6 +2045,23 @@ SimConfig random_config(std::uint64_t seed) {
     f.leader = chance(rng, 0.5);
     f.duration_ms = chance(rng, 0.5) ? uniform(rng, 200, 2500) : uniform(rng, 2500, 6000);
     f.restart_after_ms = chance(rng, 0.8) ? uniform(rng, 500, 8000) : -1;
+    c.faults.push_back(f);
+  }
+  // Head restarts come from a stream of their own, so that the schedules of the other faults
+  // stay what they were for every seed.
+  std::mt19937_64 head_rng(seed * 0x2545f4914f6cdd1dULL + 17);
+  if (chance(head_rng, 0.3)) {
+    Fault f;
+    f.kind = FaultKind::kRestartHead;
+    const auto when = uniform(head_rng, 0, 9);
+    if (when <= 2) {
+      f.at_ms = uniform(head_rng, 0, 2000);
+    } else if (when <= 7) {
+      f.at_step = uniform(head_rng, 1, n);
+    } else {
+      f.at_step = uniform(head_rng, std::max<std::int64_t>(1, n - 2), n);
+    }
+    f.duration_ms = uniform(head_rng, 200, 5000);
     c.faults.push_back(f);
   }
   return c;

@@ -41,6 +41,9 @@ enum class FaultKind {
   kFailCheckpoint,  // the next final checkpoint (FinishAction) fails
   kSlowNode,        // a node computes each step in 300..2000 ms for a while (steps outlast leases)
   kLeaseChange,     // the scheduler changes the lease length (as it does for slow steps)
+  kRestartHead,     // the head dies (kill -9) and starts again after duration_ms from what it
+                    // had persisted: the job is restored (ElasticJob::restore), the
+                    // rendezvous store is empty, messages to the old process are lost
   kCount
 };
 const char* to_string(FaultKind kind);
@@ -126,6 +129,7 @@ struct SimStats {
   std::int64_t gate_drops = 0;   // ... and dropped the step (no renewal)
   std::int64_t late_exchanges = 0;  // an exchange completed by a late post (background)
   std::int64_t follower_only = 0;   // steps committed by followers whose leader did not
+  std::int64_t persists = 0;        // snapshots the job asked to be written (PersistCommand)
 };
 
 struct SimResult {

@@ -4,6 +4,7 @@
 //
 //   ELASTIC_SIM_SEEDS=n   how many seeds the seeded test runs (default 3000)
 //   ELASTIC_SIM_SEED=n    run only seed n, with its event log
+//   SIM_LOG=1             print the event log of every hand-written scenario, passing or not
 
 #include <gtest/gtest.h>
 
@@ -231,7 +232,7 @@ Fault at_step(FaultKind kind, std::int64_t step, bool leader) {
 }
 
 void expect_ok(const SimResult& r) {
-  if (!r.ok() || ::testing::Test::HasFailure()) {
+  if (!r.ok() || ::testing::Test::HasFailure() || std::getenv("SIM_LOG")) {
     for (const auto& line : r.log) std::cout << line << "\n";
   }
   print_result(r);
@@ -259,6 +260,46 @@ TEST(ElasticScenario, DrainOfRankZeroMidJobFinishesAllSteps) {
   // The handover takes a bounded number of generations (the first, the drain's, and at most
   // a pause and the one without the drained node), not one every few steps until the end.
   EXPECT_LE(r.stats.generations, 5);
+  expect_succeeded(r, c);
+}
+
+// The head is killed mid-job and comes back 1.5 s later from what it persisted: the
+// trainers keep their state, report where they stopped, and the job goes on from the newest
+// committed step under a new generation, with every step committed once.
+TEST(ElasticScenario, HeadRestartMidJobResumesFromTheTrainersState) {
+  SimConfig c = scenario(3, 1, 3, 120);
+  Fault f = at_step(FaultKind::kRestartHead, 50, false);
+  f.duration_ms = 1500;
+  c.faults.push_back(f);
+  SimResult r = run_simulation(c);
+  EXPECT_EQ(r.stats.injected[static_cast<int>(FaultKind::kRestartHead)], 1);
+  EXPECT_GT(r.stats.persists, 0);
+  // The first generation, the restored head's stop, and the one that resumes.
+  EXPECT_LE(r.stats.generations, 4);
+  expect_succeeded(r, c);
+}
+
+// The same while the first generation is still forming, and during a drain's hand-over.
+TEST(ElasticScenario, HeadRestartWhileTheFirstGenerationForms) {
+  SimConfig c = scenario(3, 2, 3, 60);
+  Fault f;
+  f.kind = FaultKind::kRestartHead;
+  f.at_ms = 320;
+  f.duration_ms = 800;
+  c.faults.push_back(f);
+  SimResult r = run_simulation(c);
+  EXPECT_EQ(r.stats.injected[static_cast<int>(FaultKind::kRestartHead)], 1);
+  expect_succeeded(r, c);
+}
+
+TEST(ElasticScenario, HeadRestartDuringADrainOfTheLeader) {
+  SimConfig c = scenario(3, 1, 3, 100);
+  c.faults.push_back(at_step(FaultKind::kDrain, 40, true));
+  Fault f = at_step(FaultKind::kRestartHead, 40, false);
+  f.duration_ms = 300;
+  c.faults.push_back(f);
+  SimResult r = run_simulation(c);
+  EXPECT_EQ(r.stats.injected[static_cast<int>(FaultKind::kRestartHead)], 1);
   expect_succeeded(r, c);
 }
 
