@@ -20,6 +20,16 @@ with speeds measured in the same session's uniform runs from compute time alone,
 compute-only efficiency B / sum(speed) / step time, the same against each run's own speeds
 (each worker's compute at the batch it had), and plan changes per 100 steps.
 
+"balanced" (in --policies by default) is the balanced reference: right after each repeat's
+uniform run, equal unslowed workers under the same caps, each with the batch whose compute a
+perfect split gives every worker (global batch B x n / sum(1/slowdown), the slowdowns as
+measured in that uniform run: under the caps they differ from those asked, and both are
+printed). It is what a controller that split perfectly could at best reach; each policy is
+reported as a fraction of it (balanced step / policy step, paired by repeat: the controller's
+quality), and its step time minus its slowest compute is the fixed cost every step pays. The
+load average before and after each set is recorded: other work on the machine moves every
+figure, ratios less.
+
 Usage (the reference job of docs/benchmarks.md, "Speed-up over PyTorch DDP", and a larger batch):
   bench/jobs/heterogeneity.py --omnilearn build/bin/omnilearn --model mlp --repeats 3 \
       --global-batches 256,1024 --json het.json
