@@ -154,10 +154,16 @@ bool ThroughputEstimator::all_beyond(const std::vector<Entry>& v, std::size_t ru
   }
   if (same_batch.size() >= 2) older = same_batch;
   const double center = *median(older);
-  const double tolerance = std::max(min_change, spread_z * relative_spread(older).value_or(0.0));
+  // In logarithms: step-time noise is multiplicative, so a worker twice as slow (rate -50%)
+  // lies as far beyond the noise as one twice as fast (+100%). Relative to the rate, a
+  // slowdown can never pass a tolerance of 100%, and under 20% step noise (a spread near 0.2,
+  // a tolerance near 50%) a worker that halved its speed went unseen until the window's median
+  // moved, half a window later.
+  const double tolerance =
+      std::max(std::log1p(min_change), spread_z * relative_spread(older).value_or(0.0));
   int side = 0;
   for (auto it = newest; it != v.end(); ++it) {
-    const double off = it->rate / center - 1.0;
+    const double off = std::log(it->rate / center);
     const int s = off > tolerance ? 1 : off < -tolerance ? -1 : 0;
     if (s == 0 || (side != 0 && s != side)) return false;
     side = s;

@@ -186,7 +186,8 @@ std::string ReplayResult::describe() const {
   std::ostringstream o;
   o.precision(3);
   o << trace << ": " << steps << " steps, steady from step " << steady_from << ": efficiency "
-    << efficiency << " (all steps " << efficiency_all << "), speed-up over uniform "
+    << efficiency << " (all steps " << efficiency_all << "), time lost once steady "
+    << 100.0 * time_lost << "%, speed-up over uniform "
     << speedup_over_uniform << "x of ideal " << ideal_speedup << "x; " << rounds << " rounds, "
     << plan_changes << " plan changes, " << churn_changes << " outside settling ("
     << changes_per_100_steps << " per 100 steps over " << churn_steps << " steps, "
@@ -199,7 +200,7 @@ std::string ReplayResult::describe() const {
     o << " samples/s, oracle [";
     for (std::size_t i = 0; i < r.oracle_batches.size(); ++i) o << (i ? "," : "") << r.oracle_batches[i];
     o << "], linear ideal " << r.nominal_ideal_speedup << "x, rounds to follow "
-      << r.rounds_to_follow << "\n";
+      << r.rounds_to_follow << " (steps " << r.steps_to_follow << ")\n";
   }
   return o.str();
 }
@@ -284,6 +285,7 @@ ReplayResult replay(const Trace& trace, const ReplayConfig& config) {
   std::int64_t settle_until_round = 0;  // rounds with index <= this are settling
   int round_index = 0;
   double sum_ctrl = 0, sum_oracle = 0, sum_uniform = 0, all_ctrl = 0, all_oracle = 0;
+  double since_ctrl = 0, since_oracle = 0;
   std::size_t next_boundary = 0;
   std::size_t next_obs = 0;
   bool steady = false;
@@ -295,12 +297,15 @@ ReplayResult replay(const Trace& trace, const ReplayConfig& config) {
     }
     batches = b;
   };
-  auto check_followed = [&]() {
+  auto check_followed = [&](std::int64_t step) {
     if (followed) return;
     const std::vector<int>& b = pending_from >= 0 ? pending : batches;
     if (plan_follows(b)) {
       followed = true;
-      out.regimes.back().rounds_to_follow = rounds_in_regime;
+      ReplayRegime& r = out.regimes.back();
+      r.rounds_to_follow = rounds_in_regime;
+      r.steps_to_follow =
+          std::max(pending_from >= 0 ? pending_from : step, r.start_step) - r.start_step;
     }
   };
 
@@ -365,7 +370,7 @@ ReplayResult replay(const Trace& trace, const ReplayConfig& config) {
       rounds_in_regime = 0;
       followed = false;
       settle_until_round = round_index + config.settle_rounds;
-      check_followed();
+      check_followed(step);
       ++next_boundary;
     }
     if (pending_from == step) {
@@ -387,6 +392,10 @@ ReplayResult replay(const Trace& trace, const ReplayConfig& config) {
     }
     all_ctrl += t_ctrl;
     all_oracle += t_oracle;
+    if (steady) {
+      since_ctrl += t_ctrl;
+      since_oracle += t_oracle;
+    }
     if (steady && round_index > settle_until_round) {
       sum_ctrl += t_ctrl;
       sum_oracle += t_oracle;
@@ -443,7 +452,7 @@ ReplayResult replay(const Trace& trace, const ReplayConfig& config) {
         ++out.plan_changes;
         out.plans.push_back({step, ordered, false});
       }
-      check_followed();
+      check_followed(step);
       if (!steady && out.regimes.size() == 1 && rounds_in_regime >= config.settle_rounds) {
         steady = true;
         out.steady_from = step + 1;
@@ -453,6 +462,7 @@ ReplayResult replay(const Trace& trace, const ReplayConfig& config) {
   }
   out.efficiency = sum_ctrl > 0 ? sum_oracle / sum_ctrl : 0.0;
   out.efficiency_all = all_ctrl > 0 ? all_oracle / all_ctrl : 0.0;
+  out.time_lost = since_oracle > 0 ? since_ctrl / since_oracle - 1.0 : 0.0;
   out.speedup_over_uniform = sum_ctrl > 0 ? sum_uniform / sum_ctrl : 0.0;
   out.ideal_speedup = sum_oracle > 0 ? sum_uniform / sum_oracle : 0.0;
   out.changes_per_100_steps =

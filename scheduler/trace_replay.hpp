@@ -106,6 +106,8 @@ struct ReplayRegime {
   double nominal_ideal_speedup = 0;   // sum(speed) / (n x slowest): the linear-cost ideal
   std::vector<std::string> concerned;  // whose batches say whether the regime is followed
   int rounds_to_follow = -1;          // rounds until a plan within follow_tolerance; -1 never
+  std::int64_t steps_to_follow = -1;  // steps from start_step to the first step run with that
+                                      // plan (0: the plan in force already follows); -1 never
 };
 
 struct ReplayPlan {
@@ -122,6 +124,9 @@ struct ReplayResult {
   // generation or change (churn_steps of them).
   double efficiency = 0;               // sum oracle step time / sum controller step time, steady
   double efficiency_all = 0;           // the same over every step, transients included
+  double time_lost = 0;                // sum controller / sum oracle - 1 over every step from
+                                       // steady_from on: every later transient included, the
+                                       // job's start (no speeds known yet) left out
   double speedup_over_uniform = 0;     // sum uniform / sum controller, steady
   double ideal_speedup = 0;            // sum uniform / sum oracle, steady: the ideal this run's
                                        // measured speeds allow

@@ -20,6 +20,16 @@ with speeds measured in the same session's uniform runs from compute time alone,
 compute-only efficiency B / sum(speed) / step time, the same against each run's own speeds
 (each worker's compute at the batch it had), and plan changes per 100 steps.
 
+"balanced" (in --policies by default) is the balanced reference: right after each repeat's
+uniform run, equal unslowed workers under the same caps, each with the batch whose compute a
+perfect split gives every worker (global batch B x n / sum(1/slowdown), the slowdowns as
+measured in that uniform run: under the caps they differ from those asked, and both are
+printed). It is what a controller that split perfectly could at best reach; each policy is
+reported as a fraction of it (balanced step / policy step, paired by repeat: the controller's
+quality), and its step time minus its slowest compute is the fixed cost every step pays. The
+load average before and after each set is recorded: other work on the machine moves every
+figure, ratios less.
+
 Usage (the reference job of docs/benchmarks.md, "Speed-up over PyTorch DDP", and a larger batch):
   bench/jobs/heterogeneity.py --omnilearn build/bin/omnilearn --model mlp --repeats 3 \
       --global-batches 256,1024 --json het.json
@@ -57,6 +67,23 @@ MODELS = {
     "mlp": '[model]\nkind = "mlp"\nhidden = [256, 128]\n',
     "cnn": '[model]\nkind = "cnn"\nchannels = [6, 16]\nfc = [120, 84]\n',
 }
+
+
+def measured_slowdowns(speeds, nominal_slowdowns):
+    """Each worker's slowdown as measured: the reference speed (the median of the workers asked
+    to run unslowed, slowdown 1 or the largest quota) over its own. Under CPU caps a slowdown of
+    2 can measure nearer 1.1: a worker that sleeps refills its quota and computes faster."""
+    fastest = min(nominal_slowdowns)
+    ref = statistics.median(s for s, f in zip(speeds, nominal_slowdowns) if f == fastest)
+    return [ref / s for s in speeds]
+
+
+def balanced_batch(batch, slowdowns):
+    """The balanced reference's global batch: n equal unslowed workers, each with the batch
+    that gives the compute a perfect split of `batch` among workers of these slowdowns gives
+    every worker (batch / sum(1/slowdown)), rounded to a multiple of n."""
+    n = len(slowdowns)
+    return n * max(1, round(batch / sum(1.0 / f for f in slowdowns)))
 
 
 def split_variant(policy):
@@ -166,6 +193,20 @@ def run_omnilearn(omnilearn, model, policy, speeds, quotas, steps, batch, seed, 
             "persisted_changes": persisted}
 
 
+def run_balanced(omnilearn, model, slowdowns, quotas, steps, batch, seed, workdir, deadband):
+    """The balanced reference: equal workers (no slowdown, every one at the reference worker's
+    quota) at the per-worker compute a perfect split under `slowdowns` gives, run with uniform
+    batches: what a controller that splits perfectly could at best reach under the same caps.
+    Its step time minus its slowest compute is the fixed cost every step pays."""
+    n = len(quotas)
+    global_batch = balanced_batch(batch, slowdowns)
+    r = run_omnilearn(omnilearn, model, "uniform", None, [max(quotas)] * n, steps, global_batch,
+                      seed, workdir, deadband)
+    r["global_batch"] = global_batch
+    r["slowdowns"] = list(slowdowns)
+    return r
+
+
 def run_ddp(model, speeds, quotas, steps, batch, seed):
     n = len(quotas)
     result = ddp_baseline.run(model, batch, steps, n, slowdown=speeds, quotas=quotas, seed=seed)
@@ -191,6 +232,11 @@ def set_speeds(name):
     return [int(f) if f.is_integer() else f for f in speeds]
 
 
+def load_average():
+    """The machine's load average (1, 5, 15 minutes): other work shares these vCPUs."""
+    return list(os.getloadavg())
+
+
 def span(values):
     return statistics.median(values), min(values), max(values)
 
@@ -206,7 +252,9 @@ def main():
     ap.add_argument("--quota", type=float, default=0.4, help="CPU quota of every worker")
     ap.add_argument("--sets", default="HL1,HL2,HL4,HL8,Q4",
                     help="named sets, or literal slowdowns joined by '/' (1/4: two workers)")
-    ap.add_argument("--policies", default="ddp,uniform,proportional,affine")
+    ap.add_argument("--policies", default="ddp,uniform,proportional,affine,balanced",
+                    help="ddp, uniform, proportional, affine (variants with +key=value), and "
+                         "balanced: the balanced reference, run right after uniform")
     ap.add_argument("--deadband", type=float, default=0.1,
                     help="the controller's deadband (the reference configuration's is 0.1)")
     ap.add_argument("--order", default="rotate", choices=["rotate", "fixed"],
@@ -217,6 +265,8 @@ def main():
                     help="write the runs' directories (events.jsonl, summary.json) here and keep them")
     args = ap.parse_args()
     policies = args.policies.split(",")
+    balanced = "balanced" in policies
+    policies = [p for p in policies if p != "balanced"]
     results = {}
     if args.keep_runs:
         os.makedirs(args.keep_runs, exist_ok=True)
@@ -230,16 +280,29 @@ def main():
                 if name == QUOTA_SET[0]:
                     speeds, quotas = None, QUOTA_SET[1]
                     rel = [q / max(quotas) for q in quotas]
+                    slowdowns = [max(quotas) / q for q in quotas]
                 else:
                     speeds = set_speeds(name)
                     quotas = [args.quota] * len(speeds)
                     rel = [1.0 / s for s in speeds]
+                    slowdowns = list(speeds)
                 nominal = sum(rel) / (len(rel) * min(rel))  # sum of speeds / (n x slowest)
                 runs = {p: [] for p in policies}
+                balanced_runs, loads = [], [load_average()]
                 for r in range(args.repeats):
                     shift = r % len(policies) if args.order == "rotate" else 0
-                    for p in policies[shift:] + policies[:shift]:
-                        if p == "ddp":
+                    order = policies[shift:] + policies[:shift]
+                    if balanced:  # right after this repeat's uniform run, whose speeds it uses
+                        order.insert(order.index("uniform") + 1 if "uniform" in order
+                                     else len(order), "balanced")
+                    for p in order:
+                        if p == "balanced":
+                            f = (measured_slowdowns(runs["uniform"][-1]["speeds"], slowdowns)
+                                 if "uniform" in runs else slowdowns)
+                            balanced_runs.append(run_balanced(
+                                args.omnilearn, args.model, f, quotas, args.steps, batch,
+                                args.seed, workdir, args.deadband))
+                        elif p == "ddp":
                             runs[p].append(run_ddp(args.model, speeds, quotas, args.steps, batch,
                                                    args.seed))
                         else:
@@ -290,6 +353,24 @@ def main():
                         q["worker_compute_ms"] = [1000 * c for c in runs[p][-1]["worker_compute_s"]]
                         q["persisted_changes"] = [x["persisted_changes"] for x in runs[p]]
                     res["policies"][p] = q
+                loads.append(load_average())
+                res["load_average"] = loads
+                if balanced_runs:
+                    bal = {"step_ms": [1000 * x["step_time_s"] for x in balanced_runs],
+                           "slowest_compute_ms": [1000 * x["slowest_compute_s"]
+                                                  for x in balanced_runs],
+                           "global_batch": [x["global_batch"] for x in balanced_runs],
+                           "nominal_slowdowns": slowdowns,
+                           "measured_slowdowns": [x["slowdowns"] for x in balanced_runs]}
+                    # The fixed cost: what a step takes beyond its slowest compute when every
+                    # worker computes the same (the exchange, the optimizer, between steps).
+                    bal["fixed_cost_ms"] = span([1000 * (x["step_time_s"] - x["slowest_compute_s"])
+                                                 for x in balanced_runs])
+                    res["balanced"] = bal
+                    for p in policies:  # balanced step / policy step, paired by repeat
+                        res["policies"][p]["of_balanced"] = span(
+                            [b["step_time_s"] / x["step_time_s"]
+                             for b, x in zip(balanced_runs, runs[p])])
                 results[f"{name}/B{batch}"] = res
                 print(f"{args.model} {name} B={batch}: ideal {nominal:.2f}x nominal, {ideal:.2f}x "
                       f"from the speeds measured in the uniform runs; compute-only step "
@@ -315,10 +396,24 @@ def main():
                                  f"{q['imbalance_ms']:.1f} ms")
                         line += " (per worker " + ", ".join(
                             f"{c:.1f}" for c in q["worker_compute_ms"]) + " ms)"
+                    if "of_balanced" in q:
+                        line += " of balanced {:.3f} [{:.3f}..{:.3f}]".format(*q["of_balanced"])
                     if "persisted_changes" in q:
                         line += f"  persisted changes per run {q['persisted_changes']}"
                     line += f"  batches {q['final_batches']}"
                     print(line, flush=True)
+                if balanced_runs:
+                    bal = res["balanced"]
+                    asked = ",".join(f"{f:g}" for f in slowdowns)
+                    got = "; ".join(",".join(f"{f:.2f}" for f in m)
+                                    for m in bal["measured_slowdowns"])
+                    print(f"  balanced      step {statistics.median(bal['step_ms']):7.1f} ms "
+                          f"(B = {'/'.join(str(b) for b in bal['global_batch'])} on equal "
+                          f"workers; slowdowns asked {asked}, measured {got}), slowest compute "
+                          f"{statistics.median(bal['slowest_compute_ms']):.1f} ms, fixed cost "
+                          "{:.1f} ms [{:.1f}..{:.1f}]".format(*bal["fixed_cost_ms"]), flush=True)
+                print("  load average (1, 5, 15 min) before and after: " +
+                      " / ".join(" ".join(f"{x:.2f}" for x in l) for l in loads), flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)

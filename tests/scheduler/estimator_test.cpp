@@ -84,6 +84,37 @@ TEST(ThroughputEstimator, ChangeDetectorFollowsARealChangeWithinThreeObservation
   EXPECT_NEAR(*e.throughput(), 10.0 / 3.0, 1e-9);
 }
 
+// Under 20% noise (a spread near 0.2: a tolerance near 50%) a worker that halves its speed is
+// seen by the fast level within three observations: off by -69% in logarithms, where relative
+// to the rate (-45% to -55%) one of the three lies inside the tolerance and the change waited
+// for the window's median to move, half a window later.
+TEST(ThroughputEstimator, ChangeDetectorSeesAHalvedSpeedUnderTwentyPercentNoise) {
+  ThroughputEstimator e(24);
+  const double noise[] = {1.13, 0.87, 1.0};
+  for (int k = 0; k < 21; ++k) e.observe(10, 1.0 * noise[k % 3]);
+  EXPECT_EQ(e.regime_changes(), 0u);
+  EXPECT_NEAR(*e.spread(), 0.19, 0.02);
+  // Half the speed, noisy: rates 0.45, 0.61 and 0.5 of the old one; 0.61 is 39% below it
+  // (inside a tolerance of 43%) but 50% below in logarithms.
+  for (double t : {2.2, 1.65, 2.0}) e.observe(10, t);
+  EXPECT_EQ(e.regime_changes(), 1u);
+  EXPECT_NEAR(*e.throughput(), 5.0, 1e-9);
+}
+
+// ... while the same noise without a change stays rare as a false alarm (which only restarts
+// the window): 43 in 40,000 observations (53 when compared relative to the rate).
+TEST(ThroughputEstimator, TwentyPercentNoiseIsRarelyAChange) {
+  std::size_t alarms = 0;
+  for (std::uint64_t seed = 1; seed <= 20; ++seed) {
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<double> z(0.0, 1.0);
+    ThroughputEstimator e(24);
+    for (int k = 0; k < 2000; ++k) e.observe(32, 0.32 * std::exp(0.2 * z(rng)));
+    alarms += e.regime_changes();
+  }
+  EXPECT_LE(alarms, 60u);  // 1.5 in 1,000 observations
+}
+
 // A small change among small noise: a worker 7% slower, observations +-2%, one of the new ones
 // only 4.9% off (an all-beyond-5% run would break there and wait for the window's median, half
 // a window later). The median test sees it within the run.

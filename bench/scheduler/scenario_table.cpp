@@ -1,0 +1,151 @@
+// Following speeds that change (docs/benchmarks.md, "Following speed changes"): the controller
+// replayed over the five speed scenarios of scheduler/speed_scenarios.hpp, each built from a
+// recorded steady trace (its real noise kept), with the recorded noise alone and with 20% extra
+// step noise over --seeds seeds. Per scenario: the time lost against the oracle that knows each
+// speed from the step it changes (median and worst), the steps each change took to be followed
+// (from the change to the first step run with a plan that follows it; worst over seeds, per
+// kind of change: two control rounds are 2 x --interval steps), and plan changes per 100
+// steady steps (mean, worst).
+//
+//   scheduler_scenario_table [--seeds 20] [--steps 1200] [--interval 10] BASE.csv
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "scheduler/speed_scenarios.hpp"
+#include "scheduler/trace_replay.hpp"
+
+using namespace omnilearn::scheduler;
+
+namespace {
+
+// The settings the traces were recorded with (bench/scheduler/traces.py): interval 10,
+// cool-down 3, warm-up 6, min batch 8; the controller otherwise at its defaults.
+ReplayConfig make(double noise, int seed, int interval) {
+  ReplayConfig c;
+  c.controller.min_batch = 8;
+  c.controller.deadband = 0.05;
+  c.rounds = ControlRoundsConfig{interval, 3, 6};
+  c.step_noise = noise;
+  c.seed = static_cast<std::uint64_t>(seed);
+  return c;
+}
+
+// The scenarios of the benchmark (and of tests/scheduler/speed_scenarios_test.cpp): nothing
+// changing (the loss of the steady cluster alone), the fastest
+// worker 3x slower for good, drifting to 2x slower over 300 steps, a neighbour halving the
+// second fastest for 100 steps in every 400; the slowest joining, the second fastest leaving.
+std::vector<ScenarioConfig> scenarios(std::int64_t steps, const std::vector<std::string>& w) {
+  std::vector<ScenarioConfig> out;
+  ScenarioConfig c;
+  c.steps = steps;
+  c.at = steps / 3;
+  c.kind = SpeedScenario::kSteady;
+  out.push_back(c);
+  c.kind = SpeedScenario::kStep;
+  c.worker = w[0];
+  c.factor = 3.0;
+  out.push_back(c);
+  c.kind = SpeedScenario::kDrift;
+  c.factor = 2.0;
+  c.length = 300;
+  out.push_back(c);
+  c.kind = SpeedScenario::kNeighbour;
+  c.worker = w[1];
+  c.at = 200;
+  c.factor = 2.0;
+  c.length = 100;
+  c.period = 400;
+  out.push_back(c);
+  c.kind = SpeedScenario::kJoin;
+  c.worker = w.back();
+  c.at = steps / 3;
+  out.push_back(c);
+  c.kind = SpeedScenario::kLeave;
+  c.worker = w[1];
+  out.push_back(c);
+  return out;
+}
+
+// "a neighbour arrives: 2x slower" -> "a neighbour arrives"; "generation of 4" stays.
+std::string kind_of(const std::string& cause) {
+  std::string k = cause.substr(cause.find(':') == std::string::npos ? 0 : cause.find(':') + 2);
+  const auto colon = k.find(':');
+  return colon == std::string::npos ? k : k.substr(0, colon);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int seeds = 20, interval = 10;
+  std::int64_t steps = 1200;
+  std::string file;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--seeds") && i + 1 < argc) {
+      seeds = std::atoi(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--steps") && i + 1 < argc) {
+      steps = std::atoll(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--interval") && i + 1 < argc) {
+      interval = std::atoi(argv[++i]);
+    } else if (file.empty() && argv[i][0] != '-') {
+      file = argv[i];
+    } else {
+      file.clear();
+      break;
+    }
+  }
+  if (file.empty() || seeds < 1 || interval < 1) {
+    std::fprintf(stderr,
+                 "usage: %s [--seeds N] [--steps N] [--interval STEPS] BASE.csv (a recorded "
+                 "steady trace, e.g. tests/data/trace_clean.csv)\n",
+                 argv[0]);
+    return 2;
+  }
+  std::ifstream in(file);
+  if (!in) {
+    std::fprintf(stderr, "cannot read %s\n", file.c_str());
+    return 2;
+  }
+  const Trace base = parse_trace(in, file.substr(file.rfind('/') + 1));
+  std::printf(
+      "| scenario | extra step noise | time lost, median (worst) | steps to follow, worst "
+      "per kind of change | plan changes / 100 steady steps, mean (worst) |\n"
+      "|---|---|---|---|---|\n");
+  for (const ScenarioConfig& sc : scenarios(steps, base.generations.front().members)) {
+    const Trace t = make_scenario(base, sc);
+    for (double noise : {0.0, 0.2}) {
+      std::vector<double> lost, churn;
+      std::map<std::string, int> follow;  // kind of change -> worst rounds (-1: never)
+      for (int seed = 1; seed <= seeds; ++seed) {
+        const ReplayResult r = replay(t, make(noise, seed, interval));
+        lost.push_back(r.time_lost);
+        churn.push_back(r.changes_per_100_steps);
+        for (std::size_t k = 1; k < r.regimes.size(); ++k) {
+          const std::string kind = kind_of(r.regimes[k].cause);
+          const int f = static_cast<int>(r.regimes[k].steps_to_follow);
+          auto [it, fresh] = follow.emplace(kind, f);
+          if (!fresh) it->second = (f < 0 || it->second < 0) ? -1 : std::max(it->second, f);
+        }
+        if (noise == 0.0) break;  // the recorded noise alone: one replay says it all
+      }
+      std::sort(lost.begin(), lost.end());
+      double mean_churn = 0;
+      for (double c : churn) mean_churn += c / static_cast<double>(churn.size());
+      std::string rounds;
+      for (const auto& [kind, f] : follow) {
+        rounds += (rounds.empty() ? "" : "; ") + kind + " " +
+                  (f < 0 ? std::string("never") : std::to_string(f));
+      }
+      std::printf("| %s | %s | %.2f%% (%.2f%%) | %s | %.2f (%.2f) |\n",
+                  std::string(to_string(sc.kind)).c_str(), noise > 0 ? "20%" : "none",
+                  100 * lost[lost.size() / 2], 100 * lost.back(), rounds.c_str(), mean_churn,
+                  *std::max_element(churn.begin(), churn.end()));
+    }
+  }
+  return 0;
+}
