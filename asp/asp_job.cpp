@@ -622,6 +622,15 @@ DealAnswer AspJob::deal(const DealAsk& request, Millis now) {
     }
   }
   auto it = trainers_.find(request.trainer);
+  if (it != trainers_.end() && it->second.gone && !it->second.server && request.failed_batch != 0) {
+    // A worker declared gone that still ran (its node's agent froze, or lost the network): its
+    // batch is fenced already, but a push of it that got no answer may have been applied by an
+    // incarnation that has since died, an update lost at most (counted again if this request
+    // is sent again: a bound from above).
+    for (std::size_t s = 0; s < shards_.size() && s < request.unanswered.size(); ++s) {
+      if (request.unanswered[s] >= 0) shards_[s].ledger.unanswered(request.unanswered[s]);
+    }
+  }
   if (it == trainers_.end() || it->second.gone || it->second.server || !it->second.ready) {
     reply.action = DealAnswer::Action::kDone;
     reply.error = "unknown worker";

@@ -91,6 +91,7 @@ class World {
     bool failed = false;
     bool applied = true;
     double compute_s = 0;
+    std::int64_t pushes = 0;  // shards it was pushed to
   };
   struct Worker {  // one worker process
     std::string node;
@@ -191,6 +192,7 @@ class World {
       if (!w->second.alive) return;
       w->second.alive = false;
       node = w->second.node;
+      unreported_ += w->second.report.pushes;
     } else {
       return;
     }
@@ -317,7 +319,10 @@ class World {
           drained_[s->second.shard] = {s->second.incarnation, s->second.core->pull().number};
         }
       }
-      if (auto w = workers_.find(c.trainer); w != workers_.end()) w->second.alive = false;
+      if (auto w = workers_.find(c.trainer); w != workers_.end()) {
+        w->second.alive = false;
+        unreported_ += w->second.report.pushes;
+      }
       exited(c.trainer, p->second.node, 0, c.reason);
     });
   }
@@ -442,6 +447,7 @@ class World {
         answers_by = std::max(answers_by, pushed_at + delay);
       }
       if (delay == kNever) continue;
+      ++next.pushes;
       const bool answered = delay <= kPushBound;
       at(pushed_at + delay, [this, trainer, server, s, d, pulled, answered, incarnation] {
         Server& sv = servers_[server];
@@ -603,6 +609,18 @@ class World {
       out.violations.push_back("the machine counts " + std::to_string(job_.updates_lost()) +
                                " updates lost, " + std::to_string(really_lost) + " were lost");
     }
+    // At most what replies proved plus the pushes with no answer to incarnations since
+    // restarted, except pushes no deal request reported: the worker died or stopped first, or
+    // the job ended first.
+    for (const auto& [name, w] : workers_) {
+      if (w.alive) unreported_ += w.report.pushes;
+    }
+    if (really_lost > job_.updates_lost_at_most() + unreported_) {
+      out.violations.push_back(std::to_string(really_lost) + " updates were lost, more than the " +
+                               std::to_string(job_.updates_lost_at_most()) +
+                               " the machine counts at most and the " +
+                               std::to_string(unreported_) + " pushes never reported");
+    }
     for (const auto& [name, sv] : servers_) out.fenced_pushes += sv.core->fenced_pushes();
     out.late_pushes = late_pushes_;
     out.zombie_pushes = zombie_pushes_;
@@ -630,6 +648,7 @@ class World {
   std::vector<Counts> ever_taken_;               // [shard]: taken by some incarnation
   std::map<std::int32_t, RestartLedger> truth_;  // per shard: what incarnations really reached
   std::vector<std::string> violations_;
+  std::int64_t unreported_ = 0;  // pushes whose worker never reported them
   std::int64_t late_pushes_ = 0, zombie_pushes_ = 0, fence_timeouts_ = 0, hand_overs_ = 0,
                evaluations_ = 0;
 };

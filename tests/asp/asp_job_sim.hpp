@@ -17,8 +17,10 @@
 // Invariants checked on every run: the job succeeds; in the state each shard serves with at the
 // end, every (epoch, shard, sample) was taken exactly once, or not at all where an update was
 // lost with a dead or cut-off incarnation (at most once); the updates the machine counts as lost
-// never exceed the updates really lost; a drained server's restart resumes at the version its
-// predecessor last reached (a drain loses nothing).
+// never exceed the updates really lost, and those never exceed its `updates_lost_at_most` plus
+// the pushes no deal request reported (their worker died or stopped first, or the job ended); a
+// drained server's restart resumes at the version its predecessor last reached (a drain loses
+// nothing).
 
 #include <cstdint>
 #include <string>
