@@ -28,7 +28,7 @@ TEST_P(AspJobMutation, BreakingTheRuleFailsTheSimulation) {
   const std::uint64_t budget = seed_budget();
   const bool count_all = std::getenv("ASP_JOB_MUTATION_COUNT") != nullptr;
   std::uint64_t failing = 0, failed = 0, ran = 0;
-  std::string violation;
+  std::string violation, replay;
   for (std::uint64_t seed = 1; seed <= budget && (count_all || failing == 0); ++seed) {
     SimConfig config = random_config(seed);
     config.mutation = GetParam();
@@ -39,14 +39,16 @@ TEST_P(AspJobMutation, BreakingTheRuleFailsTheSimulation) {
     if (failing == 0) {
       failing = seed;
       violation = r.violations.front();
+      replay = replay_line(config);
     }
   }
   std::cout << to_string(GetParam()) << ": "
-            << (failing ? "seed " + std::to_string(failing) + " fails: " + violation
+            << (failing ? "seed " + std::to_string(failing) + " fails: " + violation +
+                              "\n  replay: " + replay
                         : std::string("no seed fails"))
-            << (count_all ? " (" + std::to_string(failed) + " of " + std::to_string(ran) +
-                                " seeds fail)"
-                          : std::string())
+            << (count_all
+                    ? " (" + std::to_string(failed) + " of " + std::to_string(ran) + " seeds fail)"
+                    : std::string())
             << "\n";
   EXPECT_NE(failing, 0u) << "with the rule '" << to_string(GetParam()) << "' broken, " << budget
                          << " seeds pass: they do not exercise it";

@@ -9,6 +9,7 @@
 #include <queue>
 #include <random>
 #include <set>
+#include <stdexcept>
 #include <variant>
 
 #include "asp/restart_ledger.hpp"
@@ -672,8 +673,21 @@ SimConfig random_config(std::uint64_t seed) {
 SimResult run_simulation(const SimConfig& config) { return World(config).run(); }
 
 std::string replay_line(const SimConfig& config) {
-  return "ASP_JOB_SIM_SEED=" + std::to_string(config.seed) + " (mutation " +
-         to_string(config.mutation) + ")";
+  std::string line = "ASP_JOB_SIM_SEED=" + std::to_string(config.seed);
+  if (config.mutation != AspMutation::kNone) {
+    line += std::string(" ASP_JOB_SIM_MUTATION=") + to_string(config.mutation);
+  }
+  return line + " build/tests/asp/asp_job_simulation_test";
+}
+
+AspMutation mutation_named(const std::string& name) {
+  for (const AspMutation m :
+       {AspMutation::kNone, AspMutation::kNoFence, AspMutation::kSilenceIsNotTaken,
+        AspMutation::kDeadSilenceIsNotTaken, AspMutation::kStopBeforeHandOver}) {
+    if (name == to_string(m)) return m;
+  }
+  if (name.empty()) return AspMutation::kNone;
+  throw std::invalid_argument("no ASP mutation is called '" + name + "'");
 }
 
 }  // namespace omnilearn::asp::sim

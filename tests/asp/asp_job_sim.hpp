@@ -69,7 +69,10 @@ struct SimResult {
 // The seeded configuration of `seed`: 1-3 shards, 3-5 nodes, and the faults each seed draws.
 SimConfig random_config(std::uint64_t seed);
 SimResult run_simulation(const SimConfig& config);
-// One line that replays `config`'s seed (the environment variable the test reads).
+// The command that replays `config`'s seed (under its mutation, if any).
 std::string replay_line(const SimConfig& config);
+// A mutation by its name (to_string); kNone for "" or "none". Throws std::invalid_argument on
+// an unknown name.
+AspMutation mutation_named(const std::string& name);
 
 }  // namespace omnilearn::asp::sim

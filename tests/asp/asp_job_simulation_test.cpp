@@ -5,6 +5,7 @@
 //
 //   ASP_JOB_SIM_SEEDS=n   seeds to run (default 5000, a fifth under the sanitizers)
 //   ASP_JOB_SIM_SEED=n    run only seed n, printing the machine's events
+//   ASP_JOB_SIM_MUTATION=name  with that rule broken (asp_job_mutation_test's failing seeds)
 
 #include <gtest/gtest.h>
 
@@ -36,6 +37,7 @@ TEST(AspJobSimulation, EveryScheduleKeepsEveryInvariant) {
   for (const std::uint64_t seed : all) {
     SimConfig config = random_config(seed);
     config.trace = std::getenv("ASP_JOB_SIM_SEED") != nullptr;
+    if (const char* m = std::getenv("ASP_JOB_SIM_MUTATION")) config.mutation = mutation_named(m);
     const SimResult r = run_simulation(config);
     ASSERT_TRUE(r.ok()) << "seed " << seed << ": " << r.violations.front()
                         << "\n  replay: " << replay_line(config);
