@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <sstream>
 #include <stdexcept>
 
 namespace omnilearn::asp {
@@ -16,6 +17,13 @@ std::string format_seconds(double s) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.0f", s);
   return buf;
+}
+
+// As a person writes it: 30, 2.5.
+std::string shortest(double s) {
+  std::ostringstream out;
+  out << s;
+  return out.str();
 }
 
 }  // namespace
@@ -990,7 +998,7 @@ void AspJob::tick(Millis now) {
     if (!too_few_since_) too_few_since_ = now;
     if (now - *too_few_since_ > options_.grace_period) {
       fail("fewer than min_workers = " + std::to_string(options_.min_workers) +
-               " workers for more than " + format_seconds(seconds(0, options_.grace_period)) + " s",
+               " workers for more than " + shortest(seconds(0, options_.grace_period)) + " s",
            now);
       return;
     }

@@ -1,5 +1,6 @@
 // asp::AspJob, scripted: placement, the hand-over of a drained server, fencing when a shard is
-// silent or dies, and the choice of the finishing worker, input by input with time injected.
+// silent or dies, the choice of the finishing worker and the bounds that fail a stalled job,
+// input by input with time injected.
 
 #include "asp/asp_job.hpp"
 
@@ -170,6 +171,38 @@ TEST(AspJob, TheFirstWorkerToAskOnceTrainingIsDoneFinishesAndAnotherTakesOverIfI
   s.job.finished(FinishReport{s.workers[1], true, "", 0.9, 0.1, "final.pt"}, 90);
   EXPECT_EQ(s.job.state(), "succeeded");
   EXPECT_EQ(s.job.final_checkpoint(), "final.pt");
+}
+
+TEST(AspJob, NoUpdateForTheSpawnTimeoutPlusTheGracePeriodFailsTheJob) {
+  AspJobOptions o = options(1, 1);
+  o.spawn_timeout = 1000;
+  o.grace_period = 500;
+  Started s(o, 1);
+  s.job.tick(1400);
+  EXPECT_FALSE(s.job.finished());
+  s.job.tick(1600);
+  EXPECT_EQ(s.job.state(), "failed");
+  EXPECT_EQ(s.job.reason(), "no update for 2 s");
+  // Every trainer is told to stop, then the job ends.
+  const auto commands = s.job.take_commands();
+  EXPECT_EQ(of<StopCommand>(commands).size(), 2u);
+  ASSERT_EQ(of<FinishCommand>(commands).size(), 1u);
+}
+
+TEST(AspJob, FewerThanMinWorkersForTheGracePeriodFailsTheJob) {
+  AspJobOptions o = options(1, 1);
+  o.spawn_timeout = 100000;
+  o.grace_period = 500;
+  Started s(o, 1);
+  ASSERT_EQ(s.job.state(), "running");
+  s.job.trainer_exited(s.workers[0], 9, false, "killed", "", 100);
+  EXPECT_EQ(of<SpawnCommand>(s.job.take_commands()).size(), 1u);  // its replacement
+  s.job.tick(200);
+  s.job.tick(650);
+  EXPECT_FALSE(s.job.finished());
+  s.job.tick(750);
+  EXPECT_EQ(s.job.state(), "failed");
+  EXPECT_EQ(s.job.reason(), "fewer than min_workers = 1 workers for more than 0.5 s");
 }
 
 }  // namespace
