@@ -19,9 +19,9 @@
 // the dead shard's silence for "not taken" instead deals a batch again to a shard whose
 // checkpoint holds it.
 //
-// Pure: the scheduler actor sends the asks and feeds the answers in; asp_fence_simulation_test
-// drives it in virtual time against lost, late and zombie pushes and shards that die and resume
-// from their checkpoints.
+// Pure: asp::AspJob (the scheduler's machine) orders the asks and feeds the answers in;
+// asp_job_simulation_test drives both in virtual time against lost, late and zombie pushes and
+// shards that die and resume from their checkpoints.
 //
 // Not thread-safe: one owner (an actor) calls it.
 

@@ -128,7 +128,7 @@ class ServerCore {
   // Per worker (16 bytes each). A fence concerns a batch the worker pushed before the fence
   // reached this shard; the worker goes on pushing meanwhile (a push given up on does not stop
   // it), and a fence to a slow shard is asked again until it is answered, so the history must
-  // outlast many pushes: with 16, asp_fence_simulation_test found samples taken twice.
+  // outlast many pushes: with 16, a seeded fault simulation found samples taken twice.
   static constexpr std::size_t kTakenKept = 1024;
   // Workers whose taken batches are kept (and checkpointed): past it, the worker whose newest
   // push is oldest is forgotten. Its fences would then report nothing taken, so this must be

@@ -1,5 +1,6 @@
 // asp::BatchFences, scripted: a batch given up is settled only after every asked shard said
-// whether it took it (asp_fence_simulation_test drives it under seeded faults).
+// whether it took it (asp_job_simulation_test drives it, through asp::AspJob, under seeded
+// faults).
 
 #include <gtest/gtest.h>
 

@@ -430,7 +430,8 @@ TEST_F(JobAsp, KillOfTheNodeHostingTheServerRestartsItOnTheOtherNodeFromTheHeads
 // server and deals them again, and the trainer, still pushing, must change nothing: the
 // server's version is exactly the updates the scheduler counted, and every sample is accepted
 // exactly once per epoch. Without the fence its late push would be applied and its samples
-// dealt to another worker too (asp_fence_simulation_test shows both on 5,000 schedules).
+// dealt to another worker too (asp_job_mutation_test: with the fence left out, the seeded
+// simulation of the scheduler's machine gives shards samples twice).
 TEST_F(JobAsp, AFrozenAgentWhoseWorkerKeepsPushingChangesNothingAfterItsFence) {
   auto run = start_fault_job("freeze", "\n[asp]\nservers = 1\n");
   ASSERT_TRUE(run);

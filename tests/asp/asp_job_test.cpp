@@ -1,0 +1,209 @@
+// asp::AspJob, scripted: placement, the hand-over of a drained server, fencing when a shard is
+// silent or dies, the choice of the finishing worker and the bounds that fail a stalled job,
+// input by input with time injected.
+
+#include "asp/asp_job.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+namespace omnilearn::asp {
+namespace {
+
+AspJobOptions options(std::int32_t servers, std::int32_t workers) {
+  AspJobOptions o;
+  o.job_id = "j";
+  o.servers = servers;
+  o.min_workers = 1;
+  o.max_workers = workers;
+  o.steps = 4;
+  o.global_batch = 8;
+  o.controller.global_batch = 8;
+  return o;
+}
+
+DealAsk asking(const std::string& trainer) {
+  DealAsk a;
+  a.trainer = trainer;
+  return a;
+}
+
+template <class T>
+std::vector<T> of(const std::vector<AspCommand>& commands) {
+  std::vector<T> out;
+  for (const auto& c : commands) {
+    if (const T* t = std::get_if<T>(&c)) out.push_back(*t);
+  }
+  return out;
+}
+
+// A job with every trainer started: servers listening, workers said hello.
+struct Started {
+  AspJob job;
+  std::vector<std::string> servers, workers;
+  explicit Started(AspJobOptions o, int nodes) : job(std::move(o)) {
+    job.start(0);
+    std::vector<AspJob::NodeView> views;
+    for (int n = 0; n < nodes; ++n)
+      views.push_back({"id" + std::to_string(n), "n" + std::to_string(n), false});
+    job.nodes(views, 0);
+    for (const auto& spawn : of<SpawnCommand>(job.take_commands())) {
+      const HelloAnswer a = job.hello(spawn.trainer, 10);
+      EXPECT_TRUE(a.accepted);
+      if (a.server) {
+        servers.push_back(spawn.trainer);
+        job.server_ready(
+            ServerReady{spawn.trainer, a.shard, "tcp://" + spawn.trainer, 0, 0, 10, 100, "initial"},
+            20);
+      } else {
+        workers.push_back(spawn.trainer);
+      }
+    }
+    job.take_commands();
+  }
+};
+
+TEST(AspJob, PlacesServersRoundRobinThenSlotsOfWorkers) {
+  AspJob job(options(3, 4));
+  job.start(0);
+  job.nodes({{"a", "na", false}, {"b", "nb", false}, {"c", "nc", true}}, 0);
+  const auto spawns = of<SpawnCommand>(job.take_commands());
+  ASSERT_EQ(spawns.size(), 5u);  // 3 servers, then one worker per live node not drained
+  EXPECT_EQ(spawns[0].node, "a");
+  EXPECT_EQ(spawns[1].node, "b");
+  EXPECT_EQ(spawns[2].node, "a");
+  EXPECT_EQ(spawns[0].trainer, "j-na-s0");
+  EXPECT_EQ(spawns[3].trainer, "j-na-t3");
+  EXPECT_EQ(spawns[4].trainer, "j-nb-t4");
+}
+
+TEST(AspJob, ADrainedServerHandsOverThenItsRestartResumesAtItsLastVersion) {
+  Started s(options(1, 2), 2);
+  ASSERT_EQ(s.servers.size(), 1u);
+  const std::string server = s.servers[0];
+  EXPECT_EQ(s.job.deal(asking(s.workers[0]), 30).action, DealAnswer::Action::kBatch);
+  EXPECT_EQ(s.job.drain("id0", 40), 2);  // the server and a worker on node 0
+  const auto hand = of<HandOverCommand>(s.job.take_commands());
+  ASSERT_EQ(hand.size(), 1u);
+  EXPECT_EQ(hand[0].server, server);
+  // Deals wait while the shard moves: every push to it would be refused.
+  EXPECT_EQ(s.job.deal(asking(s.workers[1]), 50).action, DealAnswer::Action::kWait);
+  HandOverReply reply;
+  reply.ok = true;
+  reply.version = 17;
+  reply.checkpoint = "shard0-at-17";
+  s.job.handed_over(hand[0], reply, "", 60);
+  const auto after = s.job.take_commands();
+  const auto stops = of<StopCommand>(after);
+  ASSERT_EQ(stops.size(), 1u);
+  EXPECT_EQ(stops[0].trainer, server);
+  const auto spawns = of<SpawnCommand>(after);
+  ASSERT_EQ(spawns.size(), 1u);
+  EXPECT_EQ(spawns[0].node, "id1");  // not on the drained node
+  const HelloAnswer a = s.job.hello(spawns[0].trainer, 70);
+  EXPECT_TRUE(a.server);
+  EXPECT_EQ(a.incarnation, 1);
+  EXPECT_EQ(a.resume_checkpoint, "shard0-at-17");
+  EXPECT_EQ(a.resume_version, 17);
+}
+
+TEST(AspJob, ASilentLiveShardIsAskedAgainAndADeadOnesRoundGoesToItsRestart) {
+  Started s(options(2, 2), 2);
+  const DealAnswer batch = s.job.deal(asking(s.workers[0]), 30);
+  ASSERT_EQ(batch.action, DealAnswer::Action::kBatch);
+  // Shard 0 took the push, shard 1 did not answer within the worker's bound.
+  DealAsk failed = asking(s.workers[0]);
+  failed.failed_batch = batch.batch_id;
+  failed.incarnations = {0, -1};
+  failed.versions = {1, 0};
+  failed.unanswered = {-1, 0};
+  s.job.deal(failed, 40);
+  auto fences = of<FenceCommand>(s.job.take_commands());
+  ASSERT_EQ(fences.size(), 1u);
+  EXPECT_EQ(fences[0].shard, 1);
+  ASSERT_TRUE(fences[0].round);
+  // Silent past the bound while alive: asked again, not taken for "not taken".
+  s.job.fence_answered(fences[0], std::nullopt, "timed out", 5040);
+  auto again = of<FenceCommand>(s.job.take_commands());
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].round, fences[0].round);
+  // It dies: its restart is asked the same round once it listens, after the gone workers' fences.
+  s.job.trainer_exited(again[0].server, 9, false, "killed", "", 5100);
+  const auto spawns = of<SpawnCommand>(s.job.take_commands());
+  ASSERT_EQ(spawns.size(), 1u);
+  const HelloAnswer a = s.job.hello(spawns[0].trainer, 5200);
+  s.job.server_ready(
+      ServerReady{spawns[0].trainer, 1, "tcp://new", a.incarnation, 0, 10, 100, "initial"}, 5300);
+  auto restart = of<FenceCommand>(s.job.take_commands());
+  ASSERT_EQ(restart.size(), 1u);
+  EXPECT_EQ(restart[0].server, spawns[0].trainer);
+  EXPECT_EQ(restart[0].incarnation, 1);
+  EXPECT_EQ(restart[0].round, fences[0].round);
+  // Its checkpoint holds the batch: every shard took it, so the push counts.
+  FenceReply taken;
+  taken.ok = true;
+  taken.incarnation = 1;
+  taken.version = 1;
+  taken.taken.push_back(TakenBatch{batch.batch_id, true});
+  s.job.fence_answered(restart[0], taken, "", 5400);
+  EXPECT_EQ(s.job.updates(), 1);
+}
+
+TEST(AspJob, TheFirstWorkerToAskOnceTrainingIsDoneFinishesAndAnotherTakesOverIfItGoes) {
+  AspJobOptions o = options(1, 2);
+  o.steps = 1;
+  Started s(o, 2);
+  const DealAnswer batch = s.job.deal(asking(s.workers[0]), 30);
+  ASSERT_EQ(batch.action, DealAnswer::Action::kBatch);
+  DealAsk pushed = asking(s.workers[0]);
+  pushed.pushed_batch = batch.batch_id;
+  pushed.applied = true;
+  pushed.incarnations = {0};
+  pushed.versions = {1};
+  EXPECT_EQ(s.job.deal(pushed, 40).action, DealAnswer::Action::kFinish);
+  EXPECT_EQ(s.job.deal(asking(s.workers[1]), 50).action, DealAnswer::Action::kWait);
+  s.job.trainer_exited(s.workers[0], 9, false, "killed", "", 60);
+  s.job.take_commands();
+  EXPECT_EQ(s.job.deal(asking(s.workers[1]), 70).action, DealAnswer::Action::kFinish);
+  s.job.finished(FinishReport{s.workers[0], true, "", 0.9, 0.1, "late.pt"}, 80);
+  EXPECT_FALSE(s.job.finished());  // not the finisher any more
+  s.job.finished(FinishReport{s.workers[1], true, "", 0.9, 0.1, "final.pt"}, 90);
+  EXPECT_EQ(s.job.state(), "succeeded");
+  EXPECT_EQ(s.job.final_checkpoint(), "final.pt");
+}
+
+TEST(AspJob, NoUpdateForTheSpawnTimeoutPlusTheGracePeriodFailsTheJob) {
+  AspJobOptions o = options(1, 1);
+  o.spawn_timeout = 1000;
+  o.grace_period = 500;
+  Started s(o, 1);
+  s.job.tick(1400);
+  EXPECT_FALSE(s.job.finished());
+  s.job.tick(1600);
+  EXPECT_EQ(s.job.state(), "failed");
+  EXPECT_EQ(s.job.reason(), "no update for 2 s");
+  // Every trainer is told to stop, then the job ends.
+  const auto commands = s.job.take_commands();
+  EXPECT_EQ(of<StopCommand>(commands).size(), 2u);
+  ASSERT_EQ(of<FinishCommand>(commands).size(), 1u);
+}
+
+TEST(AspJob, FewerThanMinWorkersForTheGracePeriodFailsTheJob) {
+  AspJobOptions o = options(1, 1);
+  o.spawn_timeout = 100000;
+  o.grace_period = 500;
+  Started s(o, 1);
+  ASSERT_EQ(s.job.state(), "running");
+  s.job.trainer_exited(s.workers[0], 9, false, "killed", "", 100);
+  EXPECT_EQ(of<SpawnCommand>(s.job.take_commands()).size(), 1u);  // its replacement
+  s.job.tick(200);
+  s.job.tick(650);
+  EXPECT_FALSE(s.job.finished());
+  s.job.tick(750);
+  EXPECT_EQ(s.job.state(), "failed");
+  EXPECT_EQ(s.job.reason(), "fewer than min_workers = 1 workers for more than 0.5 s");
+}
+
+}  // namespace
+}  // namespace omnilearn::asp
