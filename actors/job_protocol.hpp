@@ -265,6 +265,16 @@ struct StopTrainer {
   MSGPACK_DEFINE(job_id, reason);
 };
 
+// agent -> trainer: after a head restart or a standby's takeover, the job goes on under the
+// head at `head` (an endpoint): the trainer sends to it from now on, and says hello there so
+// that the head learns its route (a standby never heard from it).
+struct HeadMoved {
+  static constexpr MessageKind kKind = MessageKind::kHeadMoved;
+  std::string job_id;
+  std::string head;
+  MSGPACK_DEFINE(job_id, head);
+};
+
 // agent -> trainer: the emulated slowdown changed.
 struct SetTrainerSpeed {
   static constexpr MessageKind kKind = MessageKind::kSetTrainerSpeed;

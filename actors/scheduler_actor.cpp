@@ -302,11 +302,11 @@ void SchedulerActor::carry_out(std::vector<scheduler::JobCommand> commands) {
       tell(runtime::ActorAddress{node->second, kAgentActor},
            SpawnTrainer{options_.job_id, spawn->trainer, scheduler_actor_name(options_.job_id)});
     } else if (auto* rv = std::get_if<proto::RendezvousCommand>(&command)) {
-      if (auto to = trainer_address(rv->trainer)) {
-        const auto& o = rv->order;
-        tell(*to, Rendezvous{options_.job_id, o.generation, o.rank, o.world, o.batches,
-                             o.plan_version, o.leave, o.abandon_previous});
-      }
+      const auto& o = rv->order;
+      Rendezvous order{options_.job_id, o.generation,   o.rank,  o.world,
+                       o.batches,       o.plan_version, o.leave, o.abandon_previous};
+      io_[rv->trainer].last_rendezvous = order;
+      if (auto to = trainer_address(rv->trainer)) tell(*to, order);
     } else if (auto* plan = std::get_if<proto::PlanCommand>(&command)) {
       if (auto to = trainer_address(plan->trainer)) {
         tell(*to, PlanUpdate{plan->order.generation, plan->order.version, plan->order.batches});
@@ -858,6 +858,12 @@ void SchedulerActor::on_message(const runtime::Envelope& message) {
         auto io = io_.find(hello->trainer);
         if (io != io_.end()) io->second.system = message.from.system;
         drive([&] { accepted = job_.hello(hello->trainer, now()); });
+        if (!accepted && !finished_ && io != io_.end() && io->second.last_rendezvous) {
+          // A trainer of the job attaching again (its agent told it this head took over):
+          // what it was last told may not have reached it.
+          tell(runtime::ActorAddress{io->second.system, "trainer"}, *io->second.last_rendezvous);
+          return;
+        }
       }
       if (!accepted) {
         reply.error = finished_ ? "the job has finished" : "unknown trainer";

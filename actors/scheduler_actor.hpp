@@ -85,6 +85,9 @@ class SchedulerActor : public runtime::Actor {
     // The committed step the counters' window ended at; the window of the next heartbeat
     // starts after it (or where the batch changed). Recorded in step events as timing_steps.
     std::int64_t counter_steps = 0;
+    // The last rendezvous meant for it, sent again when it says hello from a new place (after
+    // a head restart or takeover, when the first one had no route to it).
+    std::optional<Rendezvous> last_rendezvous;
   };
 
   scheduler::Millis now() const;

@@ -271,7 +271,16 @@ void WorkerAgent::check_job_after_restart(const std::string& job_id, std::uint64
       [this, job_id, epoch, attempt](runtime::AskResult result) {
         if (epoch != head_epoch_) return;  // a newer start asks again
         if (auto status = result.as<JobStatusReply>()) {
-          if (status->found && !status->finished) return;
+          if (status->found && !status->finished) {
+            // It goes on: its trainers follow this head (a standby may have taken over).
+            for (const auto& [name, hosted] : hosted_) {
+              if (hosted.job_id == job_id && !hosted.system.empty()) {
+                tell(runtime::ActorAddress{hosted.system, "trainer"},
+                     HeadMoved{job_id, head_endpoint()});
+              }
+            }
+            return;
+          }
           stop_job_trainers(job_id, status->found ? "the restarted head ended the job (" +
                                                         status->job.state + ")"
                                                   : "the restarted head does not know the job");

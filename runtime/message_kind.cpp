@@ -17,7 +17,7 @@ std::string_view kind_name(MessageKind kind) {
     OL_KIND(kTrainerReport) OL_KIND(kPlanUpdate) OL_KIND(kTrainerDone) OL_KIND(kStopTrainer)
     OL_KIND(kStoreRequest) OL_KIND(kStoreReply) OL_KIND(kSimpleReply) OL_KIND(kJobStatusRequest)
     OL_KIND(kJobStatusReply) OL_KIND(kTrainerExited) OL_KIND(kSetTrainerSpeed) OL_KIND(kTrainerHelloReply)
-    OL_KIND(kLeaseRequest) OL_KIND(kLeaseGrant) OL_KIND(kUndrainNode)
+    OL_KIND(kLeaseRequest) OL_KIND(kLeaseGrant) OL_KIND(kUndrainNode) OL_KIND(kHeadMoved)
     OL_KIND(kExecutorHello) OL_KIND(kExecutorHelloReply) OL_KIND(kSubmitTask) OL_KIND(kTaskResult)
     OL_KIND(kCreateActor) OL_KIND(kActorCall) OL_KIND(kGetActor) OL_KIND(kActorRef)
     OL_KIND(kKillActor) OL_KIND(kClusterInfoRequest) OL_KIND(kClusterInfoReply)

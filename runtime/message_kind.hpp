@@ -56,6 +56,7 @@ enum class MessageKind : std::uint16_t {
   kLeaseRequest = 222,
   kLeaseGrant = 223,
   kUndrainNode = 224,     // client -> jobs: a drained node usable again by every job
+  kHeadMoved = 225,       // agent -> trainer: the job goes on under the head at this address
   // remote tasks and actors, core/ (300..399)
   kExecutorHello = 300,   // executor -> task router: this node runs these functions
   kExecutorHelloReply = 301,

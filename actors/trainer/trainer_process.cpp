@@ -83,21 +83,40 @@ struct Control {
   std::atomic<std::int64_t> newest_generation{0};  // the newest rendezvous received
 
   // The head whose scheduler speaks for the job: the one the trainer was started by, until
-  // the job's scheduler speaks from another (a standby head took over and resumed the job).
+  // the job's scheduler speaks from another about a newer generation (a standby head took
+  // over and resumed the job). Generations only go up across heads (each is written to the
+  // shared store before it is issued), so a deposed head thawed for a moment, speaking of an
+  // older one, is not followed back.
   std::string head() const {
     std::lock_guard lock(head_mutex);
     return head_system;
   }
-  void heard_scheduler_at(const std::string& system) {
+  // The job's agent says the job goes on under the head at `endpoint`.
+  void head_moved(const std::string& endpoint) {
     std::lock_guard lock(head_mutex);
-    if (system != head_system) {
-      spdlog::info("trainer: the job's scheduler now speaks from {}", system);
+    if (endpoint != head_system)
+      spdlog::info("trainer: the job goes on under the head at {}", endpoint);
+    head_system = endpoint;
+  }
+  void heard_scheduler_at(const std::string& system, std::int64_t generation) {
+    std::lock_guard lock(head_mutex);
+    if (system == head_system) {
+      head_generation = std::max(head_generation, generation);
+    } else if (generation > head_generation) {
+      spdlog::info("trainer: the job's scheduler now speaks from {} (generation {})", system,
+                   generation);
       head_system = system;
+      head_generation = generation;
     }
   }
   mutable std::mutex head_mutex;
   std::string head_system;
+  std::int64_t head_generation = 0;
   std::string scheduler_actor;
+  std::string job;
+  std::string trainer;
+  std::string node;
+  std::string gloo_host;
 
   void push(Inbound message) {
     {
@@ -117,13 +136,12 @@ class TrainerActor : public runtime::Actor {
  public:
   explicit TrainerActor(Control& control) : control_(control) {}
   void on_message(const runtime::Envelope& message) override {
-    if (message.from.actor == control_.scheduler_actor && !message.from.system.empty() &&
-        (message.kind == MessageKind::kRendezvous || message.kind == MessageKind::kLeaseGrant)) {
-      control_.heard_scheduler_at(message.from.system);
-    }
+    const bool from_scheduler =
+        message.from.actor == control_.scheduler_actor && !message.from.system.empty();
     switch (message.kind) {
       case MessageKind::kRendezvous:
         if (auto rv = decode<Rendezvous>(message)) {
+          if (from_scheduler) control_.heard_scheduler_at(message.from.system, rv->generation);
           std::int64_t newest = control_.newest_generation.load();
           while (newest < rv->generation &&
                  !control_.newest_generation.compare_exchange_weak(newest, rv->generation)) {
@@ -146,6 +164,7 @@ class TrainerActor : public runtime::Actor {
         break;
       case MessageKind::kLeaseGrant:
         if (auto grant = decode<LeaseGrant>(message)) {
+          if (from_scheduler) control_.heard_scheduler_at(message.from.system, grant->generation);
           control_.push(proto::LeaseAnswer{grant->generation, grant->seq, grant->granted,
                                            grant->duration_ms, grant->reason, grant->superseded});
         }
@@ -155,6 +174,16 @@ class TrainerActor : public runtime::Actor {
         control_.push(StopRequest{stop ? stop->reason : "stopped", 0});
         break;
       }
+      case MessageKind::kHeadMoved:
+        if (auto moved = decode<HeadMoved>(message); moved && moved->job_id == control_.job) {
+          control_.head_moved(moved->head);
+          // A hello that the scheduler answers only by learning where this trainer is (and
+          // sending again what it sent last); the reply is not needed.
+          tell(runtime::ActorAddress{control_.head(), control_.scheduler_actor},
+               TrainerHello{control_.job, control_.trainer, control_.node,
+                            static_cast<std::int32_t>(::getpid()), control_.gloo_host});
+        }
+        break;
       case MessageKind::kSetTrainerSpeed:
         if (auto speed = decode<SetTrainerSpeed>(message)) {
           control_.slowdown = speed->slowdown;
@@ -654,6 +683,10 @@ int main(int argc, char** argv) {
   control.slowdown = args.slowdown;
   control.head_system = args.head;
   control.scheduler_actor = args.scheduler;
+  control.job = args.job;
+  control.trainer = args.trainer;
+  control.node = args.node;
+  control.gloo_host = args.gloo_host;
   system.spawn<actors::TrainerActor>("trainer", control);
 
   std::atomic<int> exit_code{-1};

@@ -2,12 +2,15 @@
 // killed or frozen, the standby is elected once the lease runs out, takes over the same state
 // (the workers keep their ids and incarnations, and follow it through --other-heads or a list
 // of heads in --address, as clients do), and a
-// frozen head that thaws finds itself deposed and exits without acting again.
+// frozen head that thaws finds itself deposed and exits without acting again. A job running
+// on the old head goes on under the new one, with the same trainer processes, to its end.
 
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <map>
 #include <regex>
+#include <set>
 
 #include "tests/support/cluster.hpp"
 #include "tests/support/etcd.hpp"
@@ -26,7 +29,7 @@ class HeadStandby : public ::testing::Test {
   }
 
   // `omnilearn head` over the shared store, on a port the OS picks.
-  std::unique_ptr<ChildProcess> start_head(bool standby) {
+  std::unique_ptr<ChildProcess> start_head(bool standby, int heartbeat_interval_ms = 100) {
     std::vector<std::string> argv{omnilearn_binary().string(),
                                   "head",
                                   "--host",
@@ -34,7 +37,7 @@ class HeadStandby : public ::testing::Test {
                                   "--port",
                                   "0",
                                   "--heartbeat-interval-ms",
-                                  "100",
+                                  std::to_string(heartbeat_interval_ms),
                                   "--heartbeat-timeout-ms",
                                   "1500",
                                   "--store",
@@ -166,6 +169,97 @@ TEST_F(HeadStandby, TheStandbyTakesOverAKilledOrFrozenHeadAndTheWorkersFollow) {
     for (auto& worker : workers) worker->kill_and_reap();
     standby->kill_and_reap();
     active->kill_and_reap();
+  }
+}
+
+// A job on three workers, the active head killed (or frozen) at step 5: the standby takes over
+// and resumes it from the trainers' state; the trainers follow the new head; the job ends with
+// every step committed once and no trainer started again.
+TEST_F(HeadStandby, AJobGoesOnUnderTheStandbyWithItsTrainers) {
+  for (const bool freeze : {false, true}) {
+    SCOPED_TRACE(freeze ? "SIGSTOP" : "kill -9");
+    store_ = etcd_->store(freeze ? "job-frozen" : "job-killed");
+    auto active = start_head(false, 200);
+    const auto active_address = address_in(*active, "listening on (\\S+)");
+    ASSERT_FALSE(active_address.empty()) << active->describe();
+    auto standby = start_head(true, 200);
+    const auto standby_address =
+        address_in(*standby, "standby on (\\S+): waiting for the active head at");
+    ASSERT_FALSE(standby_address.empty()) << standby->describe();
+    std::vector<std::unique_ptr<ChildProcess>> workers;
+    for (const auto* name : {"w1", "w2", "w3"}) {
+      workers.push_back(std::make_unique<ChildProcess>(
+          std::vector<std::string>{omnilearn_binary().string(), "worker", "--address",
+                                   active_address, "--other-heads", standby_address, "--name",
+                                   name},
+          omnilearn_process_options({.name = std::string("worker ") + name})));
+    }
+    for (auto& worker : workers) ASSERT_TRUE(worker->wait_for_output("joined", 15s));
+
+    constexpr std::int64_t kSteps = 300;
+    ScratchDir scratch(freeze ? "standby-job-frozen" : "standby-job-killed");
+    JobRun run(active_address + "," + standby_address,
+               scratch.write("job.toml", synthetic_elastic_job("standby", kSteps, 11)),
+               scratch.path() / "run");
+    ASSERT_TRUE(run.wait_for_event("step", 90s, [](const nlohmann::json& e) {
+      return e.at("step").get<int>() >= 5;
+    })) << run.describe();
+    ASSERT_EQ(job_trainer_processes(run.id()).size(), 3u);
+
+    if (freeze) {
+      ASSERT_TRUE(active->send_signal(SIGSTOP));
+    } else {
+      active->kill_and_reap();
+    }
+    ASSERT_TRUE(standby->wait_for_output("listening on " + standby_address, 20s))
+        << standby->describe();
+    auto resumed = run.wait_for_event("head_restarted", 30s);
+    ASSERT_TRUE(resumed) << run.describe();
+    EXPECT_EQ(resumed->at("resumed"), true);
+    if (freeze) {
+      // Thawed, the deposed head exits without a word to the trainers.
+      ASSERT_TRUE(active->send_signal(SIGCONT));
+      auto exit = active->wait_exit(15s);
+      ASSERT_TRUE(exit) << "the deposed head is still running: " << active->describe();
+      EXPECT_EQ(exit->code, 1) << active->describe();
+    }
+
+    auto summary = run.wait_finished(180s);
+    ASSERT_TRUE(summary) << run.describe() << standby->describe();
+    SCOPED_TRACE(summary->dump(2));
+    EXPECT_EQ(summary->at("status"), "succeeded");
+    EXPECT_EQ(summary->at("steps"), kSteps);
+    std::map<std::int64_t, std::set<std::int64_t>> generations_of_step;
+    std::int64_t last = 0;
+    int spawns = 0;
+    for (const auto& e : run.events()) {
+      const auto kind = e.value("event", "");
+      if (kind == "spawn") ++spawns;
+      if (kind != "step" && kind != "superseded_step") continue;
+      generations_of_step[e.at("step").get<std::int64_t>()].insert(
+          e.at("generation").get<std::int64_t>());
+      if (kind == "step") {
+        EXPECT_GT(e.at("step").get<std::int64_t>(), last) << e;
+        last = e.at("step").get<std::int64_t>();
+      }
+    }
+    EXPECT_EQ(last, kSteps);
+    for (const auto& [step, generations] : generations_of_step) {
+      EXPECT_EQ(generations.size(), 1u)
+          << "step " << step << " committed by " << generations.size() << " generations";
+    }
+    EXPECT_EQ(spawns, 3) << "trainers were started again";
+    for (auto& worker : workers) worker->kill_and_reap();
+    standby->kill_and_reap();
+    active->kill_and_reap();
+    std::vector<ProcessInfo> left;
+    EXPECT_TRUE(wait_until(
+        [&] {
+          left = job_trainer_processes(run.id());
+          return left.empty();
+        },
+        15s))
+        << describe(left);
   }
 }
 

@@ -118,10 +118,13 @@ std::vector<std::string> member_nodes(const std::vector<Json>& events, std::int6
 }
 
 JobRun::JobRun(TestCluster& cluster, const fs::path& job_file, const fs::path& run_dir)
+    : JobRun(cluster.address(), job_file, run_dir) {}
+
+JobRun::JobRun(const std::string& address, const fs::path& job_file, const fs::path& run_dir)
     : run_dir_(run_dir) {
-  auto result = run_omnilearn({"submit", job_file.string(), "--address", cluster.address(),
-                               "--run-dir", run_dir.string()},
-                              std::chrono::seconds(20));
+  auto result = run_omnilearn(
+      {"submit", job_file.string(), "--address", address, "--run-dir", run_dir.string()},
+      std::chrono::seconds(20));
   static const std::regex submitted(R"(submitted job ([0-9a-f]+))");
   std::smatch match;
   if (result.timed_out || result.status.code != 0 ||

@@ -68,6 +68,9 @@ class JobRun {
 
   JobRun(TestCluster& cluster, const std::filesystem::path& job_file,
          const std::filesystem::path& run_dir);
+  // Submitted to the head(s) at `address` ("HOST:PORT", or several separated by commas).
+  JobRun(const std::string& address, const std::filesystem::path& job_file,
+         const std::filesystem::path& run_dir);
 
   const std::string& id() const { return id_; }
   const std::filesystem::path& run_dir() const { return run_dir_; }
