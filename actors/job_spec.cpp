@@ -367,6 +367,12 @@ JobSpec parse_job_spec(std::string_view toml_text, const std::string& source, Fi
   train.integer("eval_every", spec.train.eval_every, 0);
   train.integer("threads", spec.train.threads, 1, 256);
   train.string("loss", spec.train.loss, {"cross_entropy", "mse"});
+  train.string("precision", spec.train.precision, {"float32", "float64"});
+  if (spec.train.precision == "float64" && spec.mode == "asp") {
+    train.fail("precision",
+               "\"float64\" is for mode = \"bsp\" (the parameter servers of mode = \"asp\" "
+               "hold float32)");
+  }
   auto& opt = spec.optimizer;
   train.string("optimizer", opt.kind, {"sgd", "adam", "adamw"});
   train.number("lr", opt.lr, 0, 1e3, true);

@@ -21,6 +21,10 @@ struct TrainSection {
   std::int64_t eval_every = 0;  // steps between evaluations on the test set (0: only at the end)
   int threads = 1;              // intra-op threads per trainer
   std::string loss = training::kDefaultLoss;  // "cross_entropy" | "mse"
+  // "float32" | "float64": the floating-point type of parameters, gradients, optimizer state and
+  // inputs. float64 makes a run's result independent of how its batches were split (rounding
+  // ~1e-16 instead of ~1e-7 per operation); BSP only.
+  std::string precision = "float32";
 };
 
 struct ControllerSection {

@@ -11,6 +11,10 @@
 //
 // Threads: every method is called from the one training thread that owns the Trainer, except
 // set_slowdown(), set_slowdown_spins() and slowdown(), which any thread may call.
+//
+// The implementation is in parts, one file each (training/trainer_impl.hpp lists them): the
+// gradient exchange, step control, state sync, checkpoints, the flat view for asynchronous
+// training and the compute throttle.
 
 #include <ATen/core/Tensor.h>
 #include <c10/util/intrusive_ptr.h>
@@ -24,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "training/compute_throttle.hpp"
 #include "training/dataset.hpp"
 #include "training/optimizer.hpp"
 #include "training/sampler.hpp"
@@ -226,7 +231,8 @@ class Trainer {
   // Throws CheckpointError if the file is unreadable or does not match this trainer.
   void load_checkpoint(const std::string& path);
 
-  // Heterogeneity emulation: after each compute, sleep (factor - 1) x the compute time.
+  // Heterogeneity emulation: after each compute, sleep (factor - 1) x the compute time (the
+  // built-in SlowdownThrottle; it has no effect while set_compute_throttle() has replaced it).
   // factor >= 1 (std::invalid_argument otherwise). Any thread.
   void set_slowdown(double factor);
   double slowdown() const;
@@ -238,6 +244,10 @@ class Trainer {
   // Spinning makes every worker's work per sample factor x larger under the same quota, as a
   // slower CPU's. Any thread.
   void set_slowdown_spins(bool spins);
+  // Replaces the slowdown emulation above with `throttle` (null: back to it). It paces every
+  // stretch of compute of a step, an evaluation and an asynchronous gradient, after the stretch,
+  // with no lock held (training/compute_throttle.hpp). Training thread, between steps.
+  void set_compute_throttle(std::shared_ptr<ComputeThrottle> throttle);
 
   int64_t step_count() const;  // committed steps
   Cursor cursor() const;

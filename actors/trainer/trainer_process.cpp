@@ -37,6 +37,7 @@
 #include "actors/job_spec.hpp"
 #include "actors/trainer/asp_roles.hpp"
 #include "actors/trainer/runtime_store.hpp"
+#include "actors/trainer/trainer_config.hpp"
 #include "runtime/actor_system.hpp"
 #include "runtime/cluster_file.hpp"
 #include "runtime/shutdown.hpp"
@@ -215,19 +216,11 @@ class TrainingLoop {
     eval_every_ = spec.train.eval_every;
     checkpoint_every_ = spec.checkpoint.every;
 
-    training::TrainerConfig config;
-    config.model = spec.model;
-    config.optimizer = spec.optimizer;
-    config.data = spec.data;
-    config.loss = spec.train.loss;
-    auto data = training::load_datasets(config.data);
+    auto data = training::load_datasets(spec.data);
     const std::int64_t N = data.train->size();
-    const std::int64_t B = spec.train.global_batch;
-    total_steps_ = spec.train.steps > 0 ? spec.train.steps : (spec.train.epochs * N + B - 1) / B;
-    if (config.optimizer.schedule.kind == "cosine" && config.optimizer.schedule.total_steps == 0) {
-      config.optimizer.schedule.total_steps = total_steps_;
-    }
-    trainer_ = std::make_unique<training::Trainer>(config, data);
+    const TrainerSetup setup = trainer_setup(spec, data);
+    total_steps_ = setup.total_steps;
+    trainer_ = std::make_unique<training::Trainer>(setup.config, data);
     trainer_->set_slowdown(control_.slowdown.load());
     trainer_->set_slowdown_spins(args_.slowdown_spins);
     if (!hello->role.empty()) return run_asp(*hello, spec);

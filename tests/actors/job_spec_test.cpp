@@ -72,6 +72,30 @@ TEST(JobSpecController, PersistKeysParseDefaultAndAreLocatedWhenBad) {
   EXPECT_NE(error.find("persist_rounds"), std::string::npos) << error;
 }
 
+// [train] precision: float32 unless asked, float64 on request, anything else a located error;
+// float64 is refused for asynchronous jobs, whose parameter servers hold float32.
+TEST(JobSpecPrecision, Float32UnlessAskedFloat64OnRequestOtherValuesAreLocated) {
+  EXPECT_EQ(parse_job_spec(kBase, "job.toml").train.precision, "float32");
+  EXPECT_EQ(parse_job_spec(kBase + "precision = \"float64\"\n", "job.toml").train.precision,
+            "float64");
+  auto error = error_of(kBase + "precision = \"double\"\n");
+  EXPECT_EQ(error.rfind("job.toml:11:13:", 0), 0u) << error;
+  EXPECT_NE(error.find("[train] precision: expected one of \"float32\", \"float64\", got "
+                       "\"double\""),
+            std::string::npos)
+      << error;
+  error = error_of(kBase + "precision = 64\n");
+  EXPECT_EQ(error.rfind("job.toml:11:13:", 0), 0u) << error;
+  std::string asp = kBase;
+  asp.insert(asp.find("[model]"), "mode = \"asp\"\n");
+  asp.insert(asp.find("steps = 10"), "precision = \"float64\"\n");
+  error = error_of(asp);
+  EXPECT_EQ(error.rfind("job.toml:11:13:", 0), 0u) << error;
+  EXPECT_NE(error.find("is for mode = \"bsp\""), std::string::npos) << error;
+  asp.replace(asp.find("float64"), 7, "float32");
+  EXPECT_EQ(parse_job_spec(asp, "job.toml").train.precision, "float32");
+}
+
 // Users' own models and data: the keys, where a bad value is located, relative paths, and what
 // `omnilearn submit` checks of the files on its own machine (FileChecks::kLocal).
 class JobSpecUserFiles : public ::testing::Test {

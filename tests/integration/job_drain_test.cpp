@@ -1,6 +1,7 @@
 // Issue 5, "Scale-down" (graceful): `omnilearn drain NODE` in the middle of a job moves the
 // node's trainer out at a step boundary: a new generation without it, no committed step lost,
-// nothing abandoned, and the job completes with all its steps. The node itself stays.
+// nothing abandoned, and the job completes with all its steps, its final parameters those of a
+// calm run (float64, to kExactTolerance). The node itself stays.
 
 #include <gtest/gtest.h>
 
@@ -18,7 +19,7 @@ constexpr std::int64_t kSteps = 300;
 
 // Synthetic data and a small MLP: the protocol is tested, not the learning. kSteps is enough
 // that the drain lands well before the end even on an idle machine (steps take >= ~10 ms).
-const std::string kJob = synthetic_elastic_job("e2e-drain", kSteps, 21);
+const std::string kJob = synthetic_elastic_job("e2e-drain", kSteps, 21, "float64");
 
 bool has_trainer_of(const Json& members, const std::string& node) {
   for (const auto& m : members) {
@@ -30,6 +31,7 @@ bool has_trainer_of(const Json& members, const std::string& node) {
 class JobDrain : public JobTest {};
 
 TEST_F(JobDrain, ADrainedNodeLeavesAtAStepBoundaryAndNoStepIsLost) {
+  CalmRun calm(kJob, kSteps);
   ASSERT_NO_FATAL_FAILURE(start_job_on_three_workers("drain", kJob));
   auto& cluster = this->cluster();
   auto& run = *run_;
@@ -65,6 +67,7 @@ TEST_F(JobDrain, ADrainedNodeLeavesAtAStepBoundaryAndNoStepIsLost) {
   EXPECT_EQ(summary->at("abandoned_in_flight_steps"), 0) << "a drain is not a failure";
   EXPECT_TRUE(summary->at("recovery_s").empty());
   EXPECT_GE(summary->at("generations").get<int>(), 2);
+  calm.expect_equal(summary->at("checkpoint").get<std::string>());
 
   const auto& events = run.events();
   const auto drains = events_named(events, "drain");

@@ -1,7 +1,8 @@
 // Issue 6, fault tests with a job: a worker node frozen with SIGSTOP (agent and trainer both, as a
 // hung machine would be) for longer than the heartbeat timeout. The node is declared dead, the
 // job goes on without it, and when the node thaws it rejoins as a new incarnation; its stale
-// trainer must not disturb the job, which completes every step and loses none.
+// trainer must not disturb the job, which completes every step and loses none: its final
+// parameters are those of a calm run (float64, to kExactTolerance).
 
 #include <gtest/gtest.h>
 
@@ -20,11 +21,12 @@ using Json = nlohmann::json;
 
 constexpr std::int64_t kSteps = 300;
 
-const std::string kJob = synthetic_elastic_job("e2e-freeze", kSteps, 37);
+const std::string kJob = synthetic_elastic_job("e2e-freeze", kSteps, 37, "float64");
 
 class JobFreeze : public JobTest {};
 
 TEST_F(JobFreeze, AFrozenNodeIsLeftBehindAndRejoinsAsANewIncarnation) {
+  CalmRun calm(kJob, kSteps);
   ASSERT_NO_FATAL_FAILURE(start_job_on_three_workers("freeze", kJob));
   auto& cluster = this->cluster();
   auto& run = *run_;
@@ -62,6 +64,7 @@ TEST_F(JobFreeze, AFrozenNodeIsLeftBehindAndRejoinsAsANewIncarnation) {
   EXPECT_EQ(summary->at("status"), "succeeded");
   EXPECT_EQ(summary->at("steps"), kSteps);
   EXPECT_EQ(summary->at("lost_steps"), 0) << "committed steps are never redone";
+  calm.expect_equal(summary->at("checkpoint").get<std::string>());
   std::int64_t previous = 0;
   for (const auto& e : events_named(run.events(), "step")) {
     const auto step = e.at("step").get<std::int64_t>();

@@ -1,7 +1,7 @@
 // Issue 5, "Scale-down" (failure): `kill -9` of a worker process in the middle of a job. Its
 // trainer dies with it (PDEATHSIG), the survivors' collective breaks, and the job resumes in a
 // new generation within heartbeat timeout + 2 s of the kill, losing at most the step that was
-// in flight, and completes with all its steps.
+// in flight, and completes with all its steps, its final parameters those of a calm run.
 
 #include <gtest/gtest.h>
 
@@ -19,7 +19,14 @@ using Json = nlohmann::json;
 
 constexpr std::int64_t kSteps = 250;
 
-const std::string kJob = synthetic_elastic_job("e2e-kill", kSteps, 31);
+// float64: the final state must equal a calm run's.
+const std::string kJob = synthetic_elastic_job("e2e-kill", kSteps, 31, "float64");
+
+// Both tests run kJob: one calm run for the two, started with the first.
+CalmRun& calm_run() {
+  static CalmRun run(kJob, kSteps);
+  return run;
+}
 
 double unix_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
@@ -41,6 +48,7 @@ class JobKill : public JobTest {
 };
 
 void JobKill::kill_rank_and_check(int rank) {
+  auto& calm = calm_run();
   ASSERT_NO_FATAL_FAILURE(start_job_on_three_workers("kill", kJob));
   auto& cluster = this->cluster();
   auto& run = *run_;
@@ -93,6 +101,8 @@ void JobKill::kill_rank_and_check(int rank) {
   EXPECT_EQ(summary->at("lost_steps"), 0) << "committed steps are never redone";
   EXPECT_LE(summary->at("abandoned_in_flight_steps").get<int>(), 1);
   ASSERT_EQ(summary->at("recovery_s").size(), 1u);
+  // Nothing lost, nothing doubled: the survivors' parameters are a calm run's.
+  calm.expect_equal(summary->at("checkpoint").get<std::string>());
 
   const auto& events = run.events();
   auto gone = events_named(events, "trainer_gone");

@@ -6,7 +6,8 @@
 // - the second of two jobs waited 60 s for trainer names the first had used;
 // - a leader that exits without its TrainerDone.
 // The deterministic simulation (tests/scheduler/elastic_simulation_test.cpp) covers the rest of
-// the fault matrix; these check that the actors carry the protocol out.
+// the fault matrix; these check that the actors carry the protocol out. The faulted jobs run in
+// float64 and end with a calm run's parameters (CalmRun).
 
 #include <gtest/gtest.h>
 
@@ -58,6 +59,15 @@ void expect_all_steps(const Json& summary) {
   EXPECT_EQ(summary.at("lost_steps"), 0);
 }
 
+// The two faulted jobs of kSteps are one job file but for the name (seed, data, steps): one calm
+// run for both, started with the first.
+const std::string kFaultedJob = synthetic_elastic_job("leader-faults", kSteps, 41, "float64");
+
+CalmRun& calm_run() {
+  static CalmRun run(kFaultedJob, kSteps);
+  return run;
+}
+
 class JobLeaderFaults : public JobTest {
  protected:
   std::string leader_node() {
@@ -79,8 +89,8 @@ class JobLeaderFaults : public JobTest {
 };
 
 TEST_F(JobLeaderFaults, DrainOfTheLeadersNodeFinishesEveryStep) {
-  ASSERT_NO_FATAL_FAILURE(
-      start_job_on_three_workers("drain-leader", synthetic_elastic_job("drain-leader", kSteps, 41)));
+  auto& calm = calm_run();
+  ASSERT_NO_FATAL_FAILURE(start_job_on_three_workers("drain-leader", kFaultedJob));
   const auto victim = leader_node();
   auto drain = run_omnilearn({"drain", victim, "--address", cluster().address()}, 20s);
   ASSERT_EQ(drain.status.code, 0) << drain.err;
@@ -102,12 +112,13 @@ TEST_F(JobLeaderFaults, DrainOfTheLeadersNodeFinishesEveryStep) {
   // member; the one without the drained node; a joiner's), not one every few steps while the
   // drained trainer keeps leading to the end of the job.
   EXPECT_LE(generations.size(), 5u);
+  calm.expect_equal(summary->at("checkpoint").get<std::string>());
   expect_trainers_gone();
 }
 
 TEST_F(JobLeaderFaults, FrozenAgentOfTheLeaderWhileItsTrainerRunsGivesNoSplitBrain) {
-  ASSERT_NO_FATAL_FAILURE(
-      start_job_on_three_workers("freeze-agent", synthetic_elastic_job("freeze-agent", kSteps, 43)));
+  auto& calm = calm_run();
+  ASSERT_NO_FATAL_FAILURE(start_job_on_three_workers("freeze-agent", kFaultedJob));
   const auto victim = leader_node();
   auto& worker = cluster().worker(victim);
   // Only the agent: its trainer keeps running and can still talk to the head and its peers, as
@@ -128,6 +139,7 @@ TEST_F(JobLeaderFaults, FrozenAgentOfTheLeaderWhileItsTrainerRunsGivesNoSplitBra
   SCOPED_TRACE(summary->dump(2));
   expect_all_steps(*summary);
   expect_no_split_brain(run_->events(), kSteps);
+  calm.expect_equal(summary->at("checkpoint").get<std::string>());
   expect_trainers_gone();
 }
 
@@ -165,8 +177,9 @@ TEST_F(JobLeaderFaults, ALeaderThatExitsWithoutItsDoneStillEndsTheJob) {
   for (const auto* worker : {"w1", "w2"}) {
     ASSERT_TRUE(cluster.wait_worker_joined(worker, 15s)) << cluster.worker(worker).describe();
   }
-  JobRun run(cluster, scratch_->write("job.toml", synthetic_elastic_job("exit-before-done", 40, 61)),
-             scratch_->path() / "run");
+  const std::string job = synthetic_elastic_job("exit-before-done", 40, 61, "float64");
+  CalmRun calm(job, 40);
+  JobRun run(cluster, scratch_->write("job.toml", job), scratch_->path() / "run");
   auto summary = run.wait_finished(90s);
   ASSERT_TRUE(summary) << run.describe();
   SCOPED_TRACE(summary->dump(2));
@@ -179,6 +192,7 @@ TEST_F(JobLeaderFaults, ALeaderThatExitsWithoutItsDoneStillEndsTheJob) {
   ASSERT_FALSE(summary->at("checkpoints").empty());
   EXPECT_EQ(summary->at("checkpoints").back().at("path"), summary->at("checkpoint"));
   EXPECT_EQ(summary->at("checkpoints").back().at("node"), summary->at("checkpoint_node"));
+  calm.expect_equal(summary->at("checkpoint").get<std::string>());
   // And `status` says so too, for the finished job.
   auto status = run_omnilearn({"status", "--json", "--address", cluster.address()}, 20s);
   ASSERT_EQ(status.status.code, 0) << status.err;

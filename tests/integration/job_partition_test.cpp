@@ -1,7 +1,8 @@
 // Issue 6, fault tests with a job: a node cut off from the head and from the other trainers by a
 // network partition (the veth link between two network namespaces this test creates goes
 // down). The node is declared dead, the job goes on with the two nodes on the head's side, and
-// when the link returns the node rejoins as a new incarnation; the job completes every step.
+// when the link returns the node rejoins as a new incarnation; the job completes every step, its
+// final parameters those of a calm run (float64, to kExactTolerance).
 // Skipped, with the reason, where network namespaces cannot be created.
 
 #include <gtest/gtest.h>
@@ -20,7 +21,7 @@ using Json = nlohmann::json;
 
 constexpr std::int64_t kSteps = 300;
 
-const std::string kJob = synthetic_elastic_job("e2e-partition", kSteps, 41);
+const std::string kJob = synthetic_elastic_job("e2e-partition", kSteps, 41, "float64");
 
 std::optional<Json> wait_for_event(const std::filesystem::path& run_dir,
                                    const std::function<bool(const Json&)>& predicate,
@@ -53,6 +54,7 @@ TEST(JobPartition, APartitionedNodeIsLeftBehindAndRejoinsWhenTheLinkReturns) {
   NetworkPair network;
   std::string why;
   if (!network.create(&why)) GTEST_SKIP() << "partition test skipped: " << why;
+  CalmRun calm(kJob, kSteps);
   // Job-test heartbeats (200 ms, dead after 1.5 s): trainers loading LibTorch on two cores.
   NamespacedCluster cluster(network, 200ms, 1500ms);
   cluster.start_worker("near1", Side::kHead);
@@ -112,6 +114,7 @@ TEST(JobPartition, APartitionedNodeIsLeftBehindAndRejoinsWhenTheLinkReturns) {
     previous = step;
   }
   EXPECT_EQ(previous, kSteps);
+  calm.expect_equal(summary->at("checkpoint").get<std::string>());
 }
 
 }  // namespace

@@ -1,7 +1,9 @@
 // Issue 5, "Scale-up": a fourth worker joins a running job -> a new generation with four members;
 // the joiner receives the state (every rank of that generation reports the same parameter
 // checksum at the same step when it has synced) and trains (steps with four batches, its own
-// non-zero).
+// non-zero), and a checkpoint written after the joiner trained holds a calm run's parameters
+// (float64, to kExactTolerance): the state it received is the committed one, and no step was
+// lost or doubled across the regroup.
 
 #include <gtest/gtest.h>
 
@@ -39,6 +41,7 @@ optimizer = "sgd"
 lr = 0.05
 momentum = 0.9
 seed = 11
+precision = "float64"
 
 [controller]
 policy = "proportional"
@@ -49,6 +52,9 @@ cooldown = 2
 [elastic]
 min_workers = 3
 max_workers = 4
+
+[checkpoint]
+every = 10
 )";
 
 class JobScaleUp : public JobTest {};
@@ -141,6 +147,14 @@ TEST_F(JobScaleUp, AFourthWorkerJoinsReceivesTheStateAndTrains) {
     previous = step;
   }
 
+  // A checkpoint of a step the four trained (the leader writes one every 10 steps) is a calm
+  // run's state at that step.
+  auto checkpointed = run.wait_for_event("step", 30s, [&](const Json& e) {
+    return e.contains("checkpoint") && e.at("generation").get<std::int64_t>() == generation &&
+           e.at("step").get<std::int64_t>() > trained->at("step").get<std::int64_t>();
+  });
+  ASSERT_TRUE(checkpointed) << run.describe();
+
   // Stop it; the four trainers leave with the job.
   auto stop = run_omnilearn({"stop", run.id(), "--address", cluster.address()}, 20s);
   ASSERT_EQ(stop.status.code, 0) << stop.err;
@@ -148,6 +162,9 @@ TEST_F(JobScaleUp, AFourthWorkerJoinsReceivesTheStateAndTrains) {
   ASSERT_TRUE(summary) << run.describe();
   EXPECT_EQ(summary->at("status"), "stopped");
   EXPECT_EQ(summary->at("lost_steps"), 0);
+  expect_calm_replay_equal(dir.path() / "job.toml",
+                           checkpointed->at("checkpoint").get<std::string>(),
+                           checkpointed->at("step").get<std::int64_t>());
   std::vector<ProcessInfo> left;
   EXPECT_TRUE(wait_until(
       [&] {

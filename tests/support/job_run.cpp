@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -257,7 +258,8 @@ std::vector<ProcessInfo> job_trainer_processes(const std::string& job_id) {
   return trainers;
 }
 
-std::string synthetic_elastic_job(const std::string& name, std::int64_t steps, std::uint64_t seed) {
+std::string synthetic_elastic_job(const std::string& name, std::int64_t steps, std::uint64_t seed,
+                                  const std::string& precision) {
   return R"(
 [job]
 name = ")" + name + R"("
@@ -278,6 +280,7 @@ optimizer = "sgd"
 lr = 0.05
 momentum = 0.9
 seed = )" + std::to_string(seed) + R"(
+precision = ")" + precision + R"("
 
 [controller]
 policy = "proportional"
@@ -289,6 +292,73 @@ cooldown = 2
 min_workers = 2
 max_workers = 3
 )";
+}
+
+namespace {
+
+std::filesystem::path replay_program() {
+  return omnilearn_binary().parent_path() / "omnilearn-parameter-replay";
+}
+
+// Runs the replay program with `args` and checks its comparison report with EXPECTs.
+nlohmann::json expect_replay_report(const std::vector<std::string>& args, std::int64_t steps) {
+  std::vector<std::string> argv{replay_program().string()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  auto r = run_command(argv, std::chrono::minutes(5));
+  std::string command;
+  for (const auto& a : argv) command += a + " ";
+  EXPECT_TRUE(r.status.exited() && r.status.code == 0)
+      << command << ": " << r.status.to_string() << "\n" << r.out << r.err;
+  if (!r.status.exited() || r.status.code != 0) return {};
+  const auto report = nlohmann::json::parse(r.out);
+  std::printf("compared with a calm run: %s\n", report.dump().c_str());
+  EXPECT_EQ(report.at("steps").get<std::int64_t>(), steps) << report.dump();
+  EXPECT_TRUE(report.at("cursor_equal").get<bool>()) << report.dump();
+  EXPECT_GT(report.at("elements").get<std::int64_t>(), 0) << report.dump();
+  EXPECT_LE(report.at("max_abs_diff").get<double>(), kExactTolerance)
+      << "the job's state differs from a calm run's: " << report.dump();
+  return report;
+}
+
+}  // namespace
+
+CalmRun::CalmRun(const std::string& job_text, std::int64_t steps)
+    : dir_(std::make_unique<ScratchDir>("calm-run")), steps_(steps) {
+  job_file_ = dir_->write("job.toml", job_text);
+  calm_file_ = dir_->path() / "calm.pt";
+  ProcessOptions options;
+  options.name = "calm-run";
+  process_ = std::make_unique<ChildProcess>(
+      std::vector<std::string>{"/usr/bin/nice", "-n", "19", replay_program().string(),
+                               job_file_.string(), "--steps", std::to_string(steps), "--save",
+                               calm_file_.string()},
+      options);
+}
+
+CalmRun::~CalmRun() = default;
+
+nlohmann::json CalmRun::expect_equal(const std::string& checkpoint) {
+  EXPECT_FALSE(checkpoint.empty()) << "the job wrote no checkpoint to compare";
+  if (checkpoint.empty()) return {};
+  if (!done_) {
+    // The job is over: nothing is left to yield to.
+    ::setpriority(PRIO_PROCESS, static_cast<id_t>(process_->pid()), 0);
+    const auto exit = process_->wait_exit(std::chrono::minutes(5));
+    EXPECT_TRUE(exit && exit->exited() && exit->code == 0)
+        << "the calm run failed: " << (exit ? exit->to_string() : "still running") << "\n"
+        << process_->output(Stream::kStdout) << process_->output(Stream::kStderr);
+    if (!exit || !exit->exited() || exit->code != 0) return {};
+    done_ = true;
+  }
+  return expect_replay_report({job_file_.string(), checkpoint, "--calm", calm_file_.string()},
+                              steps_);
+}
+
+nlohmann::json expect_calm_replay_equal(const std::filesystem::path& job_file,
+                                        const std::string& checkpoint, std::int64_t steps) {
+  EXPECT_FALSE(checkpoint.empty()) << "the job wrote no checkpoint to compare";
+  if (checkpoint.empty()) return {};
+  return expect_replay_report({job_file.string(), checkpoint}, steps);
 }
 
 HeadOptions job_head_options() {

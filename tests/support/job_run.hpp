@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -20,6 +21,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "tests/support/child_process.hpp"
 #include "tests/support/cluster.hpp"
 
 namespace omnilearn::testing {
@@ -120,8 +122,52 @@ std::optional<bool> ignores_signal(pid_t pid, int sig);
 std::vector<ProcessInfo> job_trainer_processes(const std::string& job_id);
 
 // The elastic-protocol tests' job: a small MLP on synthetic data (the protocol is tested, not
-// the learning), global batch 384, proportional control every 10 steps, 2..3 workers.
-std::string synthetic_elastic_job(const std::string& name, std::int64_t steps, std::uint64_t seed);
+// the learning), global batch 384, proportional control every 10 steps, 2..3 workers, in
+// `precision` ("float32" or "float64": [train] precision).
+std::string synthetic_elastic_job(const std::string& name, std::int64_t steps, std::uint64_t seed,
+                                  const std::string& precision = "float32");
+
+// Largest difference allowed between a float64 job's final state and its calm run: float64
+// rounding, grown over a few hundred steps of heterogeneous batches, stays orders of magnitude
+// below it (each comparison prints the difference it found), while a step lost, doubled or
+// trained on other samples moves the parameters by far more.
+inline constexpr double kExactTolerance = 1e-9;
+
+// The calm run a fault test compares its job with: the job file's replica trained alone for
+// `steps` steps by the omnilearn-parameter-replay program beside the omnilearn binary
+// (tests/training/parameter_replay.cpp), with batch B: what any split of B over any workers
+// computes, up to rounding. It starts at construction, in the background at the lowest CPU
+// priority (nice 19), so that the job under test keeps the CPU it needs and the calm run gets
+// what the job leaves idle; a test binary whose tests run one job (same seed, data and steps)
+// shares one.
+class CalmRun {
+ public:
+  CalmRun(const std::string& job_text, std::int64_t steps);
+  ~CalmRun();
+  CalmRun(const CalmRun&) = delete;
+  CalmRun& operator=(const CalmRun&) = delete;
+
+  // Waits for the calm run (it then runs at normal priority), then checks with EXPECTs that the
+  // state in `checkpoint`, written by a job of the same file, is at the same step and equals it:
+  // every parameter, buffer and optimizer-state element within kExactTolerance, the data cursor
+  // equal. Returns the comparison's report (empty if it could not run).
+  nlohmann::json expect_equal(const std::string& checkpoint);
+
+ private:
+  std::unique_ptr<ScratchDir> dir_;
+  std::filesystem::path job_file_;
+  std::filesystem::path calm_file_;
+  std::int64_t steps_;
+  std::unique_ptr<ChildProcess> process_;
+  bool done_ = false;
+};
+
+// Checks, with EXPECTs, that the state in `checkpoint` (written by a job of `job_file`) equals a
+// calm run's trained to the checkpoint's step, computed now: for a job whose length the test
+// decides while it runs. Every element within kExactTolerance, the cursor equal, the checkpoint
+// at step `steps`. Returns the report (empty if the comparison could not run).
+nlohmann::json expect_calm_replay_equal(const std::filesystem::path& job_file,
+                                        const std::string& checkpoint, std::int64_t steps);
 
 // Heartbeats for job tests: every 200 ms, dead after 1500 ms. The membership tests' 100/600 ms
 // is too tight for LibTorch processes sharing two cores (a trainer start or a busy step would

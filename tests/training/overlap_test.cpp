@@ -55,6 +55,61 @@ TEST(Overlap, BucketsAreLaunchedWhileBackwardRuns) {
   });
 }
 
+// An injected compute throttle paces a step stretch by stretch: once after forward, before the
+// buckets that backward completes (so a slowed rank's buckets are ready as late as a slower
+// machine's), once at the end; its added time is the step's slowdown_time_s. One that is not
+// active is never called.
+class CountingThrottle : public ComputeThrottle {
+ public:
+  explicit CountingThrottle(bool active) : active_(active) {}
+  bool active() const override { return active_; }
+  ThrottleCharge after_compute(double wall_s, double cpu_s) override {
+    ++calls;
+    EXPECT_GE(wall_s, 0.0);
+    EXPECT_GE(cpu_s, 0.0);
+    return {0.25, 0.0};  // claims a quarter second per stretch, sleeps none
+  }
+  int calls = 0;
+
+ private:
+  bool active_;
+};
+
+TEST(Overlap, AnInjectedThrottlePacesEachStretchOfCompute) {
+  at::set_num_threads(1);
+  const TrainerConfig config = small_buckets();
+  const DatasetPair data = load_datasets(config.data);
+  testing::LoopbackStore store;
+  testing::run_ranks(2, [&](int rank) {
+    Trainer t(config, data);
+    ASSERT_TRUE(t.join_group(store.client(), 0, rank, 2, 20s, testing::loopback()).ok);
+    ASSERT_TRUE(t.sync_state_from_rank0().ok);
+    auto idle = std::make_shared<CountingThrottle>(false);
+    t.set_compute_throttle(idle);
+    ASSERT_TRUE(t.step({40, 40}).committed);
+    EXPECT_EQ(idle->calls, 0);
+    auto counting = std::make_shared<CountingThrottle>(true);
+    t.set_compute_throttle(counting);
+    const StepResult r = t.step({40, 40});
+    ASSERT_TRUE(r.committed) << r.error;
+    ASSERT_GE(r.buckets, 3);
+    EXPECT_EQ(r.buckets_launched_in_backward, r.buckets);
+    // At least one bucket paced inside backward; at most one pacing per bucket (buckets that
+    // complete together are paced once).
+    EXPECT_GE(counting->calls, 3);
+    EXPECT_LE(counting->calls, 2 + r.buckets);
+    EXPECT_DOUBLE_EQ(r.slowdown_time_s, 0.25 * counting->calls);
+    EXPECT_GE(r.compute_time_s, r.slowdown_time_s);
+    // Back to the built-in slowdown, at factor 1: nothing added.
+    const int calls_before = counting->calls;
+    t.set_compute_throttle(nullptr);
+    const StepResult plain = t.step({40, 40});
+    ASSERT_TRUE(plain.committed) << plain.error;
+    EXPECT_EQ(plain.slowdown_time_s, 0.0);
+    EXPECT_EQ(counting->calls, calls_before);
+  });
+}
+
 TEST(Overlap, OneBucketIsLaunchedInBackwardToo) {
   at::set_num_threads(1);
   TrainerConfig config = testing::synthetic_config(2000);  // 4 MiB: one gradient bucket
