@@ -1377,6 +1377,13 @@ class Simulation {
       const auto last_gen = [](const Proc* p) {
         return p->history.empty() ? std::int64_t{-1} : p->history.back();
       };
+      std::int64_t most = -1;
+      std::set<std::int64_t> last_gens;  // of the ranks with the most steps
+      for (Proc* p : ranks) most = std::max(most, p->step);
+      for (Proc* p : ranks) {
+        if (p->step == most) last_gens.insert(last_gen(p));
+      }
+      if (last_gens.size() > 1) ++result_.stats.sync_ties;
       Proc* best = nullptr;
       for (Proc* p : ranks) {
         if (!best || p->step > best->step ||

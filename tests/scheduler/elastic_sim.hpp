@@ -137,6 +137,9 @@ struct SimStats {
   // The longest a generation's leader waited for its lease because the previous leader's had
   // not run out: the head's time from its first such refusal to the grant.
   std::int64_t lease_wait_ms = 0;
+  // Syncs whose ranks with the most steps differ in the generation of their last step: the
+  // sync's tie-break decides which state goes on.
+  std::int64_t sync_ties = 0;
 };
 
 struct SimResult {

@@ -122,6 +122,8 @@ TEST(ElasticSimulation, SeededFaultSchedules) {
     total.gate_drops += r.stats.gate_drops;
     total.late_exchanges += r.stats.late_exchanges;
     total.follower_only += r.stats.follower_only;
+    total.sync_ties += r.stats.sync_ties;
+    total.lease_wait_ms = std::max(total.lease_wait_ms, r.stats.lease_wait_ms);
     sim_ms += std::max<std::int64_t>(r.finished_at_ms, 0);
     std::string outcome = r.state.empty() ? "unfinished" : r.state;
     if (r.state == "failed") {
@@ -177,7 +179,9 @@ TEST(ElasticSimulation, SeededFaultSchedules) {
   std::cout << "fused step: " << total.gate_waits << " commit-gate waits for a renewal, "
             << total.gate_drops << " steps dropped at the gate, " << total.late_exchanges
             << " exchanges completed by a late post, " << total.follower_only
-            << " steps committed by followers alone\n";
+            << " steps committed by followers alone, " << total.sync_ties
+            << " syncs decided by the tie-break; the longest wait for a lease "
+            << total.lease_wait_ms << " ms\n";
   std::cout << "outcomes:\n";
   for (const auto& [outcome, count] : outcomes)
     std::cout << "  " << count << "  " << outcome << "\n";
