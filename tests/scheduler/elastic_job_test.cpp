@@ -216,8 +216,7 @@ TEST(ElasticJob, ALeadersLeaseIsReleasedByProofOfItsExitNotBySilence) {
     ASSERT_EQ(members.size(), 2u);
     const std::int64_t g = job.generation();
     for (std::int32_t r = 0; r < 2; ++r) {
-      job.report(members[static_cast<size_t>(r)], {MemberReport::Kind::kSynced, g, r, 0, "", 0},
-                 2);
+      job.report(members[static_cast<size_t>(r)], {MemberReport::Kind::kSynced, g, r, 0, "", 0}, 2);
     }
     job.lease_request(members[0], {g, 1, 0}, 2);
     job.report(members[0], {MemberReport::Kind::kStep, g, 0, 5, "", 0}, 50);

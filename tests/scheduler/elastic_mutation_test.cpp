@@ -54,12 +54,12 @@ TEST_P(ElasticMutation, BreakingTheRuleFailsTheSimulation) {
 // holders with the same step count but different last generations into one sync (a follower's
 // step that its leader's gate refused, met by a newer generation's version of that step), so
 // the seeds do not check the sync's tie-break yet (SimStats::sync_ties counts such syncs; the
-// seeded test prints the total). Nor did 3,000 schedules aimed at it (freezes of a trainer or
-// node timed around the collective timeout, head partitions, kills, fewer max_workers than
-// nodes) bring one. Reading the rules says why: a follower commits a step its leader's gate
-// refused only through an exchange that completes late, after it thawed; had it missed its
-// probe by then it is written off and stopped, and if it answered it stays a member of the
-// next generation, whose sync spreads that step before any generation can commit another
+// seeded test prints the total). Nor did 63,000 schedules aimed at it (2 to 9 faults of every
+// kind, trainer freezes timed around the collective timeout, fewer max_workers than nodes, 5%
+// message loss in half of them) bring one. Reading the rules says why: a follower commits a step
+// its leader's gate refused only through an exchange that completes late, after it thawed; had it
+// missed its probe by then it is written off and stopped, and if it answered it stays a member of
+// the next generation, whose sync spreads that step before any generation can commit another
 // version of it. Leaving such a follower out would take the scheduler ranking trainers that
 // did not hold the job's state ahead of it.
 // Nor are the two rules of a restored job (Mutation::kRestoreTrustsSnapshot,

@@ -257,7 +257,7 @@ class Simulation {
     std::string stopped_by;  // the scheduler's stop reason
     Us exited_at = -1;
     bool exit_faulted = false;            // killed, or exited soon after a fault hit it
-    bool connection_reset = false;  // killed on a machine that stays up: probes fail at once
+    bool connection_reset = false;        // killed on a machine that stays up: probes fail at once
     std::int64_t synced_generation = -1;  // newest generation it completed a sync in
     int immediate_waits = 0;
   };
@@ -1645,8 +1645,8 @@ class Simulation {
         note_fault(f.kind, at_leader,
                    n.name + (f.machine_up ? ", machine up" : "") +
                        (f.restart_after_ms >= 0
-                                 ? " (back after " + std::to_string(f.restart_after_ms) + " ms)"
-                                 : " (for good)"));
+                            ? " (back after " + std::to_string(f.restart_after_ms) + " ms)"
+                            : " (for good)"));
         mark_fault(idx);
         n.up = false;
         n.id.clear();

@@ -340,9 +340,8 @@ TEST(ElasticScenario, LeaderKnownDeadIsNotWaitedFor) {
     EXPECT_EQ(r.stats.at_leader[static_cast<int>(FaultKind::kKillNode)], 1);
     expect_succeeded(r, c);
     lease_wait[machine_up] = r.stats.lease_wait_ms;
-    std::cout << (machine_up ? "machine up" : "machine dead")
-              << ": the next leader waited " << r.stats.lease_wait_ms
-              << " ms (simulated) for its lease\n";
+    std::cout << (machine_up ? "machine up" : "machine dead") << ": the next leader waited "
+              << r.stats.lease_wait_ms << " ms (simulated) for its lease\n";
   }
   EXPECT_EQ(lease_wait[true], 0) << "the dead leader's process was known to be gone";
   EXPECT_GT(lease_wait[false], 0) << "a probe that timed out must not release the lease";
