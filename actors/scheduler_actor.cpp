@@ -331,7 +331,13 @@ void SchedulerActor::carry_out(std::vector<scheduler::JobCommand> commands) {
                                  runtime::MessageKind::kPing,
                                  runtime::pack_payload(runtime::Ping{0}), self()),
           std::chrono::milliseconds(1000), [this, name, generation](runtime::AskResult result) {
-            drive([&] { job_.probe_result(name, generation, result.ok(), result.error, now()); });
+            // "peer ... is unreachable": the trainer's connection to the head is closed (its
+            // process exited, the kernel reset it), which proves it gone; a timeout does not.
+            const bool gone = result.status == runtime::AskResult::Status::kUnreachable &&
+                              result.error.rfind("peer ", 0) == 0;
+            drive([&] {
+              job_.probe_result(name, generation, result.ok(), result.error, now(), gone);
+            });
           });
     } else if (auto* drop = std::get_if<proto::DropStoreKeysCommand>(&command)) {
       // The trainers' store prefix is job/<id>/gen/<g>/ (actors/trainer/trainer_process.cpp).

@@ -956,7 +956,14 @@ void ElasticJob::done(const std::string& trainer, const MemberDone& d, Millis no
 }
 
 void ElasticJob::probe_result(const std::string& trainer, std::int64_t generation, bool reachable,
-                              const std::string& error, Millis now) {
+                              const std::string& error, Millis now, bool process_gone) {
+  // A lease holder whose process is gone commits nothing more, whichever generation the probe
+  // was for: its successor need not wait for the lease to run out (as after its agent reported
+  // its exit). Silence is not that proof: a frozen or cut-off leader may still commit under its
+  // lease once it runs again, so a probe that timed out leaves the lease to run out.
+  const bool released =
+      !reachable && (process_gone || options_.mutation == Mutation::kGrantOnSilence);
+  if (released && trainer == lease_holder_ && !finished_) lease_released_ = true;
   if (finished_ || generation != generation_) return;
   Trainer* t = find(trainer);
   if (!t || t->view.phase == Phase::kGone) return;

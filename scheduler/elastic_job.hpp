@@ -10,7 +10,8 @@
 //   done is evidence, never a decision, and is ignored when its generation is superseded.
 // - Fencing: the generation number fences every report; a leader commits steps only under a
 //   lease for its generation, and a lease for a newer generation is granted only once the older
-//   one has run out (plus a margin for clock rates) or its holder is known to have let go.
+//   one has run out (plus a margin for clock rates) or its holder is known to have let go or to
+//   be gone (its agent reported its exit, or a probe found its connection closed).
 // - Bounded liveness: spawning, forming and training all have deadlines; formation failures back
 //   off; a job that cannot train for its grace period fails with the reason.
 // - A generation never starts from nothing: it includes a survivor of the last one, or a trainer
@@ -196,8 +197,11 @@ class ElasticJob {
   void progress(const std::string& trainer, std::int64_t committed_step);  // heartbeat counters
   void lease_request(const std::string& trainer, const LeaseAsk& ask, Millis now);
   void done(const std::string& trainer, const MemberDone& done, Millis now);
+  // `process_gone`: the probe failed at once because the trainer's connection is closed
+  // (refused or reset by its machine), which proves its process has exited; a probe that timed
+  // out proves nothing (a frozen process, a partition, a dead machine all look the same).
   void probe_result(const std::string& trainer, std::int64_t generation, bool reachable,
-                    const std::string& error, Millis now);
+                    const std::string& error, Millis now, bool process_gone = false);
 
   // The controller's new split for the current generation; sent to its leader. False (and
   // nothing sent) when there is no training generation or the split does not fit it.

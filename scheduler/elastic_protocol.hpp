@@ -102,7 +102,8 @@ enum class Mutation {
   kNoCommitRenewal,    // ElasticMember: the gate commits a step that outlasted the lease, unrenewed
   kCommitUnconfirmed,  // ElasticMember: a follower commits whatever rank 0's words say
   kSyncTieLowestRank,  // sync ties go to the lowest rank, not the newest generation's last step
-  kGrantOnSilence,     // ElasticJob: a new lease at once when the old leader is merely silent
+  kGrantOnSilence,     // ElasticJob: a failed probe of the old leader releases its lease even
+                       // when it timed out (silence), not only when its connection was closed
   kRestoreTrustsSnapshot,  // ElasticJob::restore: the trainers' steps as persisted, no waiting
   kRestoreForgetsLease,    // ElasticJob::restore: the lease in force treated as run out
 };

@@ -8,6 +8,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <iostream>
 
 #include "tests/support/job_run.hpp"
 
@@ -83,6 +84,17 @@ void JobKill::kill_rank_and_check(int rank) {
   const double resumed_after = recovered->at("time").get<double>() - killed_at;
   EXPECT_LE(resumed_after, allowed) << "resumed " << resumed_after << " s after the kill\n"
                                     << run.describe();
+  // How long the survivors' leader waited for its lease (lease_refused events of the generation
+  // that recovered, first refusal to the recovery): for information, not asserted (timing).
+  double lease_wait = 0;
+  for (const auto& e : events_named(run.events(), "lease_refused")) {
+    if (e.at("generation") == recovered->at("generation")) {
+      lease_wait = recovered->at("time").get<double>() - e.at("time").get<double>();
+      break;
+    }
+  }
+  std::cout << "rank " << rank << " killed: resumed " << resumed_after
+            << " s after the kill; its leader waited " << lease_wait << " s for the lease\n";
   auto without = run.wait_for_event("generation", 1s, [&](const Json& e) {
     return e.at("generation").get<int>() > first_generation.at("generation").get<int>() &&
            !has_trainer_of(e.at("members"), victim);

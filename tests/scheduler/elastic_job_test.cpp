@@ -195,5 +195,53 @@ TEST(ElasticJob, AKilledMemberIsWrittenOffWhenTheSurvivorAnswersInTheSameMillise
   EXPECT_EQ(job.members(), std::vector<std::string>{survivor});
 }
 
+// A leader whose process is known to be gone commits nothing more, so its successor's lease is
+// granted at once; a leader that merely did not answer (frozen, cut off) may still commit under
+// its lease when it runs again, so its successor waits for the lease to run out (plus margin).
+TEST(ElasticJob, ALeadersLeaseIsReleasedByProofOfItsExitNotBySilence) {
+  for (const bool process_gone : {true, false}) {
+    SCOPED_TRACE(process_gone ? "connection refused" : "probe timed out");
+    ElasticJobOptions o;
+    o.min_workers = 1;
+    o.max_workers = 2;
+    o.total_steps = 100;
+    o.lease_duration = 1000;
+    o.lease_margin = 200;
+    ElasticJob job = make_job(o);
+    job.node_up("n1", "w1", 0);
+    job.node_up("n2", "w2", 0);
+    job.start(0);
+    for (const auto& s : commands_of<SpawnCommand>(job)) ASSERT_TRUE(job.hello(s.trainer, 1));
+    const std::vector<std::string> members = job.members();
+    ASSERT_EQ(members.size(), 2u);
+    const std::int64_t g = job.generation();
+    for (std::int32_t r = 0; r < 2; ++r) {
+      job.report(members[static_cast<size_t>(r)], {MemberReport::Kind::kSynced, g, r, 0, "", 0}, 2);
+    }
+    job.lease_request(members[0], {g, 1, 0}, 2);
+    job.report(members[0], {MemberReport::Kind::kStep, g, 0, 5, "", 0}, 50);
+    job.take_commands();
+    const std::string leader = members[0], survivor = members[1];
+    job.report(survivor, {MemberReport::Kind::kBroken, g, 1, 5, "connection reset", 0}, 100);
+    ASSERT_EQ(commands_of<ProbeCommand>(job).size(), 2u);
+    job.probe_result(leader, g, false, process_gone ? "peer unreachable" : "probe timed out", 100,
+                     process_gone);
+    job.probe_result(survivor, g, true, "", 100);
+    ASSERT_EQ(job.members(), std::vector<std::string>{survivor});
+    const std::int64_t next = job.generation();
+    job.take_commands();
+    job.lease_request(survivor, {next, 1, 5}, 150);
+    auto answers = commands_of<LeaseCommand>(job);
+    ASSERT_EQ(answers.size(), 1u);
+    EXPECT_EQ(answers[0].answer.granted, process_gone) << answers[0].answer.reason;
+    if (!process_gone) {
+      job.lease_request(survivor, {next, 2, 5}, 2 + 1000 + 200 + 1);
+      answers = commands_of<LeaseCommand>(job);
+      ASSERT_EQ(answers.size(), 1u);
+      EXPECT_TRUE(answers[0].answer.granted) << answers[0].answer.reason;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace omnilearn::scheduler

@@ -257,6 +257,7 @@ class Simulation {
     std::string stopped_by;  // the scheduler's stop reason
     Us exited_at = -1;
     bool exit_faulted = false;            // killed, or exited soon after a fault hit it
+    bool connection_reset = false;        // killed on a machine that stays up: probes fail at once
     std::int64_t synced_generation = -1;  // newest generation it completed a sync in
     int immediate_waits = 0;
   };
@@ -482,6 +483,14 @@ class Simulation {
   }
   void handle(LeaseCommand& c) {
     if (c.answer.granted) leased_generation_ = std::max(leased_generation_, c.answer.generation);
+    const std::int64_t g = c.answer.generation;
+    if (!c.answer.granted && !c.answer.superseded && !lease_refused_at_.count(g)) {
+      lease_refused_at_[g] = head_now();
+    } else if (c.answer.granted && lease_refused_at_.count(g)) {
+      result_.stats.lease_wait_ms =
+          std::max(result_.stats.lease_wait_ms, head_now() - lease_refused_at_[g]);
+      lease_refused_at_[g] = std::numeric_limits<Millis>::max();  // counted once
+    }
     LeaseAnswer answer = c.answer;
     to_trainer(c.trainer, [this, answer](Proc& p) { p.member->on_lease(answer, local_now(p)); });
   }
@@ -524,7 +533,10 @@ class Simulation {
       if (!open_probes_.erase(id)) return;
       SLOG("head: probe ", trainer, " g", generation,
            reachable ? " reachable" : " unreachable: ", error);
-      job_.probe_result(trainer, generation, reachable, error, head_now());
+      // The adapter's rule (actors/scheduler_actor.cpp): a closed connection proves the
+      // process gone; a timeout, or a process never started, does not.
+      job_.probe_result(trainer, generation, reachable, error, head_now(),
+                        error == "peer unreachable");
       dispatch();
     };
     open_probes_.insert(id);
@@ -539,7 +551,8 @@ class Simulation {
       // The process is gone but its machine is up: the connection was closed, a send fails at
       // once. A dead machine says nothing: the probe times out.
       Node& n = node(p->node);
-      if (n.up && n.agent_pid == p->agent_pid && n.freeze_node == 0 && n.head_cut == 0) {
+      const bool machine_up = (n.up && n.agent_pid == p->agent_pid) || p->connection_reset;
+      if (machine_up && n.freeze_node == 0 && n.head_cut == 0) {
         at(now_ + 200, [answer] { answer(false, "peer unreachable"); });
       }
       return;
@@ -1364,6 +1377,13 @@ class Simulation {
       const auto last_gen = [](const Proc* p) {
         return p->history.empty() ? std::int64_t{-1} : p->history.back();
       };
+      std::int64_t most = -1;
+      std::set<std::int64_t> last_gens;  // of the ranks with the most steps
+      for (Proc* p : ranks) most = std::max(most, p->step);
+      for (Proc* p : ranks) {
+        if (p->step == most) last_gens.insert(last_gen(p));
+      }
+      if (last_gens.size() > 1) ++result_.stats.sync_ties;
       Proc* best = nullptr;
       for (Proc* p : ranks) {
         if (!best || p->step > best->step ||
@@ -1623,16 +1643,20 @@ class Simulation {
       case FaultKind::kKillNode: {
         if (!n.up) return;
         note_fault(f.kind, at_leader,
-                   n.name + (f.restart_after_ms >= 0
-                                 ? " (back after " + std::to_string(f.restart_after_ms) + " ms)"
-                                 : " (for good)"));
+                   n.name + (f.machine_up ? ", machine up" : "") +
+                       (f.restart_after_ms >= 0
+                            ? " (back after " + std::to_string(f.restart_after_ms) + " ms)"
+                            : " (for good)"));
         mark_fault(idx);
         n.up = false;
         n.id.clear();
         n.agent_deferred.clear();
         for (int pid : n.hosted) {
           Proc* p = proc(pid);
-          if (p && p->alive) exit_process(*p, 137, "its node died", true, false);
+          if (p && p->alive) {
+            p->connection_reset = f.machine_up;
+            exit_process(*p, 137, "its node died", true, false);
+          }
         }
         n.hosted.clear();
         if (f.restart_after_ms >= 0) {
@@ -1818,6 +1842,7 @@ class Simulation {
   std::uint64_t post_counter_ = 0;
   std::uint64_t probe_counter_ = 0;
   std::set<std::uint64_t> open_probes_;
+  std::map<std::int64_t, Millis> lease_refused_at_;  // generation -> first refusal (lease_wait_ms)
   std::int64_t store_below_ = 0;
   std::uint64_t plan_version_ = 0;
   Us next_plan_at_ = 0;
@@ -2046,6 +2071,12 @@ SimConfig random_config(std::uint64_t seed) {
     f.duration_ms = chance(rng, 0.5) ? uniform(rng, 200, 2500) : uniform(rng, 2500, 6000);
     f.restart_after_ms = chance(rng, 0.8) ? uniform(rng, 500, 8000) : -1;
     c.faults.push_back(f);
+  }
+  // Whether a killed node's machine stays up (its processes' connections reset, so a probe of
+  // a dead leader proves it gone) comes from a stream of its own too, for the same reason.
+  std::mt19937_64 machine_rng(seed * 0x9e3779b97f4a7c15ULL + 29);
+  for (Fault& f : c.faults) {
+    if (f.kind == FaultKind::kKillNode) f.machine_up = chance(machine_rng, 0.5);
   }
   // Head restarts come from a stream of their own, so that the schedules of the other faults
   // stay what they were for every seed.

@@ -60,6 +60,10 @@ struct Fault {
   int other_node = -1;           // kPartitionNodes: the other side; -1: a random other node
   std::int64_t duration_ms = 0;  // freezes, partitions, delay spikes
   std::int64_t restart_after_ms = -1;  // kKillNode: a new incarnation after this (< 0: never)
+  // kKillNode: only the node's processes die (kill -9 of the agent, its trainers with it); the
+  // machine stays up, so its kernel closes their connections and a probe fails at once ("peer
+  // unreachable"). Otherwise the machine is dead and every probe of it times out.
+  bool machine_up = false;
 };
 
 // Ranges are inclusive; equal ends make a choice constant (the hand-written scenarios).
@@ -130,6 +134,12 @@ struct SimStats {
   std::int64_t late_exchanges = 0;  // an exchange completed by a late post (background)
   std::int64_t follower_only = 0;   // steps committed by followers whose leader did not
   std::int64_t persists = 0;        // snapshots the job asked to be written (PersistCommand)
+  // The longest a generation's leader waited for its lease because the previous leader's had
+  // not run out: the head's time from its first such refusal to the grant.
+  std::int64_t lease_wait_ms = 0;
+  // Syncs whose ranks with the most steps differ in the generation of their last step: the
+  // sync's tie-break decides which state goes on.
+  std::int64_t sync_ties = 0;
 };
 
 struct SimResult {

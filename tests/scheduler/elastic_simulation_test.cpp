@@ -122,6 +122,8 @@ TEST(ElasticSimulation, SeededFaultSchedules) {
     total.gate_drops += r.stats.gate_drops;
     total.late_exchanges += r.stats.late_exchanges;
     total.follower_only += r.stats.follower_only;
+    total.sync_ties += r.stats.sync_ties;
+    total.lease_wait_ms = std::max(total.lease_wait_ms, r.stats.lease_wait_ms);
     sim_ms += std::max<std::int64_t>(r.finished_at_ms, 0);
     std::string outcome = r.state.empty() ? "unfinished" : r.state;
     if (r.state == "failed") {
@@ -177,7 +179,9 @@ TEST(ElasticSimulation, SeededFaultSchedules) {
   std::cout << "fused step: " << total.gate_waits << " commit-gate waits for a renewal, "
             << total.gate_drops << " steps dropped at the gate, " << total.late_exchanges
             << " exchanges completed by a late post, " << total.follower_only
-            << " steps committed by followers alone\n";
+            << " steps committed by followers alone, " << total.sync_ties
+            << " syncs decided by the tie-break; the longest wait for a lease "
+            << total.lease_wait_ms << " ms\n";
   std::cout << "outcomes:\n";
   for (const auto& [outcome, count] : outcomes)
     std::cout << "  " << count << "  " << outcome << "\n";
@@ -316,6 +320,33 @@ TEST(ElasticScenario, LeaderAgentFrozenWhileItsTrainerRuns) {
 }
 
 // The leader's report that it finished is lost: it resends, and the job still succeeds.
+// The leader's node loses its agent and trainer together, so no agent reports the exit. When
+// the machine stays up (kill -9 of the worker), its kernel resets the connections, the probe
+// that the survivors' broken collective triggers fails at once, and the next leader's lease is
+// granted without waiting for the dead one's to run out. When the machine itself is dead the
+// probe times out, which proves nothing (a frozen machine looks the same): the next leader
+// waits for the lease. (Probes time out here well before the lease runs out, as they may when
+// leases are lengthened for slow steps; at equal lengths the lease is out by then anyway.)
+TEST(ElasticScenario, LeaderKnownDeadIsNotWaitedFor) {
+  std::map<bool, std::int64_t> lease_wait;
+  for (const bool machine_up : {true, false}) {
+    SCOPED_TRACE(machine_up ? "machine up" : "machine dead");
+    SimConfig c = scenario(3, 1, 3, 100);
+    c.job.probe_timeout = 300;
+    Fault f = at_step(FaultKind::kKillNode, 40, true);
+    f.machine_up = machine_up;
+    c.faults.push_back(f);
+    SimResult r = run_simulation(c);
+    EXPECT_EQ(r.stats.at_leader[static_cast<int>(FaultKind::kKillNode)], 1);
+    expect_succeeded(r, c);
+    lease_wait[machine_up] = r.stats.lease_wait_ms;
+    std::cout << (machine_up ? "machine up" : "machine dead") << ": the next leader waited "
+              << r.stats.lease_wait_ms << " ms (simulated) for its lease\n";
+  }
+  EXPECT_EQ(lease_wait[true], 0) << "the dead leader's process was known to be gone";
+  EXPECT_GT(lease_wait[false], 0) << "a probe that timed out must not release the lease";
+}
+
 TEST(ElasticScenario, LostTrainerDone) {
   SimConfig c = scenario(3, 1, 3, 40);
   Fault f;
