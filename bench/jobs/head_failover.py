@@ -11,9 +11,16 @@ Two cases, --repeats times each, on one machine (real processes, loopback):
             from Debian's etcd-server), workers with --other-heads; kill -9 of the active head.
             Measured from the kill: until the standby listens (the lease TTL plus the election)
             and until every worker was heard from by it.
+  job       as restart, with a three-worker synchronous job training: from the new head's start
+            until it listens, until the job's scheduler restored it (head_restarted), until the
+            resumed generation was issued and formed, and until its first committed step.
+  durability  the same job run to its end twice per repeat, alternating, over `--store memory:`
+            (nothing written) and the default SQLite state (a write per generation, membership
+            change and lease to a new generation): median time per step of each run, side by side.
 
 Usage: bench/jobs/head_failover.py --omnilearn build/bin/omnilearn [--repeats 5] [--workers 3]
-                                   [--down 0.5] [--lease-ttl-s 5] [--cases restart,standby]
+                                   [--down 0.5] [--lease-ttl-s 5]
+                                   [--cases restart,standby,job,durability]
 """
 import argparse
 import json
@@ -176,6 +183,138 @@ def standby_case(args, env, scratch):
         kill_all(processes)
 
 
+JOB = """
+[job]
+name = "failover"
+[model]
+kind = "mlp"
+hidden = [128, 64]
+[data]
+dataset = "synthetic"
+train_size = 8192
+test_size = 512
+[train]
+global_batch = 384
+steps = {steps}
+optimizer = "sgd"
+lr = 0.05
+momentum = 0.9
+seed = 5
+[elastic]
+min_workers = 2
+max_workers = 3
+"""
+
+
+def read_events(path):
+    events = []
+    try:
+        with open(path) as f:
+            for line in f:
+                try:
+                    events.append(json.loads(line))
+                except json.JSONDecodeError:
+                    pass
+    except FileNotFoundError:
+        pass
+    return events
+
+
+def wait_event(path, predicate, timeout):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for e in read_events(path):
+            if predicate(e):
+                return e
+        time.sleep(0.02)
+    raise RuntimeError(f"no such event in {path} within {timeout} s")
+
+
+def cluster_with_job(args, env, scratch, logs, head_argv, address, steps, tag):
+    processes = []
+    head = start(head_argv, env, open(f"{logs}/{tag}head0", "w"))
+    processes.append(head)
+    wait_line(f"{logs}/{tag}head0", "listening on", 20)
+    for i in range(args.workers):
+        w = start([args.omnilearn, "worker", "--address", address, "--name", f"w{i}"], env,
+                  open(f"{logs}/{tag}w{i}", "w"))
+        processes.append(w)
+        wait_line(f"{logs}/{tag}w{i}", "joined", 20)
+    job_file = f"{scratch}/{tag}job.toml"
+    with open(job_file, "w") as f:
+        f.write(JOB.format(steps=steps))
+    run_dir = f"{scratch}/{tag}run"
+    subprocess.run([args.omnilearn, "job", "submit", job_file, "--address", address,
+                    "--run-dir", run_dir], env=env, check=True, capture_output=True, timeout=30)
+    return processes, head, f"{run_dir}/events.jsonl"
+
+
+def job_case(args, env, scratch):
+    port = free_port()
+    address = f"127.0.0.1:{port}"
+    head_argv = [args.omnilearn, "head", "--host", "127.0.0.1", "--port", str(port),
+                 "--state-dir", os.path.join(scratch, "jobstate")]
+    logs = scratch + "/logs"
+    os.makedirs(logs, exist_ok=True)
+    processes, head, events = cluster_with_job(args, env, scratch, logs, head_argv, address,
+                                               100000, "job")
+    try:
+        wait_event(events, lambda e: e.get("event") == "step" and e["step"] >= 20, 120)
+        results = []
+        for r in range(args.repeats):
+            os.killpg(head.pid, signal.SIGKILL)
+            head.wait()
+            time.sleep(args.down)
+            t0 = time.time()
+            head = start(head_argv, env, open(f"{logs}/jobhead{r + 1}", "w"))
+            processes.append(head)
+            wait_line(f"{logs}/jobhead{r + 1}", "listening on", 20)
+            listening = time.time() - t0
+            restored = wait_event(events, lambda e: e.get("event") == "head_restarted" and
+                                  e["time"] > t0, 30)
+            issued = wait_event(events, lambda e: e.get("event") == "generation" and
+                                e["time"] > t0 and e.get("members"), 60)
+            formed = wait_event(events, lambda e: e.get("event") == "generation_formed" and
+                                e["time"] > t0, 60)
+            step = wait_event(events, lambda e: e.get("event") == "step" and e["time"] > t0, 60)
+            split = (listening, restored["time"] - t0, issued["time"] - t0, formed["time"] - t0,
+                     step["time"] - t0)
+            results.append(split)
+            print(f"job restart {r + 1}: from the head's start: listening {split[0]:.3f} s, job "
+                  f"restored {split[1]:.3f} s, generation issued {split[2]:.3f} s, formed "
+                  f"{split[3]:.3f} s, first committed step {split[4]:.3f} s", flush=True)
+            time.sleep(1.5)
+        return results
+    finally:
+        kill_all(processes)
+
+
+def durability_case(args, env, scratch):
+    logs = scratch + "/logs"
+    os.makedirs(logs, exist_ok=True)
+    results = {"memory": [], "sqlite": []}
+    for r in range(args.repeats):
+        for store in ("memory", "sqlite"):
+            port = free_port()
+            address = f"127.0.0.1:{port}"
+            head_argv = [args.omnilearn, "head", "--host", "127.0.0.1", "--port", str(port)]
+            head_argv += ["--store", "memory:"] if store == "memory" else \
+                ["--state-dir", os.path.join(scratch, f"dur{r}")]
+            processes, _, events = cluster_with_job(args, env, scratch, logs, head_argv, address,
+                                                    args.durability_steps, f"dur{r}{store}")
+            try:
+                wait_event(events, lambda e: e.get("event") == "finished", 600)
+                steps = [e for e in read_events(events) if e.get("event") == "step"]
+                # Steady steps only: past the first generation's warm-up.
+                times = [e["step_time_s"] for e in steps[len(steps) // 5:]]
+                results[store].append(statistics.median(times))
+                print(f"durability {r + 1}, {store}: median step {statistics.median(times) * 1000:.2f}"
+                      f" ms over {len(times)} steps", flush=True)
+            finally:
+                kill_all(processes)
+    return results
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--omnilearn", required=True)
@@ -183,7 +322,8 @@ def main():
     parser.add_argument("--workers", type=int, default=3)
     parser.add_argument("--down", type=float, default=0.5)
     parser.add_argument("--lease-ttl-s", type=int, default=5)
-    parser.add_argument("--cases", default="restart,standby")
+    parser.add_argument("--cases", default="restart,standby,job,durability")
+    parser.add_argument("--durability-steps", type=int, default=400)
     args = parser.parse_args()
     scratch = tempfile.mkdtemp(prefix="omnilearn-failover-")
     env = dict(os.environ, OMNILEARN_CLUSTER_FILE=os.path.join(scratch, "cluster.toml"),
@@ -201,6 +341,20 @@ def main():
                   f"the kill [{min(x[0] for x in r):.3f}..{max(x[0] for x in r):.3f}], workers "
                   f"back {statistics.median(x[1] for x in r):.3f} s "
                   f"[{min(x[1] for x in r):.3f}..{max(x[1] for x in r):.3f}]")
+        if "job" in args.cases:
+            r = job_case(args, env, scratch)
+            names = ["listening", "job restored", "generation issued", "formed",
+                     "first committed step"]
+            print("job restart: median from the head's start: " + ", ".join(
+                f"{n} {statistics.median(x[i] for x in r):.3f} s "
+                f"[{min(x[i] for x in r):.3f}..{max(x[i] for x in r):.3f}]"
+                for i, n in enumerate(names)))
+        if "durability" in args.cases:
+            r = durability_case(args, env, scratch)
+            ratios = [s / m for m, s in zip(r["memory"], r["sqlite"])]
+            print(f"durability: median step, SQLite over memory: "
+                  f"{statistics.median(ratios):.3f} [{min(ratios):.3f}..{max(ratios):.3f}] "
+                  f"({args.repeats} pairs)")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
