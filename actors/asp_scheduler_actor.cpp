@@ -307,37 +307,72 @@ void AspSchedulerActor::run_commands() {
   // address is unknown), hence the loop.
   for (auto commands = job_.take_commands(); !commands.empty(); commands = job_.take_commands()) {
     // A PersistCommand comes first in its batch: nothing after it goes out unless the store has
-    // the snapshot (once the job has ended, its end goes out regardless).
-    if (std::holds_alternative<asp::PersistCommand>(commands.front()) && !persist_run() &&
-        !job_.finished()) {
-      job_.fail(
-          "the head cannot write the job's state to its store (see the head's log): a restarted "
-          "head could not resume it safely",
-          now());
+    // a snapshot that covers it (once the job has ended, its end goes out regardless). Group
+    // commit: the batch waits, with every reply and batch after it, for one write at the end of
+    // the messages already queued (flush), so that deals arriving together cost one fsync.
+    if (std::holds_alternative<asp::PersistCommand>(commands.front()) && !job_.finished()) {
+      persist_due_ = true;
+    }
+    if (persist_due_) {
+      held_.push_back([this, batch = std::move(commands)]() mutable { carry_out(batch); });
+      if (!flush_scheduled_) {
+        flush_scheduled_ = true;
+        after(std::chrono::milliseconds(0), [this] { flush(); });
+      }
       continue;
     }
-    for (auto& command : commands) {
-      std::visit(Overloaded{
-                     [&](asp::PersistCommand&) {},
-                     [&](asp::SpawnCommand& c) {
-                       const auto node = node_systems_.find(c.node);
-                       if (node == node_systems_.end()) return;
-                       spdlog::info("job {}: starting {}", options_.job_id, c.trainer);
-                       tell(runtime::ActorAddress{node->second, kAgentActor},
-                            SpawnTrainer{options_.job_id, c.trainer,
-                                         scheduler_actor_name(options_.job_id)});
-                     },
-                     [&](asp::StopCommand& c) {
-                       tell_trainer(c.trainer, StopTrainer{options_.job_id, c.reason});
-                     },
-                     [&](asp::FenceCommand& c) { fence(c); },
-                     [&](asp::HandOverCommand& c) { hand_over(c); },
-                     [&](asp::EventCommand& c) { emit(std::move(c.event)); },
-                     [&](asp::PublishCommand&) { publish_info(); },
-                     [&](asp::FinishCommand& c) { finished(c); },
-                 },
-                 command);
-    }
+    carry_out(commands);
+  }
+}
+
+void AspSchedulerActor::respond(std::function<void()> answer) {
+  if (persist_due_) {
+    held_.push_back(std::move(answer));
+  } else {
+    answer();
+  }
+}
+
+void AspSchedulerActor::flush() {
+  flush_scheduled_ = false;
+  if (!persist_due_) return;
+  persist_due_ = false;
+  auto held = std::move(held_);
+  held_.clear();
+  if (!persist_run()) {
+    // Nothing that depends on the write goes out; the job's end does.
+    job_.fail(
+        "the head cannot write the job's state to its store (see the head's log): a restarted "
+        "head could not resume it safely",
+        now());
+    run_commands();
+    return;
+  }
+  for (auto& out : held) out();
+}
+
+void AspSchedulerActor::carry_out(std::vector<asp::AspCommand>& commands) {
+  for (auto& command : commands) {
+    std::visit(
+        Overloaded{
+            [&](asp::PersistCommand&) {},
+            [&](asp::SpawnCommand& c) {
+              const auto node = node_systems_.find(c.node);
+              if (node == node_systems_.end()) return;
+              spdlog::info("job {}: starting {}", options_.job_id, c.trainer);
+              tell(runtime::ActorAddress{node->second, kAgentActor},
+                   SpawnTrainer{options_.job_id, c.trainer, scheduler_actor_name(options_.job_id)});
+            },
+            [&](asp::StopCommand& c) {
+              tell_trainer(c.trainer, StopTrainer{options_.job_id, c.reason});
+            },
+            [&](asp::FenceCommand& c) { fence(c); },
+            [&](asp::HandOverCommand& c) { hand_over(c); },
+            [&](asp::EventCommand& c) { emit(std::move(c.event)); },
+            [&](asp::PublishCommand&) { publish_info(); },
+            [&](asp::FinishCommand& c) { finished(c); },
+        },
+        command);
   }
 }
 
@@ -449,7 +484,7 @@ void AspSchedulerActor::on_node_event(const NodeEvent& event) {
 void AspSchedulerActor::on_deal(const runtime::Envelope& message, const AspDealRequest& request) {
   asp::DealAnswer answer = job_.deal(deal_ask(request), now());
   run_commands();  // written down before the worker learns of it
-  reply(message, deal_reply(std::move(answer)));
+  respond([this, message, reply = deal_reply(std::move(answer))] { this->reply(message, reply); });
 }
 
 void AspSchedulerActor::on_server_report(const runtime::Envelope& message,
@@ -551,7 +586,9 @@ void AspSchedulerActor::on_message(const runtime::Envelope& message) {
                         now());
       run_commands();
     }
-    if (ready && message.correlation) reply(message, SimpleReply{true, ""});
+    if (ready && message.correlation) {
+      respond([this, message] { reply(message, SimpleReply{true, ""}); });
+    }
   } else if (message.kind == runtime::kind_of<AspServerReport>()) {
     if (auto report = decode<AspServerReport>(message)) on_server_report(message, *report);
   } else if (message.kind == runtime::kind_of<AspFetchCheckpoint>()) {
@@ -564,7 +601,9 @@ void AspSchedulerActor::on_message(const runtime::Envelope& message) {
                     now());
       run_commands();
     }
-    if (done && message.correlation) reply(message, SimpleReply{true, ""});
+    if (done && message.correlation) {
+      respond([this, message] { reply(message, SimpleReply{true, ""}); });
+    }
   } else {
     switch (message.kind) {
       case MessageKind::kNodeEvent:
@@ -595,7 +634,7 @@ void AspSchedulerActor::on_message(const runtime::Envelope& message) {
             reply.worker_id = a.worker;
           }
           run_commands();  // its role and worker id are written down before it learns them
-          this->reply(message, reply);
+          respond([this, message, reply] { this->reply(message, reply); });
         }
         break;
       case MessageKind::kTrainerDone: {

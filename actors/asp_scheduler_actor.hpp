@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -50,8 +51,13 @@ class AspSchedulerActor : public runtime::Actor {
   using Clock = std::chrono::steady_clock;
 
   asp::Millis now() const;
-  // Carries out what the machine decided (after every input).
+  // Carries out what the machine decided (after every input), or holds it until flush() has
+  // written a snapshot that covers it.
   void run_commands();
+  void carry_out(std::vector<asp::AspCommand>& commands);
+  // Sends an answer now, or after the write it depends on.
+  void respond(std::function<void()> answer);
+  void flush();
   // Writes the machine's snapshot (PersistCommand); false when the store refused it.
   bool persist_run();
   // A restarted head's: the machine goes on from the snapshot, and every trainer it lists as
@@ -79,7 +85,10 @@ class AspSchedulerActor : public runtime::Actor {
   runtime::TimerId tick_timer_ = 0;
   std::map<std::string, std::string> node_systems_;     // node id -> its agent's system
   std::map<std::string, std::string> trainer_systems_;  // trainer -> its process's system
-  std::string summary_;                                 // once finished
+  bool persist_due_ = false;  // a snapshot must be written before held_ goes out
+  bool flush_scheduled_ = false;
+  std::vector<std::function<void()>> held_;  // commands and replies waiting for the write
+  std::string summary_;                      // once finished
   std::vector<std::string> events_;
   std::ofstream events_file_;
 };
