@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "actors/head_state.hpp"
 #include "actors/reply_envelope.hpp"
 #include "runtime/atomic_file.hpp"
 #include "runtime/system_messages.hpp"
@@ -21,6 +22,11 @@ double unix_time() {
 }
 
 constexpr std::chrono::milliseconds kTick{100};
+constexpr std::chrono::milliseconds kRestoreProbeTimeout{3000};
+// How long a restarted head waits to hear from a trainer it counts as live before it takes the
+// trainer for gone (a worker asks at least once per batch; a slower one is fenced and replaced,
+// which loses nothing).
+constexpr std::chrono::seconds kRestoreProbeWindow{30};
 
 template <class... Fns>
 struct Overloaded : Fns... {
@@ -113,6 +119,28 @@ asp::AspJobOptions asp_job_options(const SchedulerOptions& options) {
   return o;
 }
 
+std::string encode_asp_run_state(const Json& machine,
+                                 const std::map<std::string, std::string>& trainer_systems) {
+  return Json{
+      {"version", 1}, {"mode", "asp"}, {"machine", machine}, {"trainer_systems", trainer_systems}}
+      .dump();
+}
+
+AspRunState decode_asp_run_state(const std::string& text) {
+  AspRunState run;
+  try {
+    Json json = Json::parse(text);
+    if (json.at("version").get<int>() != 1 || json.at("mode").get<std::string>() != "asp") {
+      throw std::invalid_argument("not an asynchronous job's state of version 1");
+    }
+    run.machine = std::move(json.at("machine"));
+    run.trainer_systems = json.at("trainer_systems").get<std::map<std::string, std::string>>();
+  } catch (const Json::exception& e) {
+    throw std::invalid_argument(e.what());
+  }
+  return run;
+}
+
 AspSchedulerActor::AspSchedulerActor(SchedulerOptions options)
     : options_(std::move(options)), job_(asp_job_options(options_)) {}
 
@@ -128,7 +156,20 @@ void AspSchedulerActor::on_start() {
   if (!events_file_) {
     spdlog::warn("job {}: cannot write {}/events.jsonl", options_.job_id, options_.run_dir);
   }
-  job_.start(now());
+  const Json outage = options_.head_outage_s >= 0 ? Json(options_.head_outage_s) : Json(nullptr);
+  if (!options_.restore_state.empty()) {
+    restore_run();
+  } else {
+    if (options_.head_epoch > 0) {
+      // Resumed by a restarted head before its scheduler wrote anything: it starts now.
+      emit(Json{{"event", "head_restarted"},
+                {"head_epoch", options_.head_epoch},
+                {"outage_s", outage},
+                {"step", 0},
+                {"resumed", true}});
+    }
+    job_.start(now(), options_.head_epoch == 0);
+  }
   run_commands();
   ask(runtime::ActorAddress{"", kRegistryActor}, SubscribeNodes{}, std::chrono::seconds(5),
       [this](runtime::AskResult result) {
@@ -138,17 +179,97 @@ void AspSchedulerActor::on_start() {
           run_commands();
           return;
         }
-        std::vector<asp::AspJob::NodeView> nodes;
-        for (const auto& node : snapshot->nodes) {
-          if (node.state == "alive" || node.state == "suspect") {
-            node_systems_[node.id] = node.system;
-            nodes.push_back({node.id, node.name, node.drained});
-          }
-        }
-        job_.nodes(nodes, now());
+        on_nodes(*snapshot);
         run_commands();
       });
   tick_timer_ = after(kTick, [this] { tick(); });
+}
+
+void AspSchedulerActor::on_nodes(const StatusReply& snapshot) {
+  std::vector<asp::AspJob::NodeView> nodes;
+  for (const auto& node : snapshot.nodes) {
+    if (node.state == "alive" || node.state == "suspect") {
+      node_systems_[node.id] = node.system;
+      nodes.push_back({node.id, node.name, node.drained});
+    }
+  }
+  if (options_.restore_state.empty()) {
+    job_.nodes(nodes, now());
+    return;
+  }
+  // Restored: the machine knows its nodes; one that joined meanwhile may take trainers.
+  for (const auto& node : nodes) job_.node_up(node.id, node.name, node.drained, now());
+}
+
+void AspSchedulerActor::restore_run() {
+  AspRunState run;
+  try {
+    run = decode_asp_run_state(options_.restore_state);
+    job_.restore(run.machine, now());
+  } catch (const std::exception& e) {
+    // Nothing the previous head did not write is guessed.
+    job_.start(now());
+    job_.fail(std::string("the head restarted and cannot read the job's saved state: ") + e.what() +
+                  "; submit it again",
+              now());
+    return;
+  }
+  trainer_systems_ = run.trainer_systems;
+  // A restarted head has no route to a process until it sends something; a server may send
+  // nothing for long (workers push to it directly), so it is reached at its endpoint instead,
+  // as the workers reach it.
+  for (const auto& shard : job_.shards()) {
+    if (shard.ready && !shard.trainer.empty() && !shard.endpoint.empty()) {
+      trainer_systems_[shard.trainer] = shard.endpoint;
+    }
+  }
+  emit(
+      Json{{"event", "head_restarted"},
+           {"head_epoch", options_.head_epoch},
+           {"outage_s", options_.head_outage_s >= 0 ? Json(options_.head_outage_s) : Json(nullptr)},
+           {"step", job_.updates()},
+           {"resumed", true}});
+  spdlog::info("job {}: resuming at update {} after a head restart", options_.job_id,
+               job_.updates());
+  // A trainer that exited during the outage was reported to the dead head: each one the
+  // machine counts as live is pinged and reported gone if it does not answer. A worker is
+  // reachable once it asks for its next batch (within one batch's time), a server at once.
+  const auto deadline = Clock::now() + kRestoreProbeWindow;
+  for (const auto& name : job_.live_trainers()) probe(name, deadline);
+}
+
+void AspSchedulerActor::probe(const std::string& trainer, Clock::time_point deadline) {
+  const auto system = trainer_systems_.find(trainer);
+  if (system == trainer_systems_.end() || system->second.empty() || job_.finished()) return;
+  this->system().ask_envelope(
+      this->system().make_envelope(runtime::ActorAddress{system->second, "$system"},
+                                   runtime::MessageKind::kPing,
+                                   runtime::pack_payload(runtime::Ping{0}), self()),
+      kRestoreProbeTimeout, [this, trainer, deadline](runtime::AskResult result) {
+        if (result.ok() || job_.finished()) return;
+        if (result.error.rfind("no route", 0) == 0 && Clock::now() < deadline) {
+          // Not heard from yet: asked again until the window closes.
+          after(std::chrono::seconds(1), [this, trainer, deadline] { probe(trainer, deadline); });
+          return;
+        }
+        spdlog::warn("job {}: trainer {} did not answer after the head restarted: {}",
+                     options_.job_id, trainer, result.error);
+        job_.trainer_exited(trainer, 1, false, "did not answer after the head restarted", "",
+                            now());
+        run_commands();
+      });
+}
+
+bool AspSchedulerActor::persist_run() {
+  if (!options_.store) return true;
+  try {
+    options_.store->put(run_key(options_.job_id),
+                        encode_asp_run_state(job_.snapshot(now()), trainer_systems_));
+    return true;
+  } catch (const state::StateStoreError& e) {
+    spdlog::error("job {}: cannot write its state: {}", options_.job_id, e.what());
+    return false;
+  }
 }
 
 void AspSchedulerActor::on_stop() {
@@ -184,28 +305,75 @@ void AspSchedulerActor::tell_trainer(const std::string& trainer, StopTrainer sto
 void AspSchedulerActor::run_commands() {
   // Carrying one out may give the machine an input at once (a hand-over to a server whose
   // address is unknown), hence the loop.
-  for (auto commands = job_.take_commands(); !commands.empty(); commands = job_.take_commands())
-    for (auto& command : commands) {
-      std::visit(Overloaded{
-                     [&](asp::SpawnCommand& c) {
-                       const auto node = node_systems_.find(c.node);
-                       if (node == node_systems_.end()) return;
-                       spdlog::info("job {}: starting {}", options_.job_id, c.trainer);
-                       tell(runtime::ActorAddress{node->second, kAgentActor},
-                            SpawnTrainer{options_.job_id, c.trainer,
-                                         scheduler_actor_name(options_.job_id)});
-                     },
-                     [&](asp::StopCommand& c) {
-                       tell_trainer(c.trainer, StopTrainer{options_.job_id, c.reason});
-                     },
-                     [&](asp::FenceCommand& c) { fence(c); },
-                     [&](asp::HandOverCommand& c) { hand_over(c); },
-                     [&](asp::EventCommand& c) { emit(std::move(c.event)); },
-                     [&](asp::PublishCommand&) { publish_info(); },
-                     [&](asp::FinishCommand& c) { finished(c); },
-                 },
-                 command);
+  for (auto commands = job_.take_commands(); !commands.empty(); commands = job_.take_commands()) {
+    // A PersistCommand comes first in its batch: nothing after it goes out unless the store has
+    // a snapshot that covers it (once the job has ended, its end goes out regardless). Group
+    // commit: the batch waits, with every reply and batch after it, for one write at the end of
+    // the messages already queued (flush), so that deals arriving together cost one fsync.
+    if (std::holds_alternative<asp::PersistCommand>(commands.front()) && !job_.finished()) {
+      persist_due_ = true;
     }
+    if (persist_due_) {
+      held_.push_back([this, batch = std::move(commands)]() mutable { carry_out(batch); });
+      if (!flush_scheduled_) {
+        flush_scheduled_ = true;
+        after(std::chrono::milliseconds(0), [this] { flush(); });
+      }
+      continue;
+    }
+    carry_out(commands);
+  }
+}
+
+void AspSchedulerActor::respond(std::function<void()> answer) {
+  if (persist_due_) {
+    held_.push_back(std::move(answer));
+  } else {
+    answer();
+  }
+}
+
+void AspSchedulerActor::flush() {
+  flush_scheduled_ = false;
+  if (!persist_due_) return;
+  persist_due_ = false;
+  auto held = std::move(held_);
+  held_.clear();
+  if (!persist_run()) {
+    // Nothing that depends on the write goes out; the job's end does.
+    job_.fail(
+        "the head cannot write the job's state to its store (see the head's log): a restarted "
+        "head could not resume it safely",
+        now());
+    run_commands();
+    return;
+  }
+  for (auto& out : held) out();
+}
+
+void AspSchedulerActor::carry_out(std::vector<asp::AspCommand>& commands) {
+  for (auto& command : commands) {
+    std::visit(
+        Overloaded{
+            [&](asp::PersistCommand&) {},
+            [&](asp::SpawnCommand& c) {
+              const auto node = node_systems_.find(c.node);
+              if (node == node_systems_.end()) return;
+              spdlog::info("job {}: starting {}", options_.job_id, c.trainer);
+              tell(runtime::ActorAddress{node->second, kAgentActor},
+                   SpawnTrainer{options_.job_id, c.trainer, scheduler_actor_name(options_.job_id)});
+            },
+            [&](asp::StopCommand& c) {
+              tell_trainer(c.trainer, StopTrainer{options_.job_id, c.reason});
+            },
+            [&](asp::FenceCommand& c) { fence(c); },
+            [&](asp::HandOverCommand& c) { hand_over(c); },
+            [&](asp::EventCommand& c) { emit(std::move(c.event)); },
+            [&](asp::PublishCommand&) { publish_info(); },
+            [&](asp::FinishCommand& c) { finished(c); },
+        },
+        command);
+  }
 }
 
 void AspSchedulerActor::finished(const asp::FinishCommand& command) {
@@ -314,7 +482,9 @@ void AspSchedulerActor::on_node_event(const NodeEvent& event) {
 }
 
 void AspSchedulerActor::on_deal(const runtime::Envelope& message, const AspDealRequest& request) {
-  reply(message, deal_reply(job_.deal(deal_ask(request), now())));
+  asp::DealAnswer answer = job_.deal(deal_ask(request), now());
+  run_commands();  // written down before the worker learns of it
+  respond([this, message, reply = deal_reply(std::move(answer))] { this->reply(message, reply); });
 }
 
 void AspSchedulerActor::on_server_report(const runtime::Envelope& message,
@@ -407,7 +577,6 @@ void AspSchedulerActor::on_message(const runtime::Envelope& message) {
     if (auto request = decode<AspDealRequest>(message)) on_deal(message, *request);
   } else if (message.kind == runtime::kind_of<AspServerReady>()) {
     auto ready = decode<AspServerReady>(message);
-    if (ready && message.correlation) reply(message, SimpleReply{true, ""});
     if (ready) {
       // The fences sent to a restarted server go where its ready came from.
       if (!message.from.system.empty()) trainer_systems_[ready->trainer] = message.from.system;
@@ -415,6 +584,10 @@ void AspSchedulerActor::on_message(const runtime::Envelope& message) {
                                          ready->incarnation, ready->version, ready->parameters,
                                          ready->dataset_size, ready->resumed_from},
                         now());
+      run_commands();
+    }
+    if (ready && message.correlation) {
+      respond([this, message] { reply(message, SimpleReply{true, ""}); });
     }
   } else if (message.kind == runtime::kind_of<AspServerReport>()) {
     if (auto report = decode<AspServerReport>(message)) on_server_report(message, *report);
@@ -422,11 +595,14 @@ void AspSchedulerActor::on_message(const runtime::Envelope& message) {
     if (auto fetch = decode<AspFetchCheckpoint>(message)) on_fetch_checkpoint(message, *fetch);
   } else if (message.kind == runtime::kind_of<AspFinished>()) {
     auto done = decode<AspFinished>(message);
-    if (done && message.correlation) reply(message, SimpleReply{true, ""});
     if (done) {
       job_.finished(asp::FinishReport{done->trainer, done->ok, done->error, done->test_accuracy,
                                       done->test_loss, done->checkpoint},
                     now());
+      run_commands();
+    }
+    if (done && message.correlation) {
+      respond([this, message] { reply(message, SimpleReply{true, ""}); });
     }
   } else {
     switch (message.kind) {
@@ -457,7 +633,8 @@ void AspSchedulerActor::on_message(const runtime::Envelope& message) {
             reply.resume_version = a.resume_version;
             reply.worker_id = a.worker;
           }
-          this->reply(message, reply);
+          run_commands();  // its role and worker id are written down before it learns them
+          respond([this, message, reply] { this->reply(message, reply); });
         }
         break;
       case MessageKind::kTrainerDone: {

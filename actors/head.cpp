@@ -20,7 +20,7 @@ HeadInfo spawn_head_actors(runtime::ActorSystem& system, const HeadOptions& opti
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
   for (const auto& job : restored.jobs) {
     if (job.finished) continue;
-    // Asynchronous jobs have no snapshot of their own yet: those end (JobManager).
+    // A job whose file no longer parses ends (JobManager).
     if (job_resumable(job)) {
       ++restored.info.resumed_jobs;
     } else {

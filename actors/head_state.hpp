@@ -4,8 +4,9 @@
 // head goes on recognising its workers, and a worker restarted meanwhile still gets a newer
 // incarnation), the jobs with their specs, run directories and outcomes, and the head's epoch
 // and last sign of life, and each running job's protocol state (its scheduler's snapshot,
-// written per generation and membership change). Heartbeats and steps are not written: they
-// change every second, and a restarted head hears them again from the workers and trainers.
+// written per generation and membership change, or, for an asynchronous job, per batch dealt).
+// Heartbeats and steps are not written: they change every second, and a restarted head hears them
+// again from the workers and trainers.
 
 #include <cstdint>
 #include <map>
@@ -29,9 +30,9 @@ struct StoredJob {
   std::string toml;          // the job file as submitted
   std::string source_name;
   double submitted_at = 0;  // Unix time
-  // The scheduler's last snapshot of a job that was pending or running (SchedulerActor): what
-  // a restarted head resumes it from. Empty when the scheduler never wrote one (it had placed
-  // no trainer yet: the job starts afresh).
+  // The scheduler's last snapshot of a job that was pending or running (SchedulerActor's, or
+  // AspSchedulerActor's for an asynchronous job): what a restarted head resumes it from. Empty
+  // when the scheduler never wrote one (it had placed no trainer yet: the job starts afresh).
   std::string run_state;
 };
 

@@ -76,9 +76,10 @@ void drop_partial_last_line(const fs::path& path) {
 }  // namespace
 
 bool job_resumable(const StoredJob& job) {
+  // Synchronous and asynchronous jobs alike: each scheduler goes on from its own snapshot.
   try {
-    return parse_job_spec(job.toml, job.source_name.empty() ? "job.toml" : job.source_name).mode !=
-           "asp";
+    parse_job_spec(job.toml, job.source_name.empty() ? "job.toml" : job.source_name);
+    return true;
   } catch (const std::exception&) {
     return false;
   }
@@ -154,16 +155,21 @@ void JobManager::restore_jobs() {
       scheduler.restore_state = stored.run_state;
       scheduler.head_epoch = head.epoch;
       scheduler.head_outage_s = head.outage_s;
-      monitor(system().spawn<SchedulerActor>(scheduler_actor_name(id), scheduler));
+      if (scheduler.spec.mode == "asp") {
+        // Its servers and workers kept running too: its scheduler restores asp::AspJob.
+        monitor(system().spawn<AspSchedulerActor>(scheduler_actor_name(id), scheduler));
+      } else {
+        monitor(system().spawn<SchedulerActor>(scheduler_actor_name(id), scheduler));
+      }
       spdlog::info("jobs: resuming job {} ('{}') at step {}", id, kept.info.name, kept.info.step);
       continue;
     }
-    // An asynchronous job has no saved protocol state: its trainers lost their scheduler.
+    // Its job file does not parse any more (a newer head's rules): it cannot be scheduled.
     const std::string outage =
         head.outage_s >= 0 ? fmt::format(" after an outage of {:.1f} s", head.outage_s) : "";
     const std::string reason = fmt::format(
-        "the head restarted{} while the job was {} at step {}; a restarted head does not "
-        "resume an asynchronous (ASP) job: submit it again",
+        "the head restarted{} while the job was {} at step {} and cannot read its job file: "
+        "submit it again",
         outage, kept.info.state, kept.info.step);
     const std::string restarted = Json{
         {"time", unix_time()},

@@ -41,7 +41,8 @@ struct JobManagerOptions {
   HeadInfo head;
 };
 
-// Whether a restarted head resumes this unfinished job (synchronous training) or ends it.
+// Whether a restarted head resumes this unfinished job (synchronous or asynchronous) or ends it
+// (its job file no longer parses).
 bool job_resumable(const StoredJob& job);
 
 class JobManager : public runtime::Actor {

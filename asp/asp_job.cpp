@@ -40,6 +40,10 @@ const char* to_string(AspMutation mutation) {
       return "dead_silence_is_not_taken";
     case AspMutation::kStopBeforeHandOver:
       return "stop_before_hand_over";
+    case AspMutation::kRestoreForgetsAsks:
+      return "restore_forgets_asks";
+    case AspMutation::kUndeliveredStaysDealt:
+      return "undelivered_stays_dealt";
   }
   return "?";
 }
@@ -56,7 +60,18 @@ AspJob::AspJob(AspJobOptions options)
 
 std::vector<AspCommand> AspJob::take_commands() {
   std::vector<AspCommand> out;
-  out.swap(commands_);
+  if (persist_due_ && !commands_.empty() && started_) {
+    out.reserve(commands_.size() + 1);
+    out.push_back(PersistCommand{});
+    out.insert(out.end(), std::make_move_iterator(commands_.begin()),
+               std::make_move_iterator(commands_.end()));
+    commands_.clear();
+  } else if (persist_due_ && started_) {
+    out.push_back(PersistCommand{});
+  } else {
+    out.swap(commands_);
+  }
+  persist_due_ = false;
   return out;
 }
 
@@ -74,13 +89,15 @@ std::string AspJob::head_copy_path(std::int32_t shard) const {
 // ---------------------------------------------------------------------------------------------
 // Lifecycle
 
-void AspJob::start(Millis now) {
+void AspJob::start(Millis now, bool first) {
   if (started_) return;
   started_ = true;
   started_at_ = now;
   last_progress_ = now;
   interval_started_ = now;
   next_eval_ = options_.eval_every;
+  commands_.push_back(PublishCommand{});
+  if (!first) return;
   emit(Json{{"event", "submitted"},
             {"job_id", options_.job_id},
             {"name", options_.name},
@@ -94,10 +111,10 @@ void AspJob::start(Millis now) {
             {"max_staleness", options_.max_staleness},
             {"lr_scaling", options_.lr_scaling},
             {"scale_lr_by_workers", options_.scale_lr_by_workers}});
-  commands_.push_back(PublishCommand{});
 }
 
 void AspJob::nodes(const std::vector<NodeView>& nodes, Millis now) {
+  changed();
   if (finished_) return;
   for (const auto& node : nodes) nodes_[node.id] = Node{node.name, true, node.drained};
   place(now);
@@ -111,6 +128,7 @@ void AspJob::fail(const std::string& reason, Millis now) { finish("failed", reas
 
 void AspJob::finish(const std::string& state, const std::string& reason, Millis now) {
   if (finished_) return;
+  changed();
   write_interval(false, now);
   finished_ = true;
   state_ = state;
@@ -147,6 +165,7 @@ void AspJob::spawn(const std::string& node_id, bool server, std::int32_t shard, 
   const auto& node = nodes_.at(node_id);
   const std::string name = options_.job_id + "-" + node.name + "-" + (server ? "s" : "t") +
                            std::to_string(next_trainer_++);
+  changed();
   Trainer t;
   t.node = node_id;
   t.server = server;
@@ -247,6 +266,7 @@ void AspJob::replan(const std::string& why, Millis now) {
 // Membership
 
 void AspJob::node_up(const std::string& id, const std::string& name, bool drained, Millis now) {
+  changed();
   if (finished_) return;
   auto& node = nodes_[id];
   const bool was_alive = node.alive;
@@ -256,6 +276,7 @@ void AspJob::node_up(const std::string& id, const std::string& name, bool draine
 
 void AspJob::node_drained(const std::string& id, const std::string& name, bool alive, bool drained,
                           Millis now) {
+  changed();
   if (finished_) return;
   // `omnilearn node drain` for every job: a running job is also told directly (drain()), which
   // moves its trainers off; this keeps later placements off the node. Undrained: usable again.
@@ -267,6 +288,7 @@ void AspJob::node_drained(const std::string& id, const std::string& name, bool a
 }
 
 void AspJob::node_down(const std::string& id, const std::string& why, Millis now) {
+  changed();
   if (finished_) return;
   auto it = nodes_.find(id);
   if (it == nodes_.end()) return;
@@ -280,6 +302,7 @@ void AspJob::node_down(const std::string& id, const std::string& why, Millis now
 }
 
 int AspJob::drain(const std::string& node_id, Millis now) {
+  changed();
   if (finished_) return 0;
   int leaving = 0;
   // Workers just go (their batches fenced and dealt again); a server first hands its shard over
@@ -313,6 +336,7 @@ int AspJob::drain(const std::string& node_id, Millis now) {
 
 void AspJob::handed_over(const HandOverCommand& asked, const std::optional<HandOverReply>& r,
                          const std::string& error, Millis now) {
+  changed();
   if (finished_) return;
   auto& shard = shards_[static_cast<std::size_t>(asked.shard)];
   // Only while it is still the shard's live incarnation: if its node died meanwhile, a
@@ -361,6 +385,7 @@ HelloAnswer AspJob::hello(const std::string& trainer, Millis now) {
     return reply;
   }
   auto& t = it->second;
+  changed();
   t.said_hello = true;
   t.hello_at = now;
   reply.accepted = true;
@@ -388,6 +413,7 @@ HelloAnswer AspJob::hello(const std::string& trainer, Millis now) {
 }
 
 void AspJob::server_ready(const ServerReady& ready, Millis now) {
+  changed();
   (void)now;
   auto it = trainers_.find(ready.trainer);
   if (finished_ || it == trainers_.end() || it->second.gone || !it->second.server) return;
@@ -446,6 +472,7 @@ void AspJob::server_ready(const ServerReady& ready, Millis now) {
 }
 
 bool AspJob::server_report(const ServerReport& report, bool has_bytes, Millis now) {
+  changed();
   (void)now;
   if (report.shard < 0 || report.shard >= static_cast<std::int32_t>(shards_.size())) return false;
   auto& shard = shards_[static_cast<std::size_t>(report.shard)];
@@ -475,6 +502,7 @@ bool AspJob::server_report(const ServerReport& report, bool has_bytes, Millis no
 }
 
 void AspJob::head_copy_kept(std::int32_t shard, std::int64_t version) {
+  changed();
   if (shard < 0 || shard >= static_cast<std::int32_t>(shards_.size())) return;
   auto& s = shards_[static_cast<std::size_t>(shard)];
   s.head_copy_version = std::max(s.head_copy_version, version);
@@ -618,6 +646,10 @@ DealAnswer AspJob::deal(const DealAsk& request, Millis now) {
     reply.action = DealAnswer::Action::kDone;
     return reply;
   }
+  if (request.pushed_batch != 0 || request.failed_batch != 0 || request.evaluated ||
+      !request.eval_error.empty()) {
+    changed();
+  }
   // How far each server got (its push replies), even from a worker declared gone: a restart
   // loses what lies past its checkpoint. A maximum: a request sent again counts once.
   for (std::size_t s = 0;
@@ -645,6 +677,26 @@ DealAnswer AspJob::deal(const DealAsk& request, Millis now) {
     return reply;
   }
   auto& t = it->second;
+  if (dealer_ && options_.mutation != AspMutation::kUndeliveredStaysDealt) {
+    // A worker asks again only once it is done with what the last answer gave it, and says what
+    // that was (the batch it pushed, or whose push failed). Any other batch it holds, it never
+    // received: the answer that carried it was lost (the head died after writing it down, or
+    // the ask timed out). No shard can have taken it: dealt again.
+    for (const std::uint64_t id : dealer_->outstanding_ids(t.worker_id)) {
+      if (id == request.pushed_batch || id == request.failed_batch || fences_->fencing(id))
+        continue;
+      changed();
+      dealer_->push_failed(t.worker_id, id, {});
+      emit(Json{{"event", "batch_undelivered"},
+                {"trainer", request.trainer},
+                {"worker", t.worker_id},
+                {"batch", id},
+                {"step", updates_}});
+    }
+    if (request.trainer == evaluator_ && !request.evaluated && request.eval_error.empty()) {
+      evaluator_.clear();  // its order to evaluate was lost the same way: the next ask evaluates
+    }
+  }
   const auto job_ended = [] {
     DealAnswer done;
     done.action = DealAnswer::Action::kDone;
@@ -678,6 +730,7 @@ DealAnswer AspJob::deal(const DealAsk& request, Millis now) {
         reply.wait = 200;
         return reply;
       }
+      if (finisher_ != request.trainer) changed();
       finisher_ = request.trainer;
       reply.action = DealAnswer::Action::kFinish;
       reply.servers = endpoints();
@@ -701,6 +754,7 @@ DealAnswer AspJob::deal(const DealAsk& request, Millis now) {
     // The next worker to ask evaluates (in ASP the fast ones ask most often); one at a time,
     // and a count passed while one ran is not made up for.
     const std::int64_t every = options_.eval_every;
+    changed();
     evaluator_ = request.trainer;
     eval_dealt_at_ = updates_;
     next_eval_ = (updates_ / every + 1) * every;
@@ -714,6 +768,7 @@ DealAnswer AspJob::deal(const DealAsk& request, Millis now) {
     return reply;
   }
   DealtBatch batch = dealer_->pull(t.worker_id, plan_[request.trainer]);
+  if (!batch.empty()) changed();
   if (batch.empty()) {
     reply.action = DealAnswer::Action::kWait;  // the last epoch is dealt; its pushes are out
     reply.wait = 50;
@@ -751,6 +806,7 @@ void AspJob::on_evaluated(const DealAsk& request, Millis now) {
 }
 
 void AspJob::finished(const FinishReport& done, Millis now) {
+  changed();
   if (finished_ || done.trainer != finisher_) return;
   if (!done.ok) {
     last_trainer_error_ = done.trainer + ": " + done.error;
@@ -793,6 +849,7 @@ void AspJob::trainer_exited(const std::string& trainer, int exit_code, bool bad_
 void AspJob::trainer_gone(const std::string& name, const std::string& why, Millis now) {
   auto it = trainers_.find(name);
   if (it == trainers_.end() || it->second.gone) return;
+  changed();
   auto& t = it->second;
   t.gone = true;
   const bool started = t.server ? t.ready : t.first_push_at.has_value();
@@ -891,6 +948,7 @@ void AspJob::fence_shard(std::uint64_t round, std::int32_t s, WorkerId worker,
 
 void AspJob::fence_answered(const FenceCommand& asked, const std::optional<FenceReply>& r,
                             const std::string& error, Millis now) {
+  changed();
   if (finished_ || !fences_ || !dealer_ || !asked.round) return;
   const std::int32_t s = asked.shard;
   if (s < 0 || s >= static_cast<std::int32_t>(shards_.size())) return;
@@ -1069,7 +1127,7 @@ std::vector<AspJob::ShardView> AspJob::shards() const {
   std::vector<ShardView> out;
   for (const auto& s : shards_) {
     out.push_back(ShardView{s.trainer, s.incarnation, s.ready, s.handing_over, s.version,
-                            s.checkpoint_version, s.restarts});
+                            s.checkpoint_version, s.restarts, s.endpoint});
   }
   return out;
 }
@@ -1191,6 +1249,266 @@ std::string AspJob::summary_json(Millis now) const {
               {"membership", membership_log_},
               {"plan_version", plan_version_}}
       .dump(2);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Snapshot and restore
+
+namespace {
+
+Json taken_json(const std::map<WorkerId, std::vector<TakenBatch>>& taken) {
+  Json out = Json::array();
+  for (const auto& [worker, batches] : taken) {
+    for (const auto& b : batches) out.push_back(Json{worker, b.batch, b.applied});
+  }
+  return out;
+}
+
+std::map<WorkerId, std::vector<TakenBatch>> taken_from(const Json& json) {
+  std::map<WorkerId, std::vector<TakenBatch>> out;
+  for (const auto& t : json) {
+    out[t.at(0).get<WorkerId>()].push_back(
+        TakenBatch{t.at(1).get<std::uint64_t>(), t.at(2).get<bool>()});
+  }
+  return out;
+}
+
+}  // namespace
+
+Json AspJob::snapshot(Millis now) const {
+  Json nodes = Json::object();
+  for (const auto& [id, n] : nodes_) {
+    nodes[id] = Json{{"name", n.name}, {"alive", n.alive}, {"drained", n.drained}};
+  }
+  Json trainers = Json::object();
+  for (const auto& [name, t] : trainers_) {
+    trainers[name] = Json{{"node", t.node},
+                          {"server", t.server},
+                          {"shard", t.shard},
+                          {"incarnation", t.incarnation},
+                          {"worker", t.worker_id},
+                          {"said_hello", t.said_hello},
+                          {"ready", t.ready},
+                          {"gone", t.gone},
+                          {"pushed", t.first_push_at.has_value()},
+                          {"updates", t.updates},
+                          {"batch", t.batch},
+                          {"compute_time_s", t.compute_time_s},
+                          {"update_time_s", t.update_time_s},
+                          {"since_plan", t.since_plan}};
+  }
+  Json shards = Json::array();
+  for (const auto& s : shards_) {
+    shards.push_back(Json{{"trainer", s.trainer},
+                          {"endpoint", s.endpoint},
+                          {"incarnation", s.incarnation},
+                          {"ready", s.ready},
+                          {"handing_over", s.handing_over},
+                          {"inherited", taken_json(s.inherited)},
+                          {"checkpoint", s.checkpoint},
+                          {"checkpoint_version", s.checkpoint_version},
+                          {"head_copy_version", s.head_copy_version},
+                          {"version", s.version},
+                          {"ledger", s.ledger.state()},
+                          {"lost_this", s.lost_this},
+                          {"restarts", s.restarts},
+                          {"pushes_fenced", s.pushes_fenced},
+                          {"fenced_this", s.fenced_this}});
+  }
+  const auto& f = fence_counters_;
+  return Json{{"state", state_},
+              {"reason", reason_},
+              {"finished", finished_},
+              {"elapsed_ms", started_ ? now - started_at_ : 0},
+              {"nodes", nodes},
+              {"trainers", trainers},
+              {"shards", shards},
+              {"next_trainer", next_trainer_},
+              {"next_worker_id", next_worker_id_},
+              {"parameters", parameters_},
+              {"dataset_size", dealer_ ? dealer_->dataset_size() : 0},
+              {"dealer", dealer_ ? dealer_->state() : Json()},
+              {"fences", fences_ ? fences_->state() : Json()},
+              {"gone_workers", gone_workers_},
+              {"fence_counters", {f.rounds, f.no_answer, f.taken, f.dealt_again}},
+              {"staleness", stats_.totals_state()},
+              {"plan", plan_},
+              {"plan_version", plan_version_},
+              {"counts",
+               {updates_, dropped_stale_, pushes_, duplicates_, failed_batches_, last_plan_update_,
+                eval_dealt_at_, next_eval_, evaluations_, start_failures_}},
+              {"loss", loss_},
+              {"evaluator", evaluator_},
+              {"last_eval_accuracy", last_eval_accuracy_},
+              {"finisher", finisher_},
+              {"finishing_announced", finishing_announced_},
+              {"last_trainer_error", last_trainer_error_},
+              {"membership", membership_log_}};
+}
+
+void AspJob::restore(const Json& j, Millis now) {
+  // Read everything first: a snapshot that cannot be read changes nothing.
+  std::map<std::string, Node> nodes;
+  std::map<std::string, Trainer> trainers;
+  std::vector<Shard> shards;
+  std::optional<EpochDealer> dealer;
+  std::optional<BatchFences> fences;
+  StalenessStats stats;
+  std::vector<std::int64_t> counts, fence_counts;
+  try {
+    for (const auto& [id, n] : j.at("nodes").items()) {
+      nodes[id] = Node{n.at("name").get<std::string>(), n.at("alive").get<bool>(),
+                       n.at("drained").get<bool>()};
+    }
+    for (const auto& [name, t] : j.at("trainers").items()) {
+      Trainer r;
+      r.node = t.at("node").get<std::string>();
+      r.server = t.at("server").get<bool>();
+      r.shard = t.at("shard").get<std::int32_t>();
+      r.incarnation = t.at("incarnation").get<std::int64_t>();
+      r.worker_id = t.at("worker").get<WorkerId>();
+      r.said_hello = t.at("said_hello").get<bool>();
+      r.ready = t.at("ready").get<bool>();
+      r.gone = t.at("gone").get<bool>();
+      // Times restart with this head: a trainer not started yet has a whole spawn timeout.
+      r.spawned_at = now;
+      if (r.said_hello) r.hello_at = now;
+      if (t.at("pushed").get<bool>()) r.first_push_at = now;
+      r.updates = t.at("updates").get<std::int64_t>();
+      r.batch = t.at("batch").get<std::int32_t>();
+      r.compute_time_s = t.at("compute_time_s").get<double>();
+      r.update_time_s = t.at("update_time_s").get<double>();
+      r.since_plan = t.at("since_plan").get<std::int64_t>();
+      if (r.server && (r.shard < 0 || r.shard >= options_.servers)) {
+        throw std::invalid_argument("server " + name + " serves no shard of this job");
+      }
+      trainers[name] = std::move(r);
+    }
+    const Json& js = j.at("shards");
+    if (js.size() != shards_.size()) {
+      throw std::invalid_argument(std::to_string(js.size()) + " shards, the job has " +
+                                  std::to_string(shards_.size()));
+    }
+    for (const auto& s : js) {
+      Shard r;
+      r.trainer = s.at("trainer").get<std::string>();
+      r.endpoint = s.at("endpoint").get<std::string>();
+      r.incarnation = s.at("incarnation").get<std::int64_t>();
+      r.ready = s.at("ready").get<bool>();
+      r.handing_over = s.at("handing_over").get<bool>();
+      r.hand_over_asked_at = now;
+      r.inherited = taken_from(s.at("inherited"));
+      r.checkpoint = s.at("checkpoint").get<std::string>();
+      r.checkpoint_version = s.at("checkpoint_version").get<std::int64_t>();
+      r.head_copy_version = s.at("head_copy_version").get<std::int64_t>();
+      r.version = s.at("version").get<std::int64_t>();
+      r.ledger.restore_state(s.at("ledger"));
+      r.lost_this = s.at("lost_this").get<std::int64_t>();
+      r.restarts = s.at("restarts").get<int>();
+      r.pushes_fenced = s.at("pushes_fenced").get<std::int64_t>();
+      r.fenced_this = s.at("fenced_this").get<std::int64_t>();
+      shards.push_back(std::move(r));
+    }
+    const auto dataset = j.at("dataset_size").get<std::int64_t>();
+    if (dataset > 0) {
+      dealer.emplace(dataset, options_.data_seed, options_.steps > 0 ? 0 : options_.epochs);
+      dealer->restore_state(j.at("dealer"));
+      fences.emplace(static_cast<std::int32_t>(shards_.size()));
+      fences->restore_state(j.at("fences"));
+    }
+    stats.restore_totals(j.at("staleness"));
+    counts = j.at("counts").get<std::vector<std::int64_t>>();
+    fence_counts = j.at("fence_counters").get<std::vector<std::int64_t>>();
+    if (counts.size() != 10 || fence_counts.size() != 4) {
+      throw std::invalid_argument("the job's counts are incomplete");
+    }
+    state_ = j.at("state").get<std::string>();
+    reason_ = j.at("reason").get<std::string>();
+    finished_ = j.at("finished").get<bool>();
+    next_trainer_ = j.at("next_trainer").get<int>();
+    next_worker_id_ = j.at("next_worker_id").get<WorkerId>();
+    parameters_ = j.at("parameters").get<std::int64_t>();
+    gone_workers_ = j.at("gone_workers").get<std::set<WorkerId>>();
+    plan_ = j.at("plan").get<std::map<std::string, std::int32_t>>();
+    plan_version_ = j.at("plan_version").get<std::int64_t>();
+    loss_ = j.at("loss").get<double>();
+    evaluator_ = j.at("evaluator").get<std::string>();
+    last_eval_accuracy_ = j.at("last_eval_accuracy").get<double>();
+    finisher_ = j.at("finisher").get<std::string>();
+    finishing_announced_ = j.at("finishing_announced").get<bool>();
+    last_trainer_error_ = j.at("last_trainer_error").get<std::string>();
+    membership_log_ = j.at("membership").get<std::vector<std::string>>();
+    started_at_ = now - j.at("elapsed_ms").get<Millis>();
+  } catch (const nlohmann::json::exception& e) {
+    throw std::invalid_argument(std::string("the ASP job's snapshot: ") + e.what());
+  }
+  nodes_ = std::move(nodes);
+  trainers_ = std::move(trainers);
+  shards_ = std::move(shards);
+  dealer_ = std::move(dealer);
+  fences_ = std::move(fences);
+  stats_ = std::move(stats);
+  updates_ = counts[0];
+  dropped_stale_ = counts[1];
+  pushes_ = counts[2];
+  duplicates_ = counts[3];
+  failed_batches_ = counts[4];
+  last_plan_update_ = counts[5];
+  eval_dealt_at_ = counts[6];
+  next_eval_ = counts[7];
+  evaluations_ = counts[8];
+  start_failures_ = static_cast<int>(counts[9]);
+  fence_counters_ =
+      FenceCounters{fence_counts[0], fence_counts[1], fence_counts[2], fence_counts[3]};
+  started_ = true;
+  last_progress_ = now;
+  interval_started_ = now;
+  interval_updates_ = 0;
+  too_few_since_.reset();
+  if (finished_) {
+    // It ended just before the head died: the end is carried out again (its stops, summary and
+    // the JobManager's record may not have gone out).
+    for (const auto& name : live_trainers())
+      commands_.push_back(StopCommand{name, "job " + state_});
+    commands_.push_back(FinishCommand{state_, reason_});
+    commands_.push_back(PublishCommand{});
+    return;
+  }
+  // The controller's estimates were not kept: it learns them again from the next pushes.
+  for (const auto& [name, batch] : plan_) controller_.add_worker(name);
+  emit(Json{{"event", "restored"},
+            {"step", updates_},
+            {"workers", static_cast<std::int64_t>(plan_.size())},
+            {"outstanding_batches", outstanding_batches()},
+            {"fence_rounds", fences_ ? static_cast<std::int64_t>(fences_->pending()) : 0}});
+  ask_again(now);
+  changed();
+  commands_.push_back(PublishCommand{});
+}
+
+void AspJob::ask_again(Millis now) {
+  (void)now;
+  for (std::size_t i = 0; i < shards_.size(); ++i) {
+    const auto s = static_cast<std::int32_t>(i);
+    auto& shard = shards_[i];
+    const auto server = trainers_.find(shard.trainer);
+    if (!shard.ready || server == trainers_.end() || server->second.gone) continue;
+    // Fences sent with its server_ready may have been lost with the head: a fence is idempotent.
+    for (const WorkerId worker : gone_workers_) {
+      commands_.push_back(
+          FenceCommand{shard.trainer, s, shard.incarnation, worker, kWholeWorker, {}});
+    }
+    if (options_.mutation == AspMutation::kRestoreForgetsAsks) continue;
+    // Answers to the dead head's asks are lost: ask again (both are idempotent on the server).
+    if (fences_ && dealer_) {
+      for (const FenceAsk& again : fences_->waiting_on(s)) {
+        fence_shard(again.round, s, again.worker, again.through);
+      }
+    }
+    if (shard.handing_over) {
+      commands_.push_back(HandOverCommand{shard.trainer, s, shard.incarnation});
+    }
+  }
 }
 
 }  // namespace omnilearn::asp

@@ -47,6 +47,12 @@ enum class AspMutation {
   // A drained server is stopped at once, as a worker is, without handing its shard over first:
   // its restart resumes from its last periodic checkpoint.
   kStopBeforeHandOver,
+  // A restored machine does not ask again the fence rounds and hand-overs its predecessor was
+  // waiting for (their answers went to the dead head).
+  kRestoreForgetsAsks,
+  // A batch dealt to a worker whose deal request comes again without it (the answer that
+  // carried it was lost, e.g. with a head that died after writing it down) stays the worker's.
+  kUndeliveredStaysDealt,
 };
 const char* to_string(AspMutation mutation);
 
@@ -114,13 +120,16 @@ struct EventCommand {
 };
 // The job's status changed: tell whoever follows it.
 struct PublishCommand {};
+// Write the machine's snapshot (snapshot()) to the store before carrying out anything after it,
+// and before answering the input that asked for it: first in its batch when present.
+struct PersistCommand {};
 // The job ended: write its summary, release what it holds. Stop commands come before it.
 struct FinishCommand {
   std::string state;  // succeeded | failed | stopped
   std::string reason;
 };
-using AspCommand = std::variant<SpawnCommand, StopCommand, FenceCommand, HandOverCommand,
-                                EventCommand, PublishCommand, FinishCommand>;
+using AspCommand = std::variant<PersistCommand, SpawnCommand, StopCommand, FenceCommand,
+                                HandOverCommand, EventCommand, PublishCommand, FinishCommand>;
 
 // A trainer's hello, answered.
 struct HelloAnswer {
@@ -244,14 +253,17 @@ class AspJob {
     std::int64_t version = 0;
     std::int64_t checkpoint_version = 0;
     int restarts = 0;
+    std::string endpoint;  // where it listens ("" while it does not)
   };
 
   // Throws std::invalid_argument on servers < 1, 1 <= min_workers <= max_workers not held, or
   // slots < 1.
   explicit AspJob(AspJobOptions options);
 
-  // Lifecycle. start() emits the job's first event; nodes() then places the first trainers.
-  void start(Millis now);
+  // Lifecycle. start() emits the job's first event (`submitted`; not when `first` is false: a
+  // restarted head starting a job it had not placed yet); nodes() then places the first
+  // trainers.
+  void start(Millis now, bool first = true);
   // The nodes known when the job starts (alive or suspect ones): servers go round robin.
   void nodes(const std::vector<NodeView>& nodes, Millis now);
   void stop(const std::string& reason, Millis now);  // "stopped"
@@ -291,6 +303,20 @@ class AspJob {
   void trainer_error(const std::string& trainer, const std::string& error);
 
   std::vector<AspCommand> take_commands();
+
+  // What a restarted head must know to go on with the job, as JSON: placement, trainers and
+  // their roles, worker ids, every shard's incarnation, endpoint, versions, checkpoint
+  // locations and restart ledger, the dealer's position with its outstanding and reissued
+  // batches, the open fence rounds, the fenced-off workers, the plan and the job's counts.
+  // Asked for by PersistCommand whenever one of these changes. Times are kept as durations.
+  nlohmann::json snapshot(Millis now) const;
+  // In place of start() and nodes(), on a machine constructed with the same options: goes on
+  // from `snapshot`. What its predecessor asked and never heard back from is asked again: every
+  // open fence round of a listening shard, every hand-over under way; every fenced-off worker is
+  // fenced again on every listening shard. Trainers it lists as live must be checked by the
+  // adapter (those gone during the outage reported with trainer_exited). Throws
+  // std::invalid_argument on a snapshot it cannot read (nothing is changed then).
+  void restore(const nlohmann::json& snapshot, Millis now);
 
   // Views.
   bool finished() const { return finished_; }
@@ -384,10 +410,15 @@ class AspJob {
   Trainer* worker_trainer(WorkerId worker);
   void finish(const std::string& state, const std::string& reason, Millis now);
   void emit(nlohmann::json event) { commands_.push_back(EventCommand{std::move(event)}); }
+  // Something a restarted head must know changed: the next take_commands() starts with a
+  // PersistCommand.
+  void changed() { persist_due_ = true; }
+  void ask_again(Millis now);
   std::string node_name(const std::string& node) const;
 
   AspJobOptions options_;
   std::vector<AspCommand> commands_;
+  bool persist_due_ = false;
   std::string state_ = "pending";
   std::string reason_;
   bool started_ = false;

@@ -109,4 +109,43 @@ std::vector<SettledBatch> BatchFences::settle(EpochDealer& dealer, const Round& 
   return out;
 }
 
+nlohmann::json BatchFences::state() const {
+  using Json = nlohmann::json;
+  Json rounds = Json::array();
+  for (const auto& [id, r] : rounds_) {
+    rounds.push_back(Json{{"id", id},
+                          {"worker", r.worker},
+                          {"through", r.through},
+                          {"batches", r.batches},
+                          {"waiting", r.waiting},
+                          {"taken", r.taken},
+                          {"dropped", r.dropped}});
+  }
+  return Json{{"next_round", next_round_}, {"rounds", rounds}, {"fencing", fencing_}};
+}
+
+void BatchFences::restore_state(const nlohmann::json& state) {
+  try {
+    std::map<std::uint64_t, Round> rounds;
+    for (const auto& r : state.at("rounds")) {
+      Round round;
+      round.worker = r.at("worker").get<WorkerId>();
+      round.through = r.at("through").get<std::uint64_t>();
+      round.batches = r.at("batches").get<std::vector<std::uint64_t>>();
+      round.waiting = r.at("waiting").get<std::set<std::int32_t>>();
+      round.taken = r.at("taken").get<std::map<std::uint64_t, std::vector<std::int32_t>>>();
+      round.dropped = r.at("dropped").get<std::set<std::uint64_t>>();
+      for (const std::int32_t s : round.waiting) {
+        if (s < 0 || s >= shards_) throw std::invalid_argument("a fence round waits on no shard");
+      }
+      rounds[r.at("id").get<std::uint64_t>()] = std::move(round);
+    }
+    next_round_ = state.at("next_round").get<std::uint64_t>();
+    rounds_ = std::move(rounds);
+    fencing_ = state.at("fencing").get<std::set<std::uint64_t>>();
+  } catch (const nlohmann::json::exception& e) {
+    throw std::invalid_argument(std::string("the fences' state: ") + e.what());
+  }
+}
+
 }  // namespace omnilearn::asp

@@ -27,6 +27,7 @@
 
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <vector>
@@ -96,6 +97,11 @@ class BatchFences {
   std::size_t pending() const { return rounds_.size(); }
   // Whether `batch` waits in some round (its samples are neither accepted nor dealt again yet).
   bool fencing(std::uint64_t batch) const { return fencing_.count(batch) > 0; }
+
+  // The rounds still open, for a restarted scheduler (restore_state throws
+  // std::invalid_argument on a state it cannot read).
+  nlohmann::json state() const;
+  void restore_state(const nlohmann::json& state);
 
  private:
   struct Round {

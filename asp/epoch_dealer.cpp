@@ -179,4 +179,67 @@ std::int64_t EpochDealer::reissue_backlog() const {
   return n;
 }
 
+nlohmann::json EpochDealer::state() const {
+  using Json = nlohmann::json;
+  Json outstanding = Json::array();
+  for (const auto& [id, h] : outstanding_) {
+    outstanding.push_back(Json{{"id", id},
+                               {"worker", h.worker},
+                               {"epoch", h.epoch},
+                               {"indices", h.indices},
+                               {"shards_done", h.shards_done}});
+  }
+  Json reissue = Json::array();
+  for (const auto& c : reissue_) {
+    reissue.push_back(
+        Json{{"epoch", c.epoch}, {"indices", c.indices}, {"shards_done", c.shards_done}});
+  }
+  const auto& c = counters_;
+  return Json{{"epoch", cursor_.epoch},
+              {"position", cursor_.position},
+              {"next_id", next_id_},
+              {"outstanding", outstanding},
+              {"reissue", reissue},
+              {"accepted", accepted_},
+              {"epochs_completed", epochs_completed_},
+              {"counters",
+               {c.batches_dealt, c.samples_dealt, c.samples_reissued, c.batches_accepted,
+                c.samples_accepted, c.duplicates, c.unknown, c.partial_pushes}}};
+}
+
+void EpochDealer::restore_state(const nlohmann::json& state) {
+  try {
+    training::Cursor cursor{state.at("epoch").get<std::int64_t>(),
+                            state.at("position").get<std::int64_t>()};
+    if (cursor.epoch < 0 || cursor.position < 0 || cursor.position >= dataset_size()) {
+      throw std::invalid_argument("the dealer's position is outside the dataset");
+    }
+    std::map<std::uint64_t, Holding> outstanding;
+    for (const auto& h : state.at("outstanding")) {
+      outstanding[h.at("id").get<std::uint64_t>()] =
+          Holding{h.at("worker").get<WorkerId>(), h.at("epoch").get<std::int64_t>(),
+                  h.at("indices").get<std::vector<std::int64_t>>(),
+                  h.at("shards_done").get<std::vector<std::int32_t>>()};
+    }
+    std::deque<Chunk> reissue;
+    for (const auto& c : state.at("reissue")) {
+      reissue.push_back(Chunk{c.at("epoch").get<std::int64_t>(),
+                              c.at("indices").get<std::vector<std::int64_t>>(),
+                              c.at("shards_done").get<std::vector<std::int32_t>>()});
+    }
+    const auto counters = state.at("counters").get<std::vector<std::int64_t>>();
+    if (counters.size() != 8) throw std::invalid_argument("the dealer's counters are not 8");
+    cursor_ = cursor;
+    next_id_ = state.at("next_id").get<std::uint64_t>();
+    outstanding_ = std::move(outstanding);
+    reissue_ = std::move(reissue);
+    accepted_ = state.at("accepted").get<std::map<std::int64_t, std::int64_t>>();
+    epochs_completed_ = state.at("epochs_completed").get<std::int64_t>();
+    counters_ = DealerCounters{counters[0], counters[1], counters[2], counters[3],
+                               counters[4], counters[5], counters[6], counters[7]};
+  } catch (const nlohmann::json::exception& e) {
+    throw std::invalid_argument(std::string("the dealer's state: ") + e.what());
+  }
+}
+
 }  // namespace omnilearn::asp

@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "asp/worker_id.hpp"
@@ -113,6 +114,13 @@ class EpochDealer {
   // max_epochs > 0 and all of them are complete.
   bool finished() const { return max_epochs_ > 0 && epochs_completed_ == max_epochs_; }
   const DealerCounters& counters() const { return counters_; }
+
+  // Everything but the permutation (the seed and dataset size the constructor took): the
+  // cursor, the outstanding and reissued batches, the accepted counts and the counters. A
+  // dealer constructed with the same arguments and given this state deals on exactly as this
+  // one would. restore_state throws std::invalid_argument on a state it cannot read.
+  nlohmann::json state() const;
+  void restore_state(const nlohmann::json& state);
 
  private:
   struct Holding {

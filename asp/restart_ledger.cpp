@@ -1,6 +1,8 @@
 #include "asp/restart_ledger.hpp"
 
 #include <algorithm>
+#include <stdexcept>
+#include <string>
 
 namespace omnilearn::asp {
 
@@ -54,5 +56,23 @@ std::int64_t RestartLedger::unanswered_before_restarts() const {
 }
 
 std::int64_t RestartLedger::lost_at_most() const { return lost() + unanswered_before_restarts(); }
+
+nlohmann::json RestartLedger::state() const {
+  return nlohmann::json{{"reached", reached_}, {"unanswered", unanswered_}, {"resumed", resumed_}};
+}
+
+void RestartLedger::restore_state(const nlohmann::json& state) {
+  try {
+    using Map = std::map<std::int64_t, std::int64_t>;
+    Map reached = state.at("reached").get<Map>();
+    Map unanswered = state.at("unanswered").get<Map>();
+    Map resumed = state.at("resumed").get<Map>();
+    reached_ = std::move(reached);
+    unanswered_ = std::move(unanswered);
+    resumed_ = std::move(resumed);
+  } catch (const nlohmann::json::exception& e) {
+    throw std::invalid_argument(std::string("a restart ledger: ") + e.what());
+  }
+}
 
 }  // namespace omnilearn::asp

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
 
 namespace omnilearn::asp {
 
@@ -34,6 +35,10 @@ class RestartLedger {
   std::int64_t lost_at_most() const;
   // Unanswered pushes to incarnations since restarted.
   std::int64_t unanswered_before_restarts() const;
+
+  // Everything recorded, for a restarted scheduler (restore_state throws on a bad state).
+  nlohmann::json state() const;
+  void restore_state(const nlohmann::json& state);
 
  private:
   // Highest version incarnation `k` is known to have been at: its replies, or where it resumed.

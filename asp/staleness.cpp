@@ -117,4 +117,27 @@ StalenessSummary StalenessStats::take_interval() {
 
 StalenessSummary StalenessStats::total() const { return total_.summary(); }
 
+nlohmann::json StalenessStats::totals_state() const {
+  return nlohmann::json{{"histogram", total_.histogram},
+                        {"sum", total_.sum},
+                        {"applied", total_.applied},
+                        {"dropped", total_.dropped},
+                        {"updates", total_.updates}};
+}
+
+void StalenessStats::restore_totals(const nlohmann::json& state) {
+  try {
+    Tally t;
+    t.histogram = state.at("histogram").get<std::map<std::int64_t, std::int64_t>>();
+    t.sum = state.at("sum").get<std::int64_t>();
+    t.applied = state.at("applied").get<std::int64_t>();
+    t.dropped = state.at("dropped").get<std::int64_t>();
+    t.updates = state.at("updates").get<std::map<WorkerId, std::int64_t>>();
+    total_ = std::move(t);
+    interval_ = Tally{};
+  } catch (const nlohmann::json::exception& e) {
+    throw std::invalid_argument(std::string("the staleness totals: ") + e.what());
+  }
+}
+
 }  // namespace omnilearn::asp

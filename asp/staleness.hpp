@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string_view>
 
@@ -69,6 +70,11 @@ class StalenessStats {
   // Returns the interval and starts a new one; the totals keep counting.
   StalenessSummary take_interval();
   StalenessSummary total() const;
+
+  // The totals, for a restarted scheduler (the interval starts afresh). restore_totals throws
+  // std::invalid_argument on a state it cannot read.
+  nlohmann::json totals_state() const;
+  void restore_totals(const nlohmann::json& state);
 
  private:
   struct Tally {

@@ -34,7 +34,16 @@ using namespace std::chrono_literals;
 
 constexpr auto kServerAskTimeout = 5s;  // a pull or a push to a server
 constexpr auto kSchedulerAskTimeout = 10s;
-constexpr int kSchedulerAttempts = 6;  // consecutive unanswered asks before giving up
+// A deal request's bound. Short: a request that reaches a head while it restarts (before the
+// job's scheduler is back) is dropped, and only this bound ends the wait for its answer. Asking
+// again is harmless: the dealer takes a push once, and a batch whose answer was dropped is dealt
+// again because the next request does not name it.
+constexpr auto kDealAskTimeout = 2s;
+// How long a trainer keeps asking a scheduler that does not answer (a head restarting: its
+// scheduler resumes the job from its snapshot) before it gives up. An ask to a head that is
+// down can fail at once: asks go again every kSchedulerRetry until then.
+constexpr auto kSchedulerPatience = 60s;
+constexpr auto kSchedulerRetry = 500ms;
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
@@ -265,9 +274,10 @@ int run_asp_server(AspRoleContext& c) {
                        c.replica.data().train->size(),
                        resumed_from};
   bool told = false;
-  for (int attempt = 0; attempt < kSchedulerAttempts && !told; ++attempt) {
+  for (const auto since = Clock::now(); !told && Clock::now() - since < kSchedulerPatience;) {
     if (c.wait_stop(0ms)) break;
     told = c.system.ask(scheduler, ready, kSchedulerAskTimeout).get().ok();
+    if (!told && c.wait_stop(kSchedulerRetry)) break;
   }
   int code = 0;
   if (!told) {
@@ -305,20 +315,23 @@ int run_asp_worker(AspRoleContext& c) {
   };
   AspDealRequest request = fresh_request();
   int unanswered = 0;
+  Clock::time_point unanswered_since;
   std::int64_t batches = 0;
   while (true) {
     if (c.wait_stop(0ms)) return 0;
     c.apply_slowdown();
-    const runtime::AskResult result = c.system.ask(scheduler, request, kSchedulerAskTimeout).get();
+    const runtime::AskResult result = c.system.ask(scheduler, request, kDealAskTimeout).get();
     auto deal = result.as<AspDealReply>();
     if (!deal) {
-      // The outcome goes again with the next ask: the dealer takes a push once.
-      if (++unanswered >= kSchedulerAttempts) {
-        spdlog::error("worker {}: the scheduler did not answer {} asks ({})", c.trainer, unanswered,
-                      result.error);
+      // The outcome goes again with the next ask: the dealer takes a push once, and deals
+      // again a batch whose answer never arrived (the request does not name it).
+      if (unanswered++ == 0) unanswered_since = Clock::now();
+      if (Clock::now() - unanswered_since >= kSchedulerPatience) {
+        spdlog::error("worker {}: the scheduler did not answer {} asks in {} s ({})", c.trainer,
+                      unanswered, kSchedulerPatience.count(), result.error);
         return 1;
       }
-      if (c.wait_stop(500ms)) return 0;
+      if (c.wait_stop(kSchedulerRetry)) return 0;
       continue;
     }
     unanswered = 0;
@@ -367,8 +380,9 @@ int run_asp_worker(AspRoleContext& c) {
         spdlog::info("worker {}: final model: test accuracy {:.4f}, loss {:.4f}", c.trainer,
                      eval.accuracy, eval.loss);
       }
-      for (int attempt = 0; attempt < kSchedulerAttempts; ++attempt) {
+      for (const auto since = Clock::now(); Clock::now() - since < kSchedulerPatience;) {
         if (c.system.ask(scheduler, finished, kSchedulerAskTimeout).get().ok()) break;
+        if (c.wait_stop(kSchedulerRetry)) return 0;
       }
       // The scheduler ends the job and stops every trainer; bounded in case it never does.
       c.wait_stop(60s);

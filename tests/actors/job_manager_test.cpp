@@ -266,10 +266,11 @@ namespace {
 
 // A head over a state store: submissions are recorded before they are answered; a second head
 // over the same state answers for a finished job as before, carries on a pending synchronous
-// one (its scheduler runs again), and ends a pending asynchronous one as failed with the
-// outage, a head_restarted event after the last whole line of its events.jsonl (a line the
-// first head was cut off writing is dropped), and a summary.
-TEST_F(Jobs, ARestartedHeadKeepsItsJobsResumesSynchronousOnesAndEndsAsynchronousOnes) {
+// and a pending asynchronous one (their schedulers run again, after a head_restarted event
+// following the last whole line of their events.jsonl: a line the first head was cut off
+// writing is dropped), and ends one whose job file no longer parses as failed with the outage,
+// a head_restarted event and a summary.
+TEST_F(Jobs, ARestartedHeadKeepsItsJobsResumesThemAndEndsOnesItCannotRead) {
   std::shared_ptr<state::StateStore> store = state::open_memory_store();
   JobManagerOptions options;
   options.store = store;
@@ -283,6 +284,7 @@ TEST_F(Jobs, ARestartedHeadKeepsItsJobsResumesSynchronousOnesAndEndsAsynchronous
   auto asp =
       ask<SubmitJobReply>(kJobsActor, SubmitJob{asp_toml, "asp.toml", (dir / "asp").string()});
   ASSERT_TRUE(asp && asp->accepted) << (asp ? asp->error : "");
+  auto broken = submit((dir / "broken").string());
   auto stopped = submit((dir / "stopped").string());
   ASSERT_TRUE(ask<SimpleReply>(kJobsActor, StopJob{stopped.job_id}));
   ASSERT_TRUE(wait_state(stopped.job_id, "stopped"));
@@ -294,22 +296,32 @@ TEST_F(Jobs, ARestartedHeadKeepsItsJobsResumesSynchronousOnesAndEndsAsynchronous
       10s));
   ASSERT_TRUE(wait_state(pending.job_id, "pending"));
   ASSERT_TRUE(wait_state(asp->job_id, "pending"));
+  ASSERT_TRUE(wait_state(broken.job_id, "pending"));
   // The first head dies here, as kill -9 would stop it: what the store holds now is what the
   // next head finds (a graceful shutdown would go on to end the pending job itself).
   std::shared_ptr<state::StateStore> crashed = state::open_memory_store();
   std::vector<state::Write> writes;
-  for (const auto& [key, value] : store->load("")) writes.push_back({key, value});
+  for (const auto& [key, value] : store->load("")) {
+    if (key == job_key(broken.job_id)) {
+      // A job file the next head's rules refuse.
+      Json record = Json::parse(value);
+      record["toml"] = "[job\nname = ";
+      writes.push_back({key, record.dump()});
+      continue;
+    }
+    writes.push_back({key, value});
+  }
   crashed->commit(writes);
   head.shutdown();
   store = crashed;
   // The first head was killed in the middle of a line.
-  for (const auto* run : {"pending", "asp"}) {
+  for (const auto* run : {"pending", "asp", "broken"}) {
     std::ofstream(dir / run / "events.jsonl", std::ios::app) << R"({"time": 1, "ev)";
   }
 
   runtime::ActorSystem second;
   auto restored = start_head_epoch(*store, 2000.0);
-  ASSERT_EQ(restored.jobs.size(), 3u);
+  ASSERT_EQ(restored.jobs.size(), 4u);
   JobManagerOptions again;
   again.runs_root = (dir / "runs").string();
   again.store = store;
@@ -327,42 +339,54 @@ TEST_F(Jobs, ARestartedHeadKeepsItsJobsResumesSynchronousOnesAndEndsAsynchronous
   ASSERT_TRUE(was_stopped && was_stopped->found);
   EXPECT_TRUE(was_stopped->finished);
   EXPECT_EQ(was_stopped->job.state, "stopped");
-  // The synchronous job goes on: its scheduler runs again (it had placed no trainer, so the
-  // job starts), after a head_restarted event.
-  auto was_pending = ask_second(pending.job_id);
-  ASSERT_TRUE(was_pending && was_pending->found);
-  EXPECT_FALSE(was_pending->finished);
-  EXPECT_EQ(was_pending->job.state, "pending");
-  EXPECT_TRUE(second.has_actor(scheduler_actor_name(pending.job_id)));
-  ASSERT_TRUE(testing::wait_until(
-      [&] {
-        const auto lines = lines_of(dir / "pending" / "events.jsonl");
-        return !lines.empty() &&
-               Json::parse(lines.back(), nullptr, false).value("event", "") == "head_restarted";
-      },
-      10s));
-  // The asynchronous one ends.
-  auto was_asp = ask_second(asp->job_id);
-  ASSERT_TRUE(was_asp && was_asp->found);
-  EXPECT_TRUE(was_asp->finished);
-  EXPECT_EQ(was_asp->job.state, "failed");
-  EXPECT_NE(was_asp->job.reason.find("the head restarted after an outage of 1.5 s while the "
-                                     "job was pending"),
+  // The synchronous and the asynchronous job go on: their schedulers run again (they had placed
+  // no trainer, so the jobs start), after a head_restarted event.
+  for (const auto& [id, run] : {std::pair{pending.job_id, "pending"}, {asp->job_id, "asp"}}) {
+    auto was = ask_second(id);
+    ASSERT_TRUE(was && was->found) << run;
+    EXPECT_FALSE(was->finished) << run;
+    EXPECT_EQ(was->job.state, "pending") << run;
+    EXPECT_TRUE(second.has_actor(scheduler_actor_name(id))) << run;
+    ASSERT_TRUE(testing::wait_until(
+        [&] {
+          // After it the asynchronous job's machine says what it restored.
+          for (const auto& line : lines_of(dir / run / "events.jsonl")) {
+            const Json e = Json::parse(line, nullptr, false);
+            if (e.value("event", "") == "head_restarted" && e.value("resumed", false)) return true;
+          }
+          return false;
+        },
+        10s))
+        << run << ":\n"
+        << [&] {
+             std::string all;
+             for (const auto& line : lines_of(dir / run / "events.jsonl")) all += line + "\n";
+             return all;
+           }();
+  }
+  // The one whose job file no longer parses ends.
+  auto was_broken = ask_second(broken.job_id);
+  ASSERT_TRUE(was_broken && was_broken->found);
+  EXPECT_TRUE(was_broken->finished);
+  EXPECT_EQ(was_broken->job.state, "failed");
+  EXPECT_NE(was_broken->job.reason.find("the head restarted after an outage of 1.5 s while the "
+                                        "job was pending"),
             std::string::npos)
-      << was_asp->job.reason;
-  EXPECT_NE(was_asp->job.reason.find("asynchronous"), std::string::npos) << was_asp->job.reason;
-  for (const auto* run : {"pending", "asp"}) {
+      << was_broken->job.reason;
+  EXPECT_NE(was_broken->job.reason.find("cannot read its job file"), std::string::npos)
+      << was_broken->job.reason;
+  for (const auto* run : {"pending", "asp", "broken"}) {
     for (const auto& line : lines_of(dir / run / "events.jsonl")) {
       EXPECT_FALSE(Json::parse(line, nullptr, false).is_discarded()) << "not an event: " << line;
     }
   }
-  const auto lines = lines_of(dir / "asp" / "events.jsonl");
+  const auto lines = lines_of(dir / "broken" / "events.jsonl");
   ASSERT_GE(lines.size(), 2u);
   EXPECT_EQ(Json::parse(lines[lines.size() - 2]).at("event"), "head_restarted");
   EXPECT_EQ(Json::parse(lines.back()).at("event"), "finished");
-  auto summary = Json::parse(std::ifstream(dir / "asp" / "summary.json"));
+  auto summary = Json::parse(std::ifstream(dir / "broken" / "summary.json"));
   EXPECT_EQ(summary.at("status"), "failed");
-  auto record = Json::parse(*store->get(job_key(asp->job_id)));
+  auto record = Json::parse(*store->get(job_key(broken.job_id)));
   EXPECT_TRUE(record.at("finished").get<bool>());
   EXPECT_EQ(record.at("state"), "failed");
   second.shutdown();

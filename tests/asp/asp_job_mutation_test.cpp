@@ -57,7 +57,9 @@ TEST_P(AspJobMutation, BreakingTheRuleFailsTheSimulation) {
 INSTANTIATE_TEST_SUITE_P(Rules, AspJobMutation,
                          ::testing::Values(AspMutation::kNoFence, AspMutation::kSilenceIsNotTaken,
                                            AspMutation::kDeadSilenceIsNotTaken,
-                                           AspMutation::kStopBeforeHandOver),
+                                           AspMutation::kStopBeforeHandOver,
+                                           AspMutation::kRestoreForgetsAsks,
+                                           AspMutation::kUndeliveredStaysDealt),
                          [](const ::testing::TestParamInfo<AspMutation>& info) {
                            return std::string(to_string(info.param));
                          });

@@ -36,21 +36,21 @@ void apply_nothing(double, std::span<const float>) {}
 
 class World {
  public:
-  explicit World(const SimConfig& c) : c_(c), rng_(c.seed), job_(options(c)) {
+  explicit World(const SimConfig& c) : c_(c), rng_(c.seed), job_(std::in_place, options(c)) {
     for (int n = 0; n < c.nodes; ++n) node_ids_.push_back("node" + std::to_string(n));
     ever_taken_.assign(static_cast<std::size_t>(c.shards), zero());
   }
 
   SimResult run() {
-    job_.start(now_);
+    job_->start(now_);
     std::vector<AspJob::NodeView> nodes;
     for (const auto& id : node_ids_) nodes.push_back({id, "n" + id.substr(4), false});
-    job_.nodes(nodes, now_);
+    job_->nodes(nodes, now_);
     commands();
     schedule_faults();
     tick();
     std::uint64_t steps = 0;
-    while (!events_.empty() && !job_.finished()) {
+    while (!events_.empty() && !job_->finished()) {
       Event e = events_.top();
       events_.pop();
       now_ = e.at;
@@ -144,8 +144,69 @@ class World {
   bool node_frozen(const std::string& node) const { return frozen_.count(node) > 0; }
 
   void tick() {
-    job_.tick(now_);
-    if (!job_.finished()) at(now_ + 100, [this] { tick(); });
+    job_->tick(now_);
+    if (!job_->finished()) {
+      at(now_ + 100, [this, epoch = head_epoch_] {
+        if (epoch == head_epoch_ && head_up_) tick();  // a dead head's clock stops with it
+      });
+    }
+  }
+
+  // ---- the head: killed (kill -9) and restarted from its last persisted snapshot
+
+  // A message the sender sends again until the head answers (a hello, a server's ready, a
+  // drain, a finished worker's report, the registry's verdict on a node): now, or once a
+  // restarted head listens.
+  void to_head(std::function<void()> fn) {
+    if (head_up_) {
+      fn();
+    } else {
+      retry_.push_back(std::move(fn));
+    }
+  }
+  // Whether a message sent to (or an answer due from an ask of) the head of `epoch` reaches a
+  // head that can take it: not when that head died meanwhile.
+  bool reaches(std::uint64_t epoch) const { return head_up_ && epoch == head_epoch_; }
+
+  void crash() {
+    if (!head_up_ || job_->finished()) return;
+    head_up_ = false;
+    ++head_epoch_;
+    ++head_restarts_;
+    if (c_.trace) std::cout << now_ << " ms head killed\n";
+    at(now_ + uniform(200, 5000), [this] { restart(); });
+  }
+
+  void restart() {
+    job_.emplace(options(c_));
+    head_up_ = true;
+    if (persisted_.empty()) {
+      fail("the head was restarted before its machine asked for a snapshot");
+      return;
+    }
+    try {
+      job_->restore(nlohmann::json::parse(persisted_), now_);
+    } catch (const std::exception& e) {
+      fail(std::string("the persisted snapshot did not restore: ") + e.what());
+      return;
+    }
+    if (c_.trace) std::cout << now_ << " ms head restored\n";
+    // The adapter pings every trainer the machine counts as live: an exit during the outage
+    // was reported to the dead head.
+    for (const auto& name : job_->live_trainers()) {
+      const auto p = processes_.find(name);
+      if (p == processes_.end() || !p->second.alive) {
+        job_->trainer_exited(name, 1, false, "did not answer after the head restarted", "", now_);
+      }
+    }
+    commands();
+    auto retry = std::move(retry_);
+    retry_.clear();
+    for (auto& fn : retry) {
+      fn();
+      commands();
+    }
+    tick();
   }
 
   void schedule_faults() {
@@ -157,17 +218,18 @@ class World {
       const std::string node = order[next++];
       at(uniform(2000, 40000), [this, node] {
         frozen_.insert(node);  // its agent stops: the registry declares the node dead
-        job_.node_down(node, "dead", now_);
+        to_head([this, node] { job_->node_down(node, "dead", now_); });
       });
     }
     for (int d = 0; d < c_.drains && next + 1 < order.size(); ++d) {
       const std::string node = order[next++];
-      at(uniform(2000, 40000), [this, node] { job_.drain(node, now_); });
+      at(uniform(2000, 40000),
+         [this, node] { to_head([this, node] { job_->drain(node, now_); }); });
     }
     for (int k = 0; k < c_.server_kills; ++k) {
       const auto shard = static_cast<std::int32_t>(uniform(0, c_.shards - 1));
       at(uniform(1000, 60000), [this, shard] {
-        const auto view = job_.shards()[static_cast<std::size_t>(shard)];
+        const auto view = job_->shards()[static_cast<std::size_t>(shard)];
         if (servers_.count(view.trainer)) kill(view.trainer);
       });
     }
@@ -178,6 +240,17 @@ class World {
           if (w.alive) live.push_back(name);
         }
         if (live.size() > 1) kill(live[static_cast<std::size_t>(uniform(0, live.size() - 1))]);
+      });
+    }
+    for (int k = 0; k < c_.head_restarts; ++k) {
+      at(uniform(2000, 60000), [this] {
+        // Half of them just after a deal was written down and before its answer reached the
+        // worker (which asks again, without the batch).
+        if (coin(0.5)) {
+          crash_after_deal_ = true;
+        } else {
+          crash();
+        }
       });
     }
   }
@@ -204,14 +277,21 @@ class World {
   void exited(const std::string& trainer, const std::string& node, int code,
               const std::string& why) {
     if (node_frozen(node)) return;
-    at(now_ + uniform(50, 800),
-       [this, trainer, code, why] { job_.trainer_exited(trainer, code, false, why, "", now_); });
+    at(now_ + uniform(50, 800), [this, trainer, code, why, epoch = head_epoch_] {
+      // The agent's report is a tell: lost if the head it went to died.
+      if (reaches(epoch)) job_->trainer_exited(trainer, code, false, why, "", now_);
+    });
   }
 
   void commands() {
-    for (auto list = job_.take_commands(); !list.empty(); list = job_.take_commands()) {
+    for (auto list = job_->take_commands(); !list.empty(); list = job_->take_commands()) {
       for (auto& command : list) {
         std::visit(Overloaded{
+                       [&](PersistCommand&) {
+                         // Written as the adapter writes it (only where a restart reads it:
+                         // a snapshot per deal is most of a run's time).
+                         if (c_.head_restarts > 0) persisted_ = job_->snapshot(now_).dump();
+                       },
                        [&](SpawnCommand& c) { spawn(c); },
                        [&](StopCommand& c) { stop(c); },
                        [&](FenceCommand& c) { fence(c); },
@@ -233,8 +313,14 @@ class World {
     if (node_frozen(c.node)) return;  // the agent never reads the order: the spawn times out
     processes_[c.trainer] = Process{c.node, true};
     at(now_ + uniform(200, 1500), [this, trainer = c.trainer, node = c.node] {
+      to_head([this, trainer, node] { hello(trainer, node); });
+    });
+  }
+
+  void hello(const std::string& trainer, const std::string& node) {
+    {
       if (!processes_[trainer].alive) return;
-      const HelloAnswer a = job_.hello(trainer, now_);
+      const HelloAnswer a = job_->hello(trainer, now_);
       if (!a.accepted) {
         processes_[trainer].alive = false;
         exited(trainer, node, 1, a.error);
@@ -250,7 +336,7 @@ class World {
         workers_[trainer] = w;
         ask(trainer);
       }
-    });
+    }
   }
 
   void start_server(const std::string& trainer, const HelloAnswer& a) {
@@ -284,6 +370,12 @@ class World {
     const std::int64_t version = s.core->pull().number;
     servers_[trainer] = std::move(s);
     at(now_ + uniform(50, 500), [this, trainer, resumed_from, version] {
+      to_head([this, trainer, resumed_from, version] { ready(trainer, resumed_from, version); });
+    });
+  }
+
+  void ready(const std::string& trainer, const std::string& resumed_from, std::int64_t version) {
+    {
       Server& server = servers_[trainer];
       if (!server.alive) return;
       if (server.incarnation > 0) {
@@ -291,10 +383,10 @@ class World {
         check_drain(server, version);
       }
       served_by_[server.shard] = trainer;
-      job_.server_ready(ServerReady{trainer, server.shard, trainer, server.incarnation, version, 1,
-                                    c_.dataset, resumed_from},
-                        now_);
-    });
+      job_->server_ready(ServerReady{trainer, server.shard, trainer, server.incarnation, version, 1,
+                                     c_.dataset, resumed_from},
+                         now_);
+    }
   }
 
   // A drained server's successor resumes where the drained one stopped.
@@ -340,8 +432,10 @@ class World {
     files_[path] = Snapshot{*decoded, s.taken};
     const ServerReport report{trainer, s.shard, s.core->pull().number,
                               0,       path,    s.core->fenced_pushes()};
-    at(now_ + uniform(5, 200), [this, report] {
-      if (job_.server_report(report, true, now_)) job_.head_copy_kept(report.shard, report.version);
+    at(now_ + uniform(5, 200), [this, report, epoch = head_epoch_] {
+      if (!reaches(epoch)) return;  // a tell: lost with the head
+      if (job_->server_report(report, true, now_))
+        job_->head_copy_kept(report.shard, report.version);
     });
     return path;
   }
@@ -351,8 +445,13 @@ class World {
   void ask(const std::string& trainer) {
     Worker& w = workers_[trainer];
     if (!w.alive) return;
+    if (!head_up_) {  // no answer: the worker asks again, the same request
+      at(now_ + 500, [this, trainer] { ask(trainer); });
+      return;
+    }
     DealAsk a;
     a.trainer = trainer;
+    const Report sent = w.report;
     Report r = std::move(w.report);
     w.report = Report{};
     if (r.batch != 0) {
@@ -373,8 +472,18 @@ class World {
       a.eval_accuracy = 0.5;
       a.eval_loss = 1.0;
     }
-    const DealAnswer d = job_.deal(a, now_);
+    const DealAnswer d = job_->deal(a, now_);
     commands();
+    if (crash_after_deal_ && d.action == DealAnswer::Action::kBatch) {
+      // The head wrote the deal down and died before its answer left: the worker asks again.
+      crash_after_deal_ = false;
+      crash();
+      ++lost_deals_;
+      w.report = sent;
+      w.evaluated = a.evaluated;
+      at(now_ + 500, [this, trainer] { ask(trainer); });
+      return;
+    }
     switch (d.action) {
       case DealAnswer::Action::kDone:
         w.alive = false;
@@ -394,7 +503,10 @@ class World {
       case DealAnswer::Action::kFinish:
         at(now_ + uniform(100, 600), [this, trainer] {
           if (!workers_[trainer].alive) return;
-          job_.finished(FinishReport{trainer, true, "", 0.5, 1.0, "final.pt"}, now_);
+          to_head([this, trainer] {
+            if (!workers_[trainer].alive) return;
+            job_->finished(FinishReport{trainer, true, "", 0.5, 1.0, "final.pt"}, now_);
+          });
         });
         return;
       case DealAnswer::Action::kBatch:
@@ -506,10 +618,11 @@ class World {
       return;
     }
     auto over = std::make_shared<bool>(false);  // answered, or past its bound
-    const Millis arrive = coin(c_.slow_fences) ? uniform(job_.options().fence_timeout * 6 / 5,
-                                                         job_.options().fence_timeout * 3)
+    const Millis arrive = coin(c_.slow_fences) ? uniform(job_->options().fence_timeout * 6 / 5,
+                                                         job_->options().fence_timeout * 3)
                                                : uniform(0, 500);
-    at(now_ + arrive, [this, c, over] {
+    const std::uint64_t epoch = head_epoch_;
+    at(now_ + arrive, [this, c, over, epoch] {
       auto it = servers_.find(c.server);
       if (it == servers_.end() || !it->second.alive) return;  // lost with it
       if (coin(c_.kill_on_fence)) {
@@ -522,23 +635,24 @@ class World {
       reply.incarnation = sv.incarnation;
       reply.version = sv.core->pull().number;
       reply.taken = sv.core->fence(c.worker, c.through);
-      at(now_ + uniform(0, 500), [this, c, over, reply] {
-        if (*over) return;  // the ask timed out: its answer is dropped
+      at(now_ + uniform(0, 500), [this, c, over, reply, epoch] {
+        if (*over || !reaches(epoch)) return;  // timed out, or the head that asked died
         *over = true;
-        job_.fence_answered(c, reply, "", now_);
+        job_->fence_answered(c, reply, "", now_);
       });
     });
-    at(now_ + job_.options().fence_timeout, [this, c, over] {
-      if (*over) return;
+    at(now_ + job_->options().fence_timeout, [this, c, over, epoch] {
+      if (*over || !reaches(epoch)) return;
       *over = true;
       ++fence_timeouts_;
-      job_.fence_answered(c, std::nullopt, "timed out", now_);
+      job_->fence_answered(c, std::nullopt, "timed out", now_);
     });
   }
 
   void hand_over(const HandOverCommand& c) {
     auto over = std::make_shared<bool>(false);
-    at(now_ + uniform(0, 300), [this, c, over] {
+    const std::uint64_t epoch = head_epoch_;
+    at(now_ + uniform(0, 300), [this, c, over, epoch] {
       auto it = servers_.find(c.server);
       if (it == servers_.end() || !it->second.alive) return;
       Server& sv = it->second;
@@ -551,17 +665,17 @@ class World {
       for (const auto& [worker, batches] : sv.core->taken()) {
         reply.taken[worker].assign(batches.begin(), batches.end());
       }
-      at(now_ + uniform(210, 400), [this, c, over, reply] {  // after its report
-        if (*over) return;
+      at(now_ + uniform(210, 400), [this, c, over, reply, epoch] {  // after its report
+        if (*over || !reaches(epoch)) return;
         *over = true;
         ++hand_overs_;
-        job_.handed_over(c, reply, "", now_);
+        job_->handed_over(c, reply, "", now_);
       });
     });
-    at(now_ + job_.options().hand_over_timeout, [this, c, over] {
-      if (*over) return;
+    at(now_ + job_->options().hand_over_timeout, [this, c, over, epoch] {
+      if (*over || !reaches(epoch)) return;
       *over = true;
-      job_.handed_over(c, std::nullopt, "timed out", now_);
+      job_->handed_over(c, std::nullopt, "timed out", now_);
     });
   }
 
@@ -570,13 +684,13 @@ class World {
   SimResult check() {
     SimResult out;
     out.violations = violations_;
-    out.state = job_.state();
-    out.updates = job_.updates();
-    if (job_.state() != "succeeded") {
-      out.violations.push_back("the job did not succeed: " + job_.state() + " (" + job_.reason() +
+    out.state = job_->state();
+    out.updates = job_->updates();
+    if (job_->state() != "succeeded") {
+      out.violations.push_back("the job did not succeed: " + job_->state() + " (" + job_->reason() +
                                ") at t=" + std::to_string(now_) + " ms");
     }
-    const auto shards = job_.shards();
+    const auto shards = job_->shards();
     for (std::size_t s = 0; s < shards.size(); ++s) {
       // The incarnation that served last: the current one, or, when it died after the final
       // pull and its restart has not started yet, the one the final model was pulled from.
@@ -606,8 +720,8 @@ class World {
     }
     std::int64_t really_lost = 0;
     for (const auto& [shard, ledger] : truth_) really_lost += ledger.lost();
-    if (job_.updates_lost() > really_lost) {
-      out.violations.push_back("the machine counts " + std::to_string(job_.updates_lost()) +
+    if (job_->updates_lost() > really_lost) {
+      out.violations.push_back("the machine counts " + std::to_string(job_->updates_lost()) +
                                " updates lost, " + std::to_string(really_lost) + " were lost");
     }
     // At most what replies proved plus the pushes with no answer to incarnations since
@@ -616,9 +730,9 @@ class World {
     for (const auto& [name, w] : workers_) {
       if (w.alive) unreported_ += w.report.pushes;
     }
-    if (really_lost > job_.updates_lost_at_most() + unreported_) {
+    if (really_lost > job_->updates_lost_at_most() + unreported_) {
       out.violations.push_back(std::to_string(really_lost) + " updates were lost, more than the " +
-                               std::to_string(job_.updates_lost_at_most()) +
+                               std::to_string(job_->updates_lost_at_most()) +
                                " the machine counts at most and the " +
                                std::to_string(unreported_) + " pushes never reported");
     }
@@ -628,13 +742,15 @@ class World {
     out.fence_timeouts = fence_timeouts_;
     out.hand_overs = hand_overs_;
     out.evaluations = evaluations_;
-    if (job_.dealer()) out.partial_pushes = job_.dealer()->counters().partial_pushes;
+    out.head_restarts = head_restarts_;
+    out.lost_deals = lost_deals_;
+    if (job_->dealer()) out.partial_pushes = job_->dealer()->counters().partial_pushes;
     return out;
   }
 
   SimConfig c_;
   std::mt19937_64 rng_;
-  AspJob job_;
+  std::optional<AspJob> job_;  // the live head's machine (a restart replaces it)
   Millis now_ = 0;
   std::priority_queue<Event, std::vector<Event>, Later> events_;
   std::uint64_t seq_ = 0;
@@ -649,6 +765,12 @@ class World {
   std::vector<Counts> ever_taken_;               // [shard]: taken by some incarnation
   std::map<std::int32_t, RestartLedger> truth_;  // per shard: what incarnations really reached
   std::vector<std::string> violations_;
+  bool head_up_ = true;
+  std::uint64_t head_epoch_ = 0;
+  std::string persisted_;                     // the last snapshot the machine asked to write
+  std::vector<std::function<void()>> retry_;  // sent to the dead head, sent again
+  bool crash_after_deal_ = false;
+  std::int64_t head_restarts_ = 0, lost_deals_ = 0;
   std::int64_t unreported_ = 0;  // pushes whose worker never reported them
   std::int64_t late_pushes_ = 0, zombie_pushes_ = 0, fence_timeouts_ = 0, hand_overs_ = 0,
                evaluations_ = 0;
@@ -667,6 +789,7 @@ SimConfig random_config(std::uint64_t seed) {
   c.kill_on_fence = (rng() % 2) ? 0.05 : 0.0;
   c.worker_kills = static_cast<int>(rng() % 2);
   c.drains = (rng() % 3) ? 1 : 0;
+  c.head_restarts = (rng() % 10 < 3) ? 1 + static_cast<int>(rng() % 2) : 0;
   return c;
 }
 
@@ -683,7 +806,8 @@ std::string replay_line(const SimConfig& config) {
 AspMutation mutation_named(const std::string& name) {
   for (const AspMutation m :
        {AspMutation::kNone, AspMutation::kNoFence, AspMutation::kSilenceIsNotTaken,
-        AspMutation::kDeadSilenceIsNotTaken, AspMutation::kStopBeforeHandOver}) {
+        AspMutation::kDeadSilenceIsNotTaken, AspMutation::kStopBeforeHandOver,
+        AspMutation::kRestoreForgetsAsks, AspMutation::kUndeliveredStaysDealt}) {
     if (name == to_string(m)) return m;
   }
   if (name.empty()) return AspMutation::kNone;

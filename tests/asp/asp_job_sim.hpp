@@ -12,7 +12,13 @@
 //   first;
 // - a server killed (at random, and just as a fence reaches it) that restarts from its last
 //   reported checkpoint, pushes and fences in flight to it lost; a worker killed;
-// - a node drained (`omnilearn drain`) while its server serves: the hand-over.
+// - a node drained (`omnilearn drain`) while its server serves: the hand-over;
+// - the head killed (kill -9; in half of them just after it wrote a deal down and before the
+//   answer left) and restarted 0.2-5 s later from the last snapshot the machine asked to write
+//   (PersistCommand): messages to the dead head are lost (tells, answers to its asks), those a
+//   sender repeats (hellos, a server's ready, deal requests, a finished worker's report, a
+//   drain, the registry's verdicts) reach the restarted one; the restored machine's live
+//   trainers are checked as the adapter pings them.
 //
 // Invariants checked on every run: the job succeeds; in the state each shard serves with at the
 // end, every (epoch, shard, sample) was taken exactly once, or not at all where an update was
@@ -45,6 +51,7 @@ struct SimConfig {
   double kill_on_fence = 0;           // a server killed just as a fence reaches it
   int worker_kills = 0;               // worker processes killed
   int drains = 0;                     // nodes drained (their servers hand over)
+  int head_restarts = 0;              // head kills, each restarted from its last snapshot
   std::int64_t checkpoint_every = 3;  // applied updates between a server's checkpoints
   AspMutation mutation = AspMutation::kNone;
   bool trace = false;  // print the machine's events as they happen (a replayed seed)
@@ -63,6 +70,8 @@ struct SimResult {
   std::int64_t lost_samples = 0;  // (epoch, shard, sample) lost with an incarnation
   std::int64_t evaluations = 0;
   std::int64_t partial_pushes = 0;
+  std::int64_t head_restarts = 0;
+  std::int64_t lost_deals = 0;  // deal answers lost with a head that had written them down
   bool ok() const { return violations.empty(); }
 };
 

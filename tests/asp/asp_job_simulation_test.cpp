@@ -1,6 +1,7 @@
 // The ASP scheduler's machine (asp::AspJob) under seeded fault schedules (asp_job_sim.hpp):
 // late, lost and zombie pushes, frozen nodes whose trainers run on, slow fences, servers killed
-// at random and as fences reach them, workers killed, drained servers handing over. Every
+// at random and as fences reach them, workers killed, drained servers handing over, the head
+// killed and restored from its last snapshot (in about 30% of the seeds). Every
 // schedule must keep every invariant; a failure prints the line that replays it.
 //
 //   ASP_JOB_SIM_SEEDS=n   seeds to run (default 5000, a fifth under the sanitizers)
@@ -51,6 +52,8 @@ TEST(AspJobSimulation, EveryScheduleKeepsEveryInvariant) {
     total.lost_samples += r.lost_samples;
     total.evaluations += r.evaluations;
     total.partial_pushes += r.partial_pushes;
+    total.head_restarts += r.head_restarts;
+    total.lost_deals += r.lost_deals;
   }
   // The faults the invariants are about happened.
   if (all.size() >= 200) {
@@ -63,6 +66,8 @@ TEST(AspJobSimulation, EveryScheduleKeepsEveryInvariant) {
     EXPECT_GT(total.lost_samples, 0);
     EXPECT_GT(total.evaluations, 0);
     EXPECT_GT(total.partial_pushes, 0);
+    EXPECT_GT(total.head_restarts, 0);
+    EXPECT_GT(total.lost_deals, 0);
   }
   std::cout << all.size() << " schedules: " << total.updates << " updates, " << total.late_pushes
             << " late pushes, " << total.zombie_pushes << " pushes from trainers declared gone, "
@@ -70,7 +75,8 @@ TEST(AspJobSimulation, EveryScheduleKeepsEveryInvariant) {
             << " fences past their bound, " << total.server_restarts << " server restarts, "
             << total.hand_overs << " hand-overs, " << total.partial_pushes << " partial pushes, "
             << total.lost_samples << " (epoch, shard, sample) updates lost with an incarnation, "
-            << total.evaluations << " evaluations\n";
+            << total.evaluations << " evaluations, " << total.head_restarts << " head restarts ("
+            << total.lost_deals << " with a written deal's answer lost)\n";
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // asp::AspJob, scripted: placement, the hand-over of a drained server, fencing when a shard is
 // silent or dies, the choice of the finishing worker and the bounds that fail a stalled job,
-// input by input with time injected.
+// input by input with time injected; a snapshot restored into a new machine, and a deal whose
+// answer was lost.
 
 #include "asp/asp_job.hpp"
 
@@ -203,6 +204,80 @@ TEST(AspJob, FewerThanMinWorkersForTheGracePeriodFailsTheJob) {
   s.job.tick(750);
   EXPECT_EQ(s.job.state(), "failed");
   EXPECT_EQ(s.job.reason(), "fewer than min_workers = 1 workers for more than 0.5 s");
+}
+
+TEST(AspJob, ADealIsWrittenDownBeforeItsAnswerAndARestoredMachineDealsOnTheSame) {
+  AspJobOptions o = options(2, 2);
+  o.steps = 100;
+  Started s(o, 2);
+  const DealAnswer first = s.job.deal(asking(s.workers[0]), 30);
+  ASSERT_EQ(first.action, DealAnswer::Action::kBatch);
+  const auto commands = s.job.take_commands();
+  ASSERT_FALSE(commands.empty());
+  EXPECT_TRUE(std::holds_alternative<PersistCommand>(commands.front()));
+  // Worker 0's push reached shard 0 only; shard 1 did not answer: a fence round opens.
+  DealAsk failed = asking(s.workers[0]);
+  failed.failed_batch = first.batch_id;
+  failed.incarnations = {0, -1};
+  failed.versions = {1, 0};
+  failed.unanswered = {-1, 0};
+  s.job.deal(failed, 40);
+  const auto fences = of<FenceCommand>(s.job.take_commands());
+  ASSERT_EQ(fences.size(), 1u);
+  ASSERT_TRUE(fences[0].round);
+  const nlohmann::json snapshot = nlohmann::json::parse(s.job.snapshot(50).dump());
+
+  AspJob restored(o);
+  restored.restore(snapshot, 7);
+  const auto again = of<FenceCommand>(restored.take_commands());
+  // The gone-worker fences (none here) and the open round, asked of the same incarnation.
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].round, fences[0].round);
+  EXPECT_EQ(again[0].shard, 1);
+  EXPECT_EQ(again[0].server, fences[0].server);
+  // The fence finds the push taken: every shard took it.
+  FenceReply taken;
+  taken.ok = true;
+  taken.taken.push_back(TakenBatch{first.batch_id, true});
+  restored.fence_answered(again[0], taken, "", 20);
+  EXPECT_EQ(restored.updates(), 1);
+  // Both machines deal the same next batch to worker 1.
+  s.job.fence_answered(fences[0], taken, "", 60);
+  const DealAnswer next = s.job.deal(asking(s.workers[1]), 70);
+  const DealAnswer next_restored = restored.deal(asking(s.workers[1]), 30);
+  ASSERT_EQ(next_restored.action, DealAnswer::Action::kBatch);
+  EXPECT_EQ(next_restored.batch_id, next.batch_id);
+  EXPECT_EQ(next_restored.indices, next.indices);
+  EXPECT_EQ(next_restored.servers, next.servers);
+}
+
+TEST(AspJob, ABatchWhoseAnswerWasLostIsDealtAgainWhenItsWorkerAsksWithoutIt) {
+  AspJobOptions o = options(1, 1);
+  o.steps = 100;
+  Started s(o, 1);
+  const DealAnswer lost = s.job.deal(asking(s.workers[0]), 30);
+  ASSERT_EQ(lost.action, DealAnswer::Action::kBatch);
+  s.job.take_commands();
+  // The worker never got it and asks again with nothing to report.
+  const DealAnswer next = s.job.deal(asking(s.workers[0]), 40);
+  ASSERT_EQ(next.action, DealAnswer::Action::kBatch);
+  EXPECT_NE(next.batch_id, lost.batch_id);
+  EXPECT_EQ(next.indices, lost.indices);  // the same samples, dealt again first
+  ASSERT_NE(s.job.dealer(), nullptr);
+  EXPECT_EQ(s.job.dealer()->outstanding_batches(1), 1);
+}
+
+TEST(AspJob, ASnapshotThatCannotBeReadChangesNothing) {
+  AspJobOptions o = options(1, 1);
+  o.steps = 100;
+  Started s(o, 1);
+  nlohmann::json snapshot = s.job.snapshot(30);
+  snapshot["shards"] = nlohmann::json::array();  // the job has one shard
+  AspJob restored(o);
+  EXPECT_THROW(restored.restore(snapshot, 0), std::invalid_argument);
+  snapshot.erase("dealer");
+  EXPECT_THROW(s.job.restore(snapshot, 40), std::invalid_argument);
+  EXPECT_EQ(s.job.deal(asking(s.workers[0]), 50).action, DealAnswer::Action::kBatch);
 }
 
 }  // namespace

@@ -184,5 +184,34 @@ TEST(BatchFences, AWorkerGoneWhileItsFailedBatchIsFencedIsNotFencedForItTwice) {
   EXPECT_EQ(by_failed[0].outcome, EpochDealer::Settled::kAccepted);
 }
 
+TEST(BatchFences, ARestoredStateStillWaitsForTheSameAnswers) {
+  EpochDealer dealer(8, 1, /*max_epochs=*/1);
+  BatchFences fences(2);
+  const auto a = dealer.pull(1, 4);
+  const FenceStart start = fences.worker_gone(dealer, 1);
+  ASSERT_TRUE(start.ask);
+  EXPECT_TRUE(fences.answer(dealer, start.ask->round, 0, Taken{{a.id, true}}).empty());
+  // The dealer's and the fences' state go through their text, as the head's store keeps them.
+  EpochDealer dealer2(8, 1, 1);
+  dealer2.restore_state(nlohmann::json::parse(dealer.state().dump()));
+  BatchFences restored(2);
+  restored.restore_state(nlohmann::json::parse(fences.state().dump()));
+  EXPECT_EQ(restored.pending(), 1u);
+  EXPECT_TRUE(restored.fencing(a.id));
+  const auto waiting = restored.waiting_on(1);
+  ASSERT_EQ(waiting.size(), 1u);
+  EXPECT_EQ(waiting[0].round, start.ask->round);
+  EXPECT_TRUE(restored.waiting_on(0).empty());  // shard 0 answered before the restart
+  const auto settled = restored.answer(dealer2, start.ask->round, 1, Taken{{a.id, true}});
+  ASSERT_EQ(settled.size(), 1u);
+  EXPECT_EQ(settled[0].outcome, EpochDealer::Settled::kAccepted);
+  EXPECT_FALSE(restored.fencing(a.id));
+  // A round that waits on a shard the job does not have is refused.
+  auto bad = fences.state();
+  bad["rounds"][0]["waiting"] = {5};
+  BatchFences other(2);
+  EXPECT_THROW(other.restore_state(bad), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace omnilearn::asp

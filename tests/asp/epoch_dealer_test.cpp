@@ -265,5 +265,47 @@ TEST(EpochDealer, SettleAcceptsABatchEveryShardTookAndDealsTheRestAgain) {
   EXPECT_EQ(dealer.counters().samples_accepted, 12);
 }
 
+TEST(EpochDealer, ARestoredStateDealsOnExactlyAsTheOriginal) {
+  EpochDealer dealer(23, 5, /*max_epochs=*/3);
+  const auto a = dealer.pull(1, 4);
+  const auto b = dealer.pull(2, 5);
+  dealer.pull(1, 3);
+  EXPECT_EQ(dealer.push(1, a.id), Receipt::kAccepted);
+  dealer.push_failed(2, b.id, {0});  // dealt again for the other shards
+  dealer.worker_gone(1);             // its last batch is dealt again first
+  // The state goes through its text, as the head's store keeps it.
+  EpochDealer restored(23, 5, 3);
+  restored.restore_state(nlohmann::json::parse(dealer.state().dump()));
+  EXPECT_EQ(restored.reissue_backlog(), dealer.reissue_backlog());
+  EXPECT_EQ(restored.epoch(), dealer.epoch());
+  for (int i = 0; i < 30; ++i) {
+    const auto x = dealer.pull(3 + i % 2, 1 + i % 6);
+    const auto y = restored.pull(3 + i % 2, 1 + i % 6);
+    ASSERT_EQ(x.id, y.id);
+    EXPECT_EQ(x.epoch, y.epoch);
+    EXPECT_EQ(x.indices, y.indices);
+    EXPECT_EQ(x.shards_done, y.shards_done);
+    EXPECT_EQ(x.reissued, y.reissued);
+    if (x.empty()) break;
+    EXPECT_EQ(dealer.push(3 + i % 2, x.id), restored.push(3 + i % 2, y.id));
+  }
+  EXPECT_EQ(restored.epochs_completed(), dealer.epochs_completed());
+  EXPECT_EQ(restored.counters().samples_accepted, dealer.counters().samples_accepted);
+  EXPECT_EQ(restored.counters().partial_pushes, dealer.counters().partial_pushes);
+}
+
+TEST(EpochDealer, AStateThatCannotBeReadIsRefusedAndChangesNothing) {
+  EpochDealer dealer(10, 1);
+  const auto a = dealer.pull(1, 4);
+  auto state = dealer.state();
+  state["position"] = 10;  // outside the dataset
+  EpochDealer other(10, 1);
+  EXPECT_THROW(other.restore_state(state), std::invalid_argument);
+  state.erase("outstanding");
+  EXPECT_THROW(dealer.restore_state(state), std::invalid_argument);
+  EXPECT_EQ(dealer.outstanding_batches(1), 1);
+  EXPECT_EQ(dealer.push(1, a.id), Receipt::kAccepted);
+}
+
 }  // namespace
 }  // namespace omnilearn::asp
