@@ -2,7 +2,8 @@
 // forms after the previous restart, mid-step, during a periodic checkpoint), each time started
 // again 0.2-3 s later on the same port and state: the job resumes every time with the same
 // trainer processes, finishes every step with none committed twice, and its final state, in
-// float64, equals a calm run's to 1e-9.
+// float64, equals a calm run's to 1e-9. The same for an asynchronous job: every sample is
+// taken once per epoch across the twenty restarts, by the same server and workers.
 
 #include <gtest/gtest.h>
 
@@ -82,6 +83,75 @@ TEST_F(JobHeadKills, TwentyHeadKillsLoseNoStepAndChangeNoParameter) {
                                       << generations.size() << " generations";
   }
   calm.expect_equal(summary->at("checkpoint").get<std::string>());
+}
+
+TEST_F(JobHeadKills, TwentyHeadKillsDealEveryBatchOfAnAsynchronousJobOnce) {
+  auto& cluster = start_cluster();
+  start_worker("w1", {"--slowdown", "4"});
+  start_worker("w2", {"--slowdown", "4"});
+  for (const auto* worker : {"w1", "w2"}) {
+    ASSERT_TRUE(cluster.wait_worker_joined(worker, 15s)) << cluster.worker(worker).describe();
+  }
+  ScratchDir scratch("head-kills-asp");
+  constexpr int kEpochs = 200;
+  const std::string job = R"([job]
+name = "asp-head-kills"
+mode = "asp"
+[model]
+kind = "mlp"
+hidden = [32]
+[data]
+dataset = "synthetic"
+train_size = 1024
+test_size = 256
+[train]
+global_batch = 64
+optimizer = "sgd"
+lr = 0.01
+epochs = )" + std::to_string(kEpochs) + R"(
+seed = 7
+[elastic]
+min_workers = 1
+max_workers = 2
+[asp]
+servers = 1
+)";
+  JobRun run(cluster, scratch.write("asp.toml", job), scratch.path() / "asp");
+  ASSERT_TRUE(run.wait_for_event("first_push", 90s)) << run.describe();
+
+  std::mt19937_64 rng(20261206);
+  std::uniform_int_distribution<int> training_ms(200, 2500), outage_ms(200, 3000);
+  int kills = 0;
+  for (; kills < kKills; ++kills) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(training_ms(rng)));
+    if (run.wait_for_event("finished", 0ms)) break;
+    cluster.kill_head();
+    std::this_thread::sleep_for(std::chrono::milliseconds(outage_ms(rng)));
+    cluster.restart_head();
+  }
+  std::printf("head killed %d times\n", kills);
+  EXPECT_GE(kills, 10) << "the job ended before half of the kills: make it longer";
+
+  auto summary = run.wait_finished(400s);
+  ASSERT_TRUE(summary) << run.describe();
+  SCOPED_TRACE(summary->dump(2).substr(0, 4000));
+  ASSERT_EQ(summary->at("status"), "succeeded");
+  const auto& sampling = summary->at("sampling");
+  EXPECT_EQ(sampling.at("epochs_completed"), kEpochs);
+  EXPECT_EQ(sampling.at("samples_accepted"), kEpochs * 1024);
+  const auto& server = summary->at("servers").at(0);
+  EXPECT_EQ(server.at("restarts"), 0);
+  EXPECT_EQ(server.at("version"), summary->at("updates"))
+      << "the server applied a different number of updates than the job counted";
+  EXPECT_EQ(summary->at("updates_lost_at_most"), 0);
+  int restarts = 0, spawns = 0;
+  for (const auto& e : run.events()) {
+    const auto kind = e.value("event", "");
+    if (kind == "head_restarted") ++restarts;
+    if (kind == "spawn") ++spawns;
+  }
+  EXPECT_EQ(restarts, kills);
+  EXPECT_EQ(spawns, 3) << "servers or workers were started again";
 }
 
 }  // namespace
