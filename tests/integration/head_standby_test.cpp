@@ -8,9 +8,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
-#include <map>
 #include <regex>
-#include <set>
 
 #include "tests/support/cluster.hpp"
 #include "tests/support/etcd.hpp"
@@ -229,26 +227,7 @@ TEST_F(HeadStandby, AJobGoesOnUnderTheStandbyWithItsTrainers) {
     SCOPED_TRACE(summary->dump(2));
     EXPECT_EQ(summary->at("status"), "succeeded");
     EXPECT_EQ(summary->at("steps"), kSteps);
-    std::map<std::int64_t, std::set<std::int64_t>> generations_of_step;
-    std::int64_t last = 0;
-    int spawns = 0;
-    for (const auto& e : run.events()) {
-      const auto kind = e.value("event", "");
-      if (kind == "spawn") ++spawns;
-      if (kind != "step" && kind != "superseded_step") continue;
-      generations_of_step[e.at("step").get<std::int64_t>()].insert(
-          e.at("generation").get<std::int64_t>());
-      if (kind == "step") {
-        EXPECT_GT(e.at("step").get<std::int64_t>(), last) << e;
-        last = e.at("step").get<std::int64_t>();
-      }
-    }
-    EXPECT_EQ(last, kSteps);
-    for (const auto& [step, generations] : generations_of_step) {
-      EXPECT_EQ(generations.size(), 1u)
-          << "step " << step << " committed by " << generations.size() << " generations";
-    }
-    EXPECT_EQ(spawns, 3) << "trainers were started again";
+    EXPECT_EQ(expect_each_step_once(run.events(), kSteps), 3) << "trainers were started again";
     for (auto& worker : workers) worker->kill_and_reap();
     standby->kill_and_reap();
     active->kill_and_reap();

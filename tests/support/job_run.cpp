@@ -1,6 +1,9 @@
 #include "tests/support/job_run.hpp"
 
 #include <gtest/gtest.h>
+
+#include <map>
+#include <set>
 #include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -352,6 +355,29 @@ nlohmann::json CalmRun::expect_equal(const std::string& checkpoint) {
   }
   return expect_replay_report({job_file_.string(), checkpoint, "--calm", calm_file_.string()},
                               steps_);
+}
+
+int expect_each_step_once(const std::vector<nlohmann::json>& events, std::int64_t last_step) {
+  std::map<std::int64_t, std::set<std::int64_t>> generations_of_step;
+  std::int64_t last = 0;
+  int spawns = 0;
+  for (const auto& e : events) {
+    const auto kind = e.value("event", "");
+    if (kind == "spawn") ++spawns;
+    if (kind != "step" && kind != "superseded_step") continue;
+    const auto step = e.at("step").get<std::int64_t>();
+    generations_of_step[step].insert(e.at("generation").get<std::int64_t>());
+    if (kind == "step") {
+      EXPECT_GT(step, last) << "the job's steps must only go up: " << e;
+      last = step;
+    }
+  }
+  for (const auto& [step, generations] : generations_of_step) {
+    EXPECT_EQ(generations.size(), 1u) << "step " << step << " committed by "
+                                      << generations.size() << " generations";
+  }
+  EXPECT_EQ(last, last_step);
+  return spawns;
 }
 
 nlohmann::json expect_calm_replay_equal(const std::filesystem::path& job_file,

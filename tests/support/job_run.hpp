@@ -166,6 +166,12 @@ class CalmRun {
 // calm run's trained to the checkpoint's step, computed now: for a job whose length the test
 // decides while it runs. Every element within kExactTolerance, the cursor equal, the checkpoint
 // at step `steps`. Returns the report (empty if the comparison could not run).
+// Checks, with EXPECTs, that a synchronous job's events name every step 1..last_step once:
+// each step number committed by one generation only (the current leader's "step" events and a
+// superseded leader's "superseded_step" events together), the job's steps only going up, the
+// last one last_step. Returns how many "spawn" events there were (trainers started).
+int expect_each_step_once(const std::vector<nlohmann::json>& events, std::int64_t last_step);
+
 nlohmann::json expect_calm_replay_equal(const std::filesystem::path& job_file,
                                         const std::string& checkpoint, std::int64_t steps);
 
