@@ -133,9 +133,10 @@ void ElasticJob::restore(const ElasticJobSnapshot& s, Millis now) {
   last_progress_ = now;
   dropped_below_ = std::max<std::int64_t>(1, generation_);
   for (const auto& id : s.draining_nodes) {
-    Node& n = nodes_[id];
-    n.alive = false;  // until the registry says otherwise (node_up)
-    n.draining = true;
+    // A node the registry has not reported (node_up) yet is not alive until it does.
+    auto [it, added] = nodes_.try_emplace(id);
+    if (added) it->second.alive = false;
+    it->second.draining = true;
   }
   for (const auto& r : s.trainers) {
     if (r.phase < 0 || r.phase > static_cast<std::int32_t>(Phase::kGone)) {

@@ -243,5 +243,62 @@ TEST(ElasticJob, ALeadersLeaseIsReleasedByProofOfItsExitNotBySilence) {
   }
 }
 
+// A restored job (a restarted head) takes its snapshot as it was written: the generation goes
+// on from the next number, the trainers stay (none is started again), everyone is told to stop
+// and report, a drained node stays drained but alive as the registry said, and a snapshot
+// round-trips.
+TEST(ElasticJob, ARestoredJobGoesOnFromItsSnapshot) {
+  ElasticJobOptions o;
+  o.min_workers = 1;
+  o.max_workers = 2;
+  o.total_steps = 100;
+  ElasticJob first = started_job(o, 2);
+  for (const auto& spawn : commands_of<SpawnCommand>(first)) first.hello(spawn.trainer, 10);
+  first.take_commands();
+  ASSERT_EQ(first.members().size(), 2u);
+  const auto members = first.members();
+  const std::int64_t g = first.generation();
+  first.report(members[0], {MemberReport::Kind::kSynced, g, 0, 0, "", 0}, 20);
+  first.report(members[1], {MemberReport::Kind::kSynced, g, 1, 0, "", 0}, 20);
+  first.report(members[0], {MemberReport::Kind::kStep, g, 0, 1, "", 0}, 30);
+  ElasticJobSnapshot snap = first.snapshot();
+  EXPECT_EQ(snap.last_trained_members, members);
+  EXPECT_EQ(snap.generation, g);
+  EXPECT_EQ(snap.members, members);
+  first.drain("w2", 10);
+  EXPECT_EQ(first.snapshot().draining_nodes, std::vector<std::string>{"n2"});
+  snap.draining_nodes = {"n2"};  // its trainer not yet leaving: a drain just before the kill
+
+  ElasticJob second = make_job(o);
+  second.node_up("n1", "w1", 1000);
+  second.node_up("n2", "w2", 1000, true);
+  second.restore(snap, 1000);
+  const auto commands = second.take_commands();
+  int spawns = 0, stops = 0;
+  for (const auto& c : commands) {
+    spawns += std::holds_alternative<SpawnCommand>(c);
+    if (auto* rv = std::get_if<RendezvousCommand>(&c)) {
+      EXPECT_GT(rv->order.generation, snap.generation);
+      EXPECT_EQ(rv->order.rank, -1);
+      ++stops;
+    }
+  }
+  EXPECT_EQ(spawns, 0) << "its trainers are still there";
+  EXPECT_EQ(stops, 2) << "every member is told to stop and report";
+  EXPECT_GT(second.generation(), g);
+  EXPECT_EQ(second.snapshot().trainer_counter, snap.trainer_counter);
+  // The next generation waits until every member said where it stopped, the one on the
+  // drained node too (the restore left that node alive, as the registry said).
+  const std::int64_t stopped = second.generation();
+  second.report(members[0], {MemberReport::Kind::kLeft, g, 0, 7, "", 0}, 1010);
+  second.tick(1100);
+  EXPECT_EQ(second.generation(), stopped) << "formed before every member reported";
+  second.report(members[1], {MemberReport::Kind::kLeft, g, 1, 7, "", 0}, 1110);
+  second.tick(1200);
+  EXPECT_GT(second.generation(), stopped);
+  EXPECT_EQ(second.members().size(), 2u);
+  EXPECT_EQ(second.committed_step(), 7);
+}
+
 }  // namespace
 }  // namespace omnilearn::scheduler
