@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <filesystem>
 #include <regex>
 
 #include "tests/support/cluster.hpp"
@@ -174,6 +175,9 @@ TEST_F(HeadStandby, TheStandbyTakesOverAKilledOrFrozenHeadAndTheWorkersFollow) {
 // and resumes it from the trainers' state; the trainers follow the new head; the job ends with
 // every step committed once and no trainer started again.
 TEST_F(HeadStandby, AJobGoesOnUnderTheStandbyWithItsTrainers) {
+  if (!std::filesystem::exists(omnilearn_binary().parent_path() / "omnilearn-trainer")) {
+    GTEST_SKIP() << "omnilearn-trainer is not built (OMNILEARN_WITH_TORCH=OFF)";
+  }
   for (const bool freeze : {false, true}) {
     SCOPED_TRACE(freeze ? "SIGSTOP" : "kill -9");
     store_ = etcd_->store(freeze ? "job-frozen" : "job-killed");
