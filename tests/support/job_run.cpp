@@ -357,6 +357,43 @@ nlohmann::json CalmRun::expect_equal(const std::string& checkpoint) {
                               steps_);
 }
 
+std::string synthetic_asp_job(const std::string& name, int epochs) {
+  return R"([job]
+name = ")" + name + R"("
+mode = "asp"
+[model]
+kind = "mlp"
+hidden = [32]
+[data]
+dataset = "synthetic"
+train_size = )" + std::to_string(kSyntheticAspSamples) + R"(
+test_size = 256
+[train]
+global_batch = 64
+optimizer = "sgd"
+lr = 0.01
+epochs = )" + std::to_string(epochs) + R"(
+seed = 7
+[elastic]
+min_workers = 1
+max_workers = 2
+[asp]
+servers = 1
+)";
+}
+
+void expect_every_sample_once(const nlohmann::json& summary, int epochs) {
+  EXPECT_EQ(summary.at("status"), "succeeded");
+  const auto& sampling = summary.at("sampling");
+  EXPECT_EQ(sampling.at("epochs_completed"), epochs);
+  EXPECT_EQ(sampling.at("samples_accepted"), epochs * kSyntheticAspSamples);
+  const auto& server = summary.at("servers").at(0);
+  EXPECT_EQ(server.at("restarts"), 0);
+  EXPECT_EQ(server.at("version"), summary.at("updates"))
+      << "the server applied a different number of updates than the job counted";
+  EXPECT_EQ(summary.at("updates_lost_at_most"), 0);
+}
+
 int expect_each_step_once(const std::vector<nlohmann::json>& events, std::int64_t last_step) {
   std::map<std::int64_t, std::set<std::int64_t>> generations_of_step;
   std::int64_t last = 0;

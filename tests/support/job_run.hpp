@@ -166,6 +166,16 @@ class CalmRun {
 // calm run's trained to the checkpoint's step, computed now: for a job whose length the test
 // decides while it runs. Every element within kExactTolerance, the cursor equal, the checkpoint
 // at step `steps`. Returns the report (empty if the comparison could not run).
+// An asynchronous job over the synthetic dataset (1,024 training samples, batches of 64): one
+// parameter server, one or two workers, `epochs` epochs.
+constexpr std::int64_t kSyntheticAspSamples = 1024;
+std::string synthetic_asp_job(const std::string& name, int epochs);
+
+// Checks, with EXPECTs, that an asynchronous job's summary says every sample was taken once per
+// epoch across whatever happened: epochs x kSyntheticAspSamples accepted, its one server never
+// restarted, the server's version equal to the updates the job counted, none counted lost.
+void expect_every_sample_once(const nlohmann::json& summary, int epochs);
+
 // Checks, with EXPECTs, that a synchronous job's events name every step 1..last_step once:
 // each step number committed by one generation only (the current leader's "step" events and a
 // superseded leader's "superseded_step" events together), the job's steps only going up, the
