@@ -6,7 +6,7 @@
 // failure bound, the batch plan, the choice of the worker that evaluates and the one that
 // finishes, and the stall and start-failure rules. Time and the adapter's inputs go in; commands
 // come out (take_commands()), answers to asks come back as values (hello, deal). No sockets,
-// threads, clocks or files: actors/asp_scheduler_actor.cpp turns messages into these inputs and
+// threads, clocks or files: jobs/asp_scheduler_actor.cpp turns messages into these inputs and
 // the commands into messages, and tests/asp/asp_job_sim.cpp drives this same machine
 // with simulated servers, workers and faults over thousands of seeded schedules.
 //
@@ -26,7 +26,7 @@
 #include "asp/restart_ledger.hpp"
 #include "asp/staleness.hpp"
 #include "asp/worker_id.hpp"
-#include "scheduler/batch_controller.hpp"
+#include "controller/batch_controller.hpp"
 
 namespace omnilearn::asp {
 

@@ -8,7 +8,7 @@
 // plan in force (B = the sum of the workers' batches, n = the workers), so that under a
 // proportional plan every sample counts the same whichever worker took it; "none" leaves it.
 // The weight (StepDecision::scale) multiplies the push's gradient before the optimizer sees
-// it (actors/trainer/shard_checkpoint.hpp's apply_push), not the step: under momentum a scaled
+// it (trainer/shard_checkpoint.hpp's apply_push), not the step: under momentum a scaled
 // step would rescale the earlier pushes still in the momentum buffer as well.
 
 #include <cstdint>

@@ -18,7 +18,7 @@
 #include "cli/command.hpp"
 #include "runtime/actor_system.hpp"
 #include "runtime/cluster_file.hpp"
-#include "actors/membership_protocol.hpp"
+#include "wire/membership_protocol.hpp"
 
 namespace omnilearn::cli {
 

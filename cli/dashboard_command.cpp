@@ -10,7 +10,7 @@
 #include <string>
 #include <utility>
 
-#include "actors/membership_protocol.hpp"
+#include "wire/membership_protocol.hpp"
 #include "cli/command.hpp"
 #include "cli/common.hpp"
 #include "cli/dashboard.hpp"

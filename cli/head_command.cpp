@@ -9,8 +9,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "actors/head.hpp"
-#include "actors/membership_protocol.hpp"
+#include "head/head.hpp"
+#include "wire/membership_protocol.hpp"
 #include "cli/command.hpp"
 #include "cli/common.hpp"
 #include "cli/dashboard.hpp"

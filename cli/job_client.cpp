@@ -11,7 +11,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "actors/job_protocol.hpp"
+#include "wire/job_protocol.hpp"
 #include "cli/report.hpp"
 #include "dashboard/progress_line.hpp"
 #include "dashboard/report.hpp"

@@ -14,8 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "actors/job_protocol.hpp"
-#include "actors/job_spec.hpp"
+#include "wire/job_protocol.hpp"
+#include "jobs/job_spec.hpp"
 #include "cli/command.hpp"
 #include "cli/common.hpp"
 #include "cli/flag_checks.hpp"

@@ -18,9 +18,9 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
-#include "actors/head.hpp"
-#include "actors/job_protocol.hpp"
-#include "actors/job_spec.hpp"
+#include "head/head.hpp"
+#include "wire/job_protocol.hpp"
+#include "jobs/job_spec.hpp"
 #include "cli/command.hpp"
 #include "cli/common.hpp"
 #include "cli/dashboard.hpp"

@@ -10,7 +10,7 @@
 
 #include "cli/command.hpp"
 #include "cli/flag_checks.hpp"
-#include "scheduler/simulator.hpp"
+#include "controller/simulator.hpp"
 
 namespace omnilearn::cli {
 namespace {

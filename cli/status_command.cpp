@@ -8,8 +8,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "actors/job_protocol.hpp"
-#include "actors/membership_protocol.hpp"
+#include "wire/job_protocol.hpp"
+#include "wire/membership_protocol.hpp"
 #include "cli/command.hpp"
 #include "cli/common.hpp"
 #include "cli/flag_checks.hpp"

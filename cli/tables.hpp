@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/membership_protocol.hpp"
+#include "wire/membership_protocol.hpp"
 
 namespace omnilearn::cli {
 

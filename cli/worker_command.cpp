@@ -12,8 +12,8 @@
 
 #include <spdlog/spdlog.h>
 
-#include "actors/trainer_program.hpp"
-#include "actors/worker_agent.hpp"
+#include "cluster/trainer_program.hpp"
+#include "cluster/worker_agent.hpp"
 #include "core/executor.hpp"
 #include "cli/command.hpp"
 #include "cli/common.hpp"

@@ -1,7 +1,7 @@
 # What a node needs, installed: both programs, the library and its header (OmniLearnPackage),
 # the examples' job files, the docs and systemd units; and CPack's Debian package of all of it
 # (scripts/package.sh), for prefix /usr. A worker finds the trainer in <prefix>/libexec/omnilearn
-# (actors/trainer_program.hpp), so an installed tree runs jobs without the build tree.
+# (cluster/trainer_program.hpp), so an installed tree runs jobs without the build tree.
 include(GNUInstallDirs)
 
 if(OMNILEARN_WITH_TORCH)

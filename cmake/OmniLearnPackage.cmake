@@ -1,6 +1,6 @@
 # The library users build on: one shared library (libomnilearn.so) holding the runtime, the
 # task/actor layer and the driver, behind one public header (include/omnilearn/omnilearn.hpp).
-# Only that header is installed: runtime/, core/ and actors/ headers, ZeroMQ, spdlog and toml++
+# Only that header is installed: runtime/, core/ and the other folders' headers, ZeroMQ, spdlog and toml++
 # stay private (symbols hidden, dependencies linked privately). msgpack-c is the one public
 # dependency, because user types travel through their msgpack adaptors.
 include(GNUInstallDirs)

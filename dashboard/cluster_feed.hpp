@@ -15,7 +15,7 @@
 #include <optional>
 #include <string>
 
-#include "actors/job_protocol.hpp"
+#include "wire/job_protocol.hpp"
 #include "dashboard/job_timeline.hpp"
 #include "runtime/actor_system.hpp"
 

@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "actors/membership_protocol.hpp"
+#include "wire/membership_protocol.hpp"
 #include "dashboard/histogram.hpp"
 #include "dashboard/job_timeline.hpp"
 

@@ -4,7 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "actors/membership_protocol.hpp"
+#include "wire/membership_protocol.hpp"
 
 namespace omnilearn::dashboard {
 

@@ -10,7 +10,7 @@ Same as `omnilearn run JOB --local N --pin --cpu-quota Q --slowdown F`:
   batch of B samples (B / N each: equal batches, what DDP does);
 - SGD with the job's lr and momentum, torch threads = 1;
 - rank r pinned to CPU r mod #cpus, and capped at the same CPU quota in a cgroup of its own
-  (period 10 ms, as actors/cpu_quota.cpp);
+  (period 10 ms, as cluster/cpu_quota.cpp);
 - slowdown F: the trainer's emulation (training/trainer.cpp): sleep (F - 1) x the compute since
   the last launch, after forward and before each bucket's all-reduce (a DDP comm hook), so a
   slowed rank's buckets are ready as late as a slower CPU's would be.
@@ -160,7 +160,7 @@ def load_split(torch, data_dir, split):
     return x, y
 
 
-# --- caps and pinning: actors/cpu_quota.cpp, `omnilearn run --pin` -------------------------------
+# --- caps and pinning: cluster/cpu_quota.cpp, `omnilearn run --pin` -------------------------------
 
 def cap_parent():
     return ("/sys/fs/cgroup" if os.path.exists("/sys/fs/cgroup/cgroup.controllers")

@@ -48,7 +48,7 @@ def kill_process_groups(procs):
 
 
 def remove_quota_cgroups(pid, timeout=2.0):
-    """Removes the cgroups a worker with this PID made for --cpu-quota (actors/cpu_quota.cpp
+    """Removes the cgroups a worker with this PID made for --cpu-quota (cluster/cpu_quota.cpp
     names them omnilearn-<node name>-<pid>, under cgroup v1's cpu controller or v2's root).
     A group empties once its killed trainers are gone, so an rmdir that finds it busy is
     retried until `timeout`."""

@@ -55,8 +55,8 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
-#include "actors/asp_protocol.hpp"
-#include "actors/asp_server_actor.hpp"
+#include "wire/asp_protocol.hpp"
+#include "jobs/asp_server_actor.hpp"
 #include "asp/shard_layout.hpp"
 #include "bench/runtime/bench_stats.hpp"
 #include "runtime/actor_system.hpp"

@@ -5,7 +5,7 @@
 
 #include <future>
 
-#include "actors/membership_protocol.hpp"
+#include "wire/membership_protocol.hpp"
 #include "runtime/actor_system.hpp"
 #include "runtime/codec.hpp"
 #include "runtime/mailbox.hpp"

@@ -44,7 +44,7 @@
 #include <vector>
 #include <zmq.hpp>
 
-#include "actors/membership_protocol.hpp"
+#include "wire/membership_protocol.hpp"
 #include "bench/runtime/bench_stats.hpp"
 #include "runtime/actor_system.hpp"
 #include "runtime/shutdown.hpp"

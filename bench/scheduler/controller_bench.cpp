@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "scheduler/batch_controller.hpp"
-#include "scheduler/policy.hpp"
+#include "controller/batch_controller.hpp"
+#include "controller/policy.hpp"
 
 namespace {
 

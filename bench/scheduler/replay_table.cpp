@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "scheduler/trace_replay.hpp"
+#include "controller/trace_replay.hpp"
 
 using namespace omnilearn::scheduler;
 

@@ -1,5 +1,5 @@
 // Following speeds that change (docs/benchmarks.md, "Following speed changes"): the controller
-// replayed over the five speed scenarios of scheduler/speed_scenarios.hpp, each built from a
+// replayed over the five speed scenarios of controller/speed_scenarios.hpp, each built from a
 // recorded steady trace (its real noise kept), with the recorded noise alone and with 20% extra
 // step noise over --seeds seeds. Per scenario: the time lost against the oracle that knows each
 // speed from the step it changes (median and worst), the steps each change took to be followed
@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "scheduler/speed_scenarios.hpp"
-#include "scheduler/trace_replay.hpp"
+#include "controller/speed_scenarios.hpp"
+#include "controller/trace_replay.hpp"
 
 using namespace omnilearn::scheduler;
 
@@ -36,7 +36,7 @@ ReplayConfig make(double noise, int seed, int interval) {
   return c;
 }
 
-// The scenarios of the benchmark (and of tests/scheduler/speed_scenarios_test.cpp): nothing
+// The scenarios of the benchmark (and of tests/controller/speed_scenarios_test.cpp): nothing
 // changing (the loss of the steady cluster alone), the fastest
 // worker 3x slower for good, drifting to 2x slower over 300 steps, a neighbour halving the
 // second fastest for 100 steps in every 400; the slowest joining, the second fastest leaving.

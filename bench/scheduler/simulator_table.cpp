@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "scheduler/simulator.hpp"
+#include "controller/simulator.hpp"
 
 namespace {
 

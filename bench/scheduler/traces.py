@@ -14,7 +14,7 @@
 What a trace holds is what the scheduler saw: the per-worker heartbeat windows the step events
 carry (timing_steps: the committed step the window ended at; timing_batch; compute_time_s: mean
 compute per step in the window), the generations (members by node name) and the real speed
-changes. scheduler/trace_replay.hpp reads it.
+changes. controller/trace_replay.hpp reads it.
 """
 import argparse
 import json

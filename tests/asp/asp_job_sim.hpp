@@ -2,7 +2,7 @@
 // A seeded, deterministic simulation of an asynchronous job around the real asp::AspJob: the
 // machine decides everything the head decides (placement, dealing, fencing, hand-over, restarts,
 // the evaluator and the finisher), and this file plays the rest of the world in virtual time,
-// as the adapter (actors/asp_scheduler_actor.cpp) and the trainers would: nodes, worker and
+// as the adapter (jobs/asp_scheduler_actor.cpp) and the trainers would: nodes, worker and
 // server processes, real asp::ServerCore shards with their checkpoints, pushes, fences and
 // hand-overs with delays, and faults:
 // - a push that arrives after the worker's bound (reported unanswered, applied late) or never;

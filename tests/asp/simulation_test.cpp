@@ -13,7 +13,7 @@
 
 #include "asp/epoch_dealer.hpp"
 #include "asp/server_core.hpp"
-#include "scheduler/policy.hpp"
+#include "controller/policy.hpp"
 
 namespace omnilearn::asp {
 namespace {

@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "actors/job_spec.hpp"
+#include "jobs/job_spec.hpp"
 
 namespace {
 

@@ -8,7 +8,7 @@
 // each other over 12 s after the balanced plan): on a loaded two-core machine it failed about
 // one run in four, whatever the controller did. How well the controller balances real timings
 // is now checked deterministically by replaying traces recorded from real runs
-// (tests/scheduler/trace_replay_test.cpp, tests/data/trace_*.csv).
+// (tests/controller/trace_replay_test.cpp, tests/data/trace_*.csv).
 //
 // Every worker gets the same CPU quota (cgroup, 10 ms period; 3 x 0.5 CPU fits in two cores)
 // with a raised CPU weight, so the slowdown is the only difference between them (a sleeping

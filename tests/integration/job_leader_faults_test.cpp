@@ -5,7 +5,7 @@
 //   brain), then a job that never ended;
 // - the second of two jobs waited 60 s for trainer names the first had used;
 // - a leader that exits without its TrainerDone.
-// The deterministic simulation (tests/scheduler/elastic_simulation_test.cpp) covers the rest of
+// The deterministic simulation (tests/elastic/elastic_simulation_test.cpp) covers the rest of
 // the fault matrix; these check that the actors carry the protocol out. The faulted jobs run in
 // float64 and end with a calm run's parameters (CalmRun).
 

@@ -129,7 +129,7 @@ TEST_F(JobTorchScript, PythonScoresTheTrainedCheckpointAsTheSummarySays) {
   // two of any stall, and one stalled heartbeat window on a shared two-core machine (a rank's
   // compute 2-5x its usual for a few steps, seen on CI and on a development VM) moves the last
   // plan whatever the slowdown; the controller's balance of real timings is checked by
-  // replaying recorded traces (tests/scheduler/trace_replay_test.cpp).
+  // replaying recorded traces (tests/controller/trace_replay_test.cpp).
   const auto events = read_events(run_dir);
   const auto steps = events_named(events, "step");
   ASSERT_FALSE(steps.empty());

@@ -25,8 +25,8 @@
 #include <string>
 #include <vector>
 
-#include "actors/job_spec.hpp"
-#include "actors/trainer/trainer_config.hpp"
+#include "jobs/job_spec.hpp"
+#include "trainer/trainer_config.hpp"
 #include "training/trainer.hpp"
 
 namespace {

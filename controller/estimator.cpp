@@ -1,0 +1,214 @@
+#include "controller/estimator.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <stdexcept>
+
+namespace omnilearn::scheduler {
+
+std::optional<double> median(std::span<const double> values) {
+  if (values.empty()) return std::nullopt;
+  thread_local std::vector<double> v;  // reused: a plan takes a median per worker
+  v.assign(values.begin(), values.end());
+  const std::size_t mid = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid), v.end());
+  const double upper = v[mid];
+  if (v.size() % 2 == 1) return upper;
+  const double lower = *std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid));
+  return 0.5 * (lower + upper);
+}
+
+std::optional<double> relative_spread(std::span<const double> values) {
+  if (values.size() < 3) return std::nullopt;
+  const double m = *median(values);
+  if (!(m > 0.0)) return std::nullopt;
+  std::vector<double> dev;
+  dev.reserve(values.size());
+  for (double v : values) dev.push_back(std::abs(v / m - 1.0));
+  return 1.4826 * *median(dev);
+}
+
+double median_relative_error(double spread, std::size_t n) {
+  return 1.2533 * spread / std::sqrt(static_cast<double>(std::max<std::size_t>(n, 1)));
+}
+
+void ChangeDetection::validate() const {
+  auto fail = [](const char* what) {
+    throw std::invalid_argument(std::string("change detection: ") + what);
+  };
+  if (run < 1) fail("run must be at least 1 observation");
+  if (!(min_change > 0.0) || !std::isfinite(min_change)) fail("min_change must be positive");
+  if (!(spread_z >= 0.0) || !std::isfinite(spread_z)) fail("spread_z must be >= 0");
+  if (!(slow_min_change > 0.0) || !std::isfinite(slow_min_change)) {
+    fail("slow_min_change must be positive");
+  }
+  if (!(slow_spread_z >= 0.0) || !std::isfinite(slow_spread_z)) fail("slow_spread_z must be >= 0");
+}
+
+ThroughputEstimator::ThroughputEstimator(std::size_t window, ChangeDetection change)
+    : change_(change) {
+  if (window == 0) {
+    throw std::invalid_argument("ThroughputEstimator: window must be at least 1 step");
+  }
+  change_.validate();
+  ring_.resize(window);
+}
+
+void ThroughputEstimator::observe(int batch, double seconds) {
+  if (batch < 1 || !(seconds > 0.0) || !std::isfinite(seconds)) {
+    std::ostringstream msg;
+    msg << "step report needs batch >= 1 and a positive finite compute time (got batch " << batch
+        << ", time " << seconds << ")";
+    throw std::invalid_argument(msg.str());
+  }
+  ring_[next_] = Entry{batch, batch / seconds};
+  next_ = (next_ + 1) % ring_.size();
+  count_ = std::min(count_ + 1, ring_.size());
+  check_for_change();
+}
+
+std::vector<ThroughputEstimator::Entry> ThroughputEstimator::entries() const {
+  std::vector<Entry> out;
+  out.reserve(count_);
+  const std::size_t first = (next_ + ring_.size() - count_) % ring_.size();
+  for (std::size_t k = 0; k < count_; ++k) out.push_back(ring_[(first + k) % ring_.size()]);
+  return out;
+}
+
+std::vector<double> ThroughputEstimator::values() const {
+  std::vector<double> out;
+  out.reserve(count_);
+  for (const Entry& e : entries()) out.push_back(e.rate);
+  return out;
+}
+
+std::vector<double> ThroughputEstimator::deviations() const {
+  std::vector<Entry> v = entries();
+  std::sort(v.begin(), v.end(), [](const Entry& a, const Entry& b) { return a.batch < b.batch; });
+  std::vector<double> out, group;
+  for (std::size_t i = 0; i < v.size();) {
+    std::size_t j = i;
+    group.clear();
+    for (; j < v.size() && v[j].batch == v[i].batch; ++j) group.push_back(v[j].rate);
+    if (group.size() >= 3) {
+      const double m = *median(group);
+      for (double x : group) out.push_back(std::abs(x / m - 1.0));
+    }
+    i = j;
+  }
+  return out;
+}
+
+void ThroughputEstimator::check_for_change() {
+  if (changed(change_.run, change_.min_change, change_.spread_z, false)) return;
+  changed(change_.slow_run, change_.slow_min_change, change_.slow_spread_z, true);
+}
+
+// The slow level. A small change hides among the noise one observation at a time (at -7% with
+// +-2% noise, one observation in eight lands within 5% and breaks an all-beyond run), so it
+// compares the newest run's median with the older observations' median, beyond spread_z
+// standard errors of the difference of the two.
+bool ThroughputEstimator::median_shifted(const std::vector<Entry>& v, std::size_t run,
+                                         double min_change, double spread_z) const {
+  const auto newest = v.end() - static_cast<std::ptrdiff_t>(run);
+  // Observations at batches within 5% of the newest run's: under a fixed per-step cost a plan
+  // change moves the throughput too, but a plan that moved a worker by a sample or two must
+  // not blind the test for a whole window.
+  auto near = [&](int batch) { return std::abs(batch - newest->batch) <= 0.05 * newest->batch; };
+  const bool one_batch = std::all_of(newest, v.end(), [&](const Entry& e) { return near(e.batch); });
+  std::vector<double> older, recent;
+  for (auto it = v.begin(); it != newest; ++it) {
+    if (!one_batch || near(it->batch)) older.push_back(it->rate);
+  }
+  for (auto it = newest; it != v.end(); ++it) recent.push_back(it->rate);
+  // Medians of as many older observations as newer ones: a median of two or three is any of
+  // them, and alternating noise would pass for a shift.
+  if (older.size() < run) return false;
+  const double center = *median(older);
+  // The noise from the larger of the two sides' spreads: a spread measured from a dozen
+  // observations is itself off by a third at times, and an underestimate is a false alarm.
+  const double noise = std::max(relative_spread(older).value_or(0.0),
+                                relative_spread(recent).value_or(0.0));
+  const double se = std::hypot(median_relative_error(noise, run),
+                               median_relative_error(noise, older.size()));
+  const double recent_median = *median(recent);
+  if (std::abs(recent_median / center - 1.0) <= std::max(min_change, spread_z * se)) return false;
+  // ... and outside the older observations' middle half, which a median of values half at one
+  // level and half at another (MAD 0) can otherwise leave.
+  std::sort(older.begin(), older.end());
+  const double q1 = older[older.size() / 4];
+  const double q3 = older[older.size() - 1 - older.size() / 4];
+  return recent_median < q1 || recent_median > q3;
+}
+
+bool ThroughputEstimator::all_beyond(const std::vector<Entry>& v, std::size_t run,
+                                     double min_change, double spread_z) const {
+  const auto newest = v.end() - static_cast<std::ptrdiff_t>(run);
+  std::vector<double> older, same_batch;
+  const bool one_batch =
+      std::all_of(newest, v.end(), [&](const Entry& e) { return e.batch == newest->batch; });
+  for (auto it = v.begin(); it != newest; ++it) {
+    older.push_back(it->rate);
+    if (one_batch && it->batch == newest->batch) same_batch.push_back(it->rate);
+  }
+  if (same_batch.size() >= 2) older = same_batch;
+  const double center = *median(older);
+  // In logarithms: step-time noise is multiplicative, so a worker twice as slow (rate -50%)
+  // lies as far beyond the noise as one twice as fast (+100%). Relative to the rate, a
+  // slowdown can never pass a tolerance of 100%, and under 20% step noise (a spread near 0.2,
+  // a tolerance near 50%) a worker that halved its speed went unseen until the window's median
+  // moved, half a window later.
+  const double tolerance =
+      std::max(std::log1p(min_change), spread_z * relative_spread(older).value_or(0.0));
+  int side = 0;
+  for (auto it = newest; it != v.end(); ++it) {
+    const double off = std::log(it->rate / center);
+    const int s = off > tolerance ? 1 : off < -tolerance ? -1 : 0;
+    if (s == 0 || (side != 0 && s != side)) return false;
+    side = s;
+  }
+  return true;
+}
+
+bool ThroughputEstimator::changed(std::size_t run, double min_change, double spread_z,
+                                  bool by_median) {
+  // The newest `run` against at least two older ones (a median of one is any outlier).
+  if (run == 0 || count_ < run + 2) return false;
+  const std::vector<Entry> v = entries();
+  if (by_median ? !median_shifted(v, run, min_change, spread_z)
+                : !all_beyond(v, run, min_change, spread_z)) {
+    return false;
+  }
+  // The worker's speed changed: the older observations describe a machine that is gone.
+  const std::vector<Entry> recent(v.end() - static_cast<std::ptrdiff_t>(run), v.end());
+  clear();
+  for (const Entry& e : recent) {
+    ring_[next_] = e;
+    next_ = (next_ + 1) % ring_.size();
+    ++count_;
+  }
+  ++regime_changes_;
+  return true;
+}
+
+std::optional<double> ThroughputEstimator::throughput() const { return median(values()); }
+
+std::optional<double> ThroughputEstimator::time_at(int batch) const {
+  const std::optional<double> x = throughput();
+  if (!x) return std::nullopt;
+  return batch / *x;
+}
+
+std::optional<double> ThroughputEstimator::spread() const {
+  const std::vector<double> d = deviations();
+  if (d.size() < 3) return std::nullopt;
+  return 1.4826 * *median(d);
+}
+
+void ThroughputEstimator::clear() {
+  next_ = 0;
+  count_ = 0;
+}
+
+}  // namespace omnilearn::scheduler

@@ -1,0 +1,1036 @@
+#include "elastic/elastic_job.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace omnilearn::scheduler {
+
+const char* to_string(Mutation mutation) {
+  switch (mutation) {
+    case Mutation::kNone:
+      return "none";
+    case Mutation::kNoLeaseCheck:
+      return "no_lease_check";
+    case Mutation::kNoCommitRenewal:
+      return "no_commit_renewal";
+    case Mutation::kCommitUnconfirmed:
+      return "commit_unconfirmed";
+    case Mutation::kSyncTieLowestRank:
+      return "sync_tie_lowest_rank";
+    case Mutation::kGrantOnSilence:
+      return "grant_on_silence";
+    case Mutation::kRestoreTrustsSnapshot:
+      return "restore_trusts_snapshot";
+    case Mutation::kRestoreForgetsLease:
+      return "restore_forgets_lease";
+  }
+  return "?";
+}
+
+const char* to_string(MemberDone::Outcome outcome) {
+  switch (outcome) {
+    case MemberDone::Outcome::kFinished: return "finished";
+    case MemberDone::Outcome::kDrained: return "drained";
+    case MemberDone::Outcome::kError: return "error";
+  }
+  return "unknown";
+}
+
+ElasticJob::ElasticJob(ElasticJobOptions options, Planner planner)
+    : options_(std::move(options)), planner_(std::move(planner)) {
+  if (options_.min_workers < 1 || options_.max_workers < options_.min_workers ||
+      options_.slots < 1 || options_.total_steps < 0) {
+    throw std::invalid_argument("ElasticJob: needs 1 <= min_workers <= max_workers, slots >= 1");
+  }
+  if (!planner_) throw std::invalid_argument("ElasticJob: needs a planner");
+  backoff_ = options_.backoff_initial;
+}
+
+JobEvent ElasticJob::event_now(const std::string& kind) const {
+  JobEvent e;
+  e.kind = kind;
+  e.step = job_step_;
+  e.generation = generation_;
+  return e;
+}
+
+ElasticJob::Trainer* ElasticJob::find(const std::string& trainer) {
+  auto it = trainers_.find(trainer);
+  return it == trainers_.end() ? nullptr : &it->second;
+}
+
+std::map<std::string, ElasticJob::TrainerView> ElasticJob::trainers() const {
+  std::map<std::string, TrainerView> out;
+  for (const auto& [name, t] : trainers_) out.emplace(name, t.view);
+  return out;
+}
+
+std::string ElasticJob::node_name(const std::string& node) const {
+  auto it = nodes_.find(node);
+  return it == nodes_.end() ? node : it->second.name;
+}
+
+std::vector<JobCommand> ElasticJob::take_commands() {
+  std::vector<JobCommand> out;
+  if (persist_pending_ && !finished_) out.emplace_back(PersistCommand{});
+  persist_pending_ = false;
+  for (auto& c : commands_) out.push_back(std::move(c));
+  commands_.clear();
+  return out;
+}
+
+ElasticJobSnapshot ElasticJob::snapshot() const {
+  ElasticJobSnapshot s;
+  s.state = state_;
+  s.total_steps = options_.total_steps;
+  s.generation = generation_;
+  s.members = members_;
+  s.last_trained_members = last_trained_members_;
+  s.committed_step = job_step_;
+  s.lease_generation = lease_generation_;
+  s.lease_holder = lease_holder_;
+  s.lease_duration = options_.lease_duration;
+  s.trainer_counter = trainer_counter_;
+  const auto listed = [](const std::vector<std::string>& v, const std::string& name) {
+    return std::find(v.begin(), v.end(), name) != v.end();
+  };
+  for (const auto& [name, t] : trainers_) {
+    // A trainer gone for good is forgotten (a long job's churn does not grow the record),
+    // unless a generation still names it.
+    if (t.view.phase == Phase::kGone && !listed(members_, name) &&
+        !listed(last_trained_members_, name)) {
+      continue;
+    }
+    ElasticJobSnapshot::TrainerRecord r;
+    r.name = name;
+    r.node = t.view.node;
+    r.phase = static_cast<std::int32_t>(t.view.phase);
+    r.committed_step = t.view.committed_step;
+    r.synced_generation = t.synced_generation;
+    r.exited = t.exited;
+    s.trainers.push_back(std::move(r));
+  }
+  for (const auto& [id, node] : nodes_) {
+    if (node.draining) s.draining_nodes.push_back(id);
+  }
+  s.lost_steps = lost_steps_;
+  s.abandoned_steps = abandoned_steps_;
+  return s;
+}
+
+void ElasticJob::restore(const ElasticJobSnapshot& s, Millis now) {
+  if (started_) throw std::logic_error("ElasticJob::restore: the job has started already");
+  started_ = true;
+  state_ = s.state.empty() ? "pending" : s.state;
+  if (s.total_steps > 0) options_.total_steps = s.total_steps;
+  generation_ = s.generation;
+  members_ = s.members;
+  last_trained_members_ = s.last_trained_members;
+  job_step_ = s.committed_step;
+  trainer_counter_ = s.trainer_counter;
+  lost_steps_ = s.lost_steps;
+  abandoned_steps_ = s.abandoned_steps;
+  last_progress_ = now;
+  dropped_below_ = std::max<std::int64_t>(1, generation_);
+  for (const auto& id : s.draining_nodes) {
+    // A node the registry has not reported (node_up) yet is not alive until it does.
+    auto [it, added] = nodes_.try_emplace(id);
+    if (added) it->second.alive = false;
+    it->second.draining = true;
+  }
+  for (const auto& r : s.trainers) {
+    if (r.phase < 0 || r.phase > static_cast<std::int32_t>(Phase::kGone)) {
+      throw std::invalid_argument("ElasticJob::restore: trainer " + r.name + " has phase " +
+                                  std::to_string(r.phase));
+    }
+    Trainer t;
+    t.view.name = r.name;
+    t.view.node = r.node;
+    t.view.phase = static_cast<Phase>(r.phase);
+    t.synced_generation = r.synced_generation;
+    t.exited = r.exited;
+    t.spawned_at = now;  // a trainer still starting has its spawn timeout again
+    // Unknown until it reports: it may have committed any number of steps since.
+    const bool trust = options_.mutation == Mutation::kRestoreTrustsSnapshot;
+    t.view.committed_step = t.view.phase == Phase::kGone || trust ? r.committed_step : -1;
+    if (t.view.phase == Phase::kMember) {
+      auto rank = std::find(members_.begin(), members_.end(), r.name);
+      t.view.rank =
+          rank == members_.end() ? -1 : static_cast<std::int32_t>(rank - members_.begin());
+    }
+    if (!nodes_.count(r.node)) nodes_[r.node].alive = false;
+    trainers_.emplace(r.name, std::move(t));
+  }
+  for (const auto& name : members_) {
+    if (!trainers_.count(name)) {
+      throw std::invalid_argument("ElasticJob::restore: member " + name + " is not a trainer");
+    }
+  }
+  // The holder may go on committing under the lease the previous head granted last, for at
+  // most a lease duration from now (a renewal that head answered just before it died).
+  lease_generation_ = s.lease_generation;
+  lease_holder_ = s.lease_holder;
+  lease_until_ = now + std::max(options_.lease_duration, s.lease_duration);
+  lease_released_ = s.lease_holder.empty();
+  if (options_.mutation == Mutation::kRestoreForgetsLease) lease_released_ = true;
+  if (state_ != "running") {
+    maybe_regroup("the head restarted", now);
+    return;
+  }
+  note_disruption(now);
+  if (options_.mutation == Mutation::kRestoreTrustsSnapshot) {
+    maybe_regroup("the head restarted", now);
+    return;
+  }
+  restore_wait_until_ = now + options_.form_timeout;
+  form_generation({}, "the head restarted (every trainer stops to report its committed step)", now);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Lifecycle
+
+void ElasticJob::start(Millis now) {
+  if (started_) return;
+  started_ = true;
+  last_progress_ = now;
+  place_trainers(now);
+  maybe_regroup("start", now);
+}
+
+void ElasticJob::stop(const std::string& reason, Millis now) {
+  finish("stopped", reason.empty() ? "stopped by user" : reason, now);
+}
+
+void ElasticJob::fail(const std::string& reason, Millis now) { finish("failed", reason, now); }
+
+void ElasticJob::finish(const std::string& state, const std::string& reason, Millis now) {
+  if (finished_) return;
+  finished_ = true;
+  state_ = state;
+  reason_ = reason;
+  forming_ = false;
+  // Only the scheduler ends a job: every trainer still there is told to exit.
+  for (auto& [name, t] : trainers_) {
+    if (t.view.phase != Phase::kGone && !t.exited) emit(StopCommand{name, "job " + state});
+    t.view.phase = Phase::kGone;
+  }
+  lease_until_ = 0;
+  emit(DropStoreKeysCommand{-1});
+  JobEvent e = event_now("finished");
+  e.reason = reason;
+  event(std::move(e));
+  emit(FinishCommand{state, reason});
+}
+
+void ElasticJob::tick(Millis now) {
+  if (finished_ || !started_) return;
+  // Trainers that did not say hello in time.
+  std::vector<std::string> late;
+  for (const auto& [name, t] : trainers_) {
+    if (t.view.phase == Phase::kSpawning && now - t.spawned_at > options_.spawn_timeout) {
+      late.push_back(name);
+    }
+  }
+  for (const auto& name : late) trainer_gone(name, "did not start in time", now, true);
+  place_trainers(now);  // replaces the late, and places on nodes whose start back-off ended
+
+  if (forming_ && now - formed_at_ > options_.form_timeout) {
+    // The generation did not train: members that never synced in it are written off (a stuck
+    // or zombie process would otherwise make every retry fail the same way); the others retry
+    // after a back-off.
+    JobEvent e = event_now("formation_failed");
+    e.reason = "generation did not commit a step within the formation timeout";
+    event(std::move(e));
+    forming_ = false;
+    for (const auto& name : members_) {
+      Trainer& t = trainers_.at(name);
+      if (t.view.phase != Phase::kMember) continue;
+      // A member holding the job's committed state is kept for the retry: writing off every
+      // holder (one lost rendezvous fails the join for all) would lose committed steps for
+      // good. A holder that really is stuck makes the job fail after its grace period instead.
+      // [fix: elastic simulation seed 28]
+      if (t.synced_generation != generation_ && !(lease_generation_ > 0 && holds_state(name))) {
+        trainer_gone(name, "did not join generation " + std::to_string(generation_) + " in time",
+                     now, true);
+      } else {
+        t.view.phase = Phase::kReady;
+      }
+    }
+    retry_after_ = now + backoff_;
+    backoff_ = std::min(options_.backoff_max, backoff_ * 2);
+    place_trainers(now);
+  }
+  // A training generation that went quiet for a formation timeout broke without anyone being
+  // told (its members' broken or abandon reports were lost, e.g. to a partition shorter than
+  // the heartbeat timeout): probe and re-form it like a reported failure, instead of waiting
+  // for the stall limit to fail the job. [fix: elastic simulation seed 2544]
+  if (!forming_ && !members_.empty() && !disruption_at_ && job_step_ < options_.total_steps &&
+      now - last_progress_ > options_.form_timeout) {
+    note_disruption(now);
+    for (const auto& name : members_) {
+      if (trainers_.at(name).view.phase == Phase::kMember) probe(name, now);
+    }
+  }
+  maybe_regroup("retry", now);
+
+  // Every job ends: too few workers for the grace period, or no progress at all for longer
+  // than any healthy phase can take.
+  // With how many nodes could take a trainer: "fewer than 5" alone leaves a user guessing
+  // whether workers are missing or failing.
+  int usable = 0;
+  for (const auto& [id, node] : nodes_) usable += node.alive && !node.draining ? 1 : 0;
+  const std::string too_few = "fewer than min_workers (" + std::to_string(options_.min_workers) +
+                              ") trainers holding the job's state (" + std::to_string(usable) +
+                              " usable node" + (usable == 1 ? "" : "s") + " in the cluster)";
+  if (below_min_since_ && state_ == "running" && now - *below_min_since_ > options_.grace_period) {
+    finish("failed", too_few + " for more than " + std::to_string(options_.grace_period / 1000) +
+                         " s (at step " + std::to_string(job_step_) + ")",
+           now);
+    return;
+  }
+  // Before the first step the trainers may still be starting (spawn_timeout) and forming.
+  const Millis stall_limit = options_.grace_period + options_.form_timeout +
+                             (job_step_ == 0 ? options_.spawn_timeout : 0);
+  if (now - last_progress_ > stall_limit) {
+    finish("failed", (below_min_since_ ? too_few : std::string("no step committed")) + " for " +
+                         std::to_string(stall_limit / 1000) + " s (generation " +
+                         std::to_string(generation_) + ", step " + std::to_string(job_step_) + ")",
+           now);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Membership
+
+void ElasticJob::node_up(const std::string& node, const std::string& name, Millis now,
+                         bool draining) {
+  Node& n = nodes_[node];
+  n.name = name;
+  n.alive = true;
+  n.draining = n.draining || draining;
+  if (finished_ || !started_) return;
+  place_trainers(now);
+}
+
+void ElasticJob::node_down(const std::string& node, const std::string& reason, Millis now) {
+  auto it = nodes_.find(node);
+  if (it != nodes_.end()) it->second.alive = false;
+  if (finished_) return;
+  std::vector<std::string> gone;
+  for (const auto& [name, t] : trainers_) {
+    if (t.view.node == node && t.view.phase != Phase::kGone) gone.push_back(name);
+  }
+  for (const auto& name : gone) trainer_gone(name, "node " + node_name(node) + " " + reason, now, false);
+  maybe_regroup("node " + node_name(node) + " " + reason, now);
+  place_trainers(now);
+}
+
+void ElasticJob::undrain(const std::string& node_or_name, Millis now) {
+  bool any = false;
+  for (auto& [id, node] : nodes_) {
+    if (id != node_or_name && node.name != node_or_name) continue;
+    any |= node.draining;
+    node.draining = false;
+    if (any) persist();
+  }
+  if (any && !finished_ && started_) place_trainers(now);
+}
+
+int ElasticJob::drain(const std::string& node_or_name, Millis now) {
+  int leaving = 0;
+  for (auto& [id, node] : nodes_) {
+    if (id != node_or_name && node.name != node_or_name) continue;
+    if (!node.draining) persist();
+    node.draining = true;
+    if (finished_) continue;
+    for (auto& [name, t] : trainers_) {
+      // An already leaving trainer may be the one keeping the job's state: a second drain of
+      // its node must not stop it. [fix: elastic simulation seed 2707]
+      if (t.view.node != id || t.view.phase == Phase::kGone || t.view.phase == Phase::kLeaving) {
+        continue;
+      }
+      ++leaving;
+      JobEvent e = event_now("drain");
+      e.trainer = name;
+      event(std::move(e));
+      if (t.view.phase == Phase::kMember ||
+          (t.view.phase == Phase::kReady && lease_generation_ > 0 && holds_state(name))) {
+        // It stays in its generation until the next one, which the leader adopts at a step
+        // boundary: no committed step is lost. It then idles (rank -1), still holding the
+        // state, and is stopped once a generation without it trained (report()). A trainer
+        // between generations (its group lost a member, the job waits for min_workers) may
+        // hold the only copy of the state too: stopped at once, the job lost every step.
+        // [fix: elastic simulation seed 13153]
+        t.view.phase = Phase::kLeaving;
+      } else {
+        trainer_gone(name, "drained", now, true);
+      }
+    }
+  }
+  if (leaving > 0 && !finished_) {
+    maybe_regroup("drain " + node_or_name, now);
+    // Replace the leavers on the other nodes: nothing else would (a job drained below
+    // min_workers with free nodes failed after its grace). [fix: elastic simulation seed 89]
+    place_trainers(now);
+  }
+  return leaving;
+}
+
+void ElasticJob::place_trainers(Millis now) {
+  if (finished_ || !started_) return;
+  auto active = [&] {
+    int count = 0;
+    for (const auto& [name, t] : trainers_) {
+      count += t.view.phase != Phase::kGone && t.view.phase != Phase::kLeaving;
+    }
+    return count;
+  };
+  for (auto& [id, node] : nodes_) {
+    if (!node.alive || node.draining || now < node.no_spawn_before) continue;
+    int on_node = 0;
+    for (const auto& [name, t] : trainers_) on_node += t.view.node == id && t.view.phase != Phase::kGone;
+    while (on_node < options_.slots && active() < options_.max_workers) {
+      Trainer t;
+      t.view.name = options_.trainer_prefix + node.name + "-t" + std::to_string(++trainer_counter_);
+      t.view.node = id;
+      t.spawned_at = now;
+      emit(SpawnCommand{id, t.view.name});
+      JobEvent e;
+      e.kind = "spawn";
+      e.trainer = t.view.name;
+      e.reason = node.name;
+      event(std::move(e));
+      trainers_.emplace(t.view.name, std::move(t));
+      ++on_node;
+      persist();
+    }
+  }
+}
+
+bool ElasticJob::hello(const std::string& trainer, Millis now) {
+  Trainer* t = find(trainer);
+  if (finished_ || !t || t->view.phase != Phase::kSpawning) return false;
+  t->view.phase = Phase::kReady;
+  persist();
+  JobEvent e;
+  e.kind = "trainer_ready";
+  e.trainer = trainer;
+  e.seconds = static_cast<double>(now - t->spawned_at) / 1000.0;
+  event(std::move(e));
+  maybe_regroup("trainer " + trainer + " joined", now);
+  return true;
+}
+
+void ElasticJob::trainer_exited(const std::string& trainer, int exit_code,
+                                const std::string& reason, Millis now) {
+  Trainer* t = find(trainer);
+  if (!t || t->exited) return;
+  t->exited = true;
+  if (!finished_ && exit_code == kTrainerExitBadInput) {
+    // The job's own files or model are wrong: every retry would fail the same way.
+    const std::string why = reason.empty() ? "its input is invalid" : reason;
+    trainer_gone(trainer, why, now, false);
+    finish("failed", "trainer " + trainer + ": " + why, now);
+    return;
+  }
+  if (!finished_ && exit_code != 0 && t->synced_generation < 0 && t->view.phase != Phase::kGone) {
+    // It never got as far as training: a failed start. Back off on its node; fail the job
+    // once starts keep failing everywhere (a bad model path, data missing on every worker).
+    ++start_failures_;
+    last_start_failure_ = trainer + ": " + (reason.empty() ? "exited with code " +
+                                                                 std::to_string(exit_code)
+                                                           : reason);
+    auto node = nodes_.find(t->view.node);
+    if (node != nodes_.end()) {
+      Node& n = node->second;
+      ++n.start_failures;
+      Millis backoff = options_.backoff_initial;
+      for (int i = 1; i < n.start_failures && backoff < options_.spawn_backoff_max; ++i) backoff *= 2;
+      n.no_spawn_before = now + std::min(backoff, options_.spawn_backoff_max);
+    }
+    if (start_failures_ >= options_.max_start_failures) {
+      trainer_gone(trainer, reason.empty() ? "exited with code " + std::to_string(exit_code) : reason,
+                   now, false);
+      finish("failed", "trainers cannot start: " + std::to_string(start_failures_) +
+                           " failed in a row; the last: " + last_start_failure_,
+             now);
+      return;
+    }
+  }
+  // A process that is gone holds no lease: its successor need not wait for it to run out.
+  if (trainer == lease_holder_) lease_released_ = true;
+  if (finished_ || t->view.phase == Phase::kGone) return;
+  trainer_gone(trainer, reason.empty() ? "exited with code " + std::to_string(exit_code) : reason,
+               now, false);
+  maybe_regroup("trainer " + trainer + " exited", now);
+  place_trainers(now);
+}
+
+void ElasticJob::trainer_gone(const std::string& trainer, const std::string& reason, Millis now,
+                              bool stop_it) {
+  Trainer* t = find(trainer);
+  if (!t || t->view.phase == Phase::kGone) return;
+  const bool was_member = t->view.phase == Phase::kMember || t->view.phase == Phase::kLeaving;
+  t->view.phase = Phase::kGone;
+  t->view.rank = -1;
+  persist();
+  if (stop_it && !t->exited) emit(StopCommand{trainer, reason});
+  JobEvent e = event_now("trainer_gone");
+  e.trainer = trainer;
+  e.reason = reason;
+  event(std::move(e));
+  if (was_member) note_disruption(now);
+}
+
+void ElasticJob::note_disruption(Millis now) {
+  if (state_ == "running" && !disruption_at_) {
+    disruption_at_ = now;
+    step_at_disruption_ = job_step_;
+  }
+}
+
+bool ElasticJob::holds_state(const std::string& trainer) const {
+  const Trainer& t = trainers_.at(trainer);
+  // A survivor of the last generation that trained holds its commits: every rank commits a
+  // step whose exchange completed. Not always all of them: a leader may commit a step whose
+  // exchange its followers gave up waiting for (it completes in the background) under a
+  // renewed lease. A survivor that reported fewer steps than the job's known committed step
+  // therefore does not count as a holder; anyone else must have reported the job's committed
+  // step itself.
+  if (std::find(last_trained_members_.begin(), last_trained_members_.end(), trainer) !=
+      last_trained_members_.end()) {
+    return t.view.committed_step >= job_step_;
+  }
+  // Once a generation held a lease it may have committed steps that no report told of (a
+  // leader cut off right after its commits): job_step_ is then only a lower bound, and only a
+  // trainer that synced (with a holder as rank 0) in a later generation is sure to hold them.
+  // Trusting committed_step >= job_step_ let a fresh trainer restart training from step 0 and
+  // commit steps 1.. again. [fix: elastic simulation seed 2939]
+  if (lease_generation_ > 0) {
+    return t.synced_generation > lease_generation_ && t.view.committed_step >= job_step_;
+  }
+  return t.view.committed_step >= job_step_;
+}
+
+void ElasticJob::maybe_regroup(const std::string& reason, Millis now) {
+  if (finished_ || !started_) return;
+  // One generation at a time: a new one is issued only once the last one trained a step, broke
+  // (a member left it), or timed out forming (a trainer blocked joining an abandoned group
+  // would otherwise wait for its collective timeout).
+  if (forming_) {
+    bool broken = false;
+    for (const auto& name : members_) broken |= trainers_.at(name).view.phase != Phase::kMember;
+    if (!broken) return;
+  }
+  if (now < retry_after_) return;
+  if (restore_wait_until_) {
+    // Restored: the newest committed state is the one its holders report. Wait for everyone
+    // who trained in the last generations (or the deadline: a dead one never reports).
+    bool all_heard = true;
+    for (const auto& [name, t] : trainers_) {
+      const bool trained = t.synced_generation >= 0 ||
+                           std::find(last_trained_members_.begin(), last_trained_members_.end(),
+                                     name) != last_trained_members_.end();
+      auto node = nodes_.find(t.view.node);
+      const bool node_alive = node != nodes_.end() && node->second.alive;
+      if (trained && node_alive && t.view.phase != Phase::kGone && !t.exited &&
+          t.view.committed_step < 0) {
+        all_heard = false;
+      }
+    }
+    if (!all_heard && now < *restore_wait_until_) return;
+    restore_wait_until_.reset();
+  }
+  std::vector<std::string> survivors, joiners;
+  bool leavers = false;
+  for (const auto& name : members_) {
+    const Phase p = trainers_.at(name).view.phase;
+    if (p == Phase::kMember) survivors.push_back(name);
+    leavers |= p == Phase::kLeaving;
+  }
+  for (const auto& [name, t] : trainers_) {
+    if (t.view.phase == Phase::kReady) joiners.push_back(name);
+  }
+  // A drained member leaves only once someone else holds the job's state: while no survivor
+  // or joiner does (it was alone, or all were drained), it stays for one more generation, with
+  // its successors, and hands the state over; report() lets it go once that generation
+  // trained. Releasing it at once lost every committed step. [fix: elastic simulation seed 190]
+  const auto holds = [&](const std::string& name) { return holds_state(name); };
+  if (std::none_of(survivors.begin(), survivors.end(), holds) &&
+      std::none_of(joiners.begin(), joiners.end(), holds)) {
+    std::vector<std::string> leaving_holders;
+    for (const auto& [name, t] : trainers_) {
+      if (t.view.phase == Phase::kLeaving && holds(name)) leaving_holders.push_back(name);
+    }
+    // Those who trained with it in the last generation hold its state too, but the job hears
+    // a follower's steps only from heartbeats and so always a step or two behind its leader's
+    // reports: re-forming with the drained leader as rank 0 again handed nothing over, every
+    // generation, to the end of the job. Instead every member stops at a step boundary (a
+    // generation without members) and says where (MemberReport::kLeft); then one of them holds
+    // the job's step and leads. Should none say so in a probe timeout, the drained member
+    // hands the state over as above.
+    const auto trained_with = [&](const std::string& name) {
+      return std::find(last_trained_members_.begin(), last_trained_members_.end(), name) !=
+             last_trained_members_.end();
+    };
+    const bool successors_trained = std::any_of(survivors.begin(), survivors.end(), trained_with) ||
+                                    std::any_of(joiners.begin(), joiners.end(), trained_with);
+    const bool leaver_training = std::any_of(
+        leaving_holders.begin(), leaving_holders.end(), [&](const std::string& name) {
+          return std::find(members_.begin(), members_.end(), name) != members_.end();
+        });
+    if (successors_trained && leaver_training) {
+      handover_wait_until_ = now + options_.probe_timeout;
+      form_generation({}, reason + " (every member stops to report its committed step)", now);
+      return;
+    }
+    if (successors_trained && handover_wait_until_ && now < *handover_wait_until_) return;
+    survivors.insert(survivors.end(), leaving_holders.begin(), leaving_holders.end());
+  }
+  // A generation that broke (a member reported a failed collective or an abandoned group, and
+  // the probes have had their time) is re-formed even when every member is still reachable (a
+  // node<->node partition, a leader that lost its lease): its members sit idle waiting for the
+  // next rendezvous, and nothing else would ever send one. [fix: elastic simulation seed 277]
+  const bool broke = disruption_at_ && now - *disruption_at_ >= options_.probe_timeout;
+  const bool unchanged =
+      joiners.empty() && !leavers && survivors.size() == members_.size() && !broke;
+  if (generation_ > 0 && !members_.empty() && unchanged) {
+    below_min_since_.reset();
+    return;
+  }
+  const int available = static_cast<int>(survivors.size() + joiners.size());
+  if (available < options_.min_workers) {
+    if (!below_min_since_) below_min_since_ = now;
+    if (!members_.empty()) {
+      // Survivors stop at their next boundary and wait, idle, for enough workers.
+      form_generation({}, reason + " (fewer than min_workers: waiting)", now);
+    }
+    return;
+  }
+  // At the first start, give every trainer that is still starting a chance to join, so the job
+  // does not re-form right after it began.
+  if (generation_ == 0 || last_trained_members_.empty()) {
+    bool still_spawning = false;
+    for (const auto& [name, t] : trainers_) {
+      still_spawning |= t.view.phase == Phase::kSpawning && now - t.spawned_at < options_.spawn_timeout;
+    }
+    if (still_spawning && available < options_.max_workers) return;
+  }
+  // Survivors keep their order, then joiners; those holding the most committed steps first, so
+  // that rank 0 (the leader) is one of them.
+  std::vector<std::string> members = survivors;
+  members.insert(members.end(), joiners.begin(), joiners.end());
+  std::stable_sort(members.begin(), members.end(), [&](const auto& a, const auto& b) {
+    const bool ha = holds_state(a), hb = holds_state(b);
+    if (ha != hb) return ha;
+    return trainers_.at(a).view.committed_step > trainers_.at(b).view.committed_step;
+  });
+  if (static_cast<int>(members.size()) > options_.max_workers) members.resize(options_.max_workers);
+  if (!holds_state(members.front())) {
+    // Nobody here has the committed state: starting would silently restart training. Wait for
+    // a holder to come back (a frozen or partitioned one may), and fail after the grace period.
+    if (!below_min_since_) below_min_since_ = now;
+    if (!members_.empty()) {
+      form_generation({}, reason + " (no live trainer holds step " + std::to_string(job_step_) +
+                              ": waiting)",
+                      now);
+    }
+    return;
+  }
+  below_min_since_.reset();
+  form_generation(std::move(members), reason, now);
+}
+
+void ElasticJob::form_generation(std::vector<std::string> members, const std::string& reason,
+                                 Millis now) {
+  ++generation_;
+  persist();  // a generation number is never issued twice, across head restarts too
+  std::vector<std::int32_t> batches;
+  if (!members.empty()) {
+    GenerationPlan plan = planner_(members);
+    if (plan.batches.size() != members.size()) {
+      throw std::logic_error("ElasticJob: the planner returned a plan for another world size");
+    }
+    batches = std::move(plan.batches);
+    plan_version_ = plan.version;
+  }
+  const std::vector<std::string> old_members = members_;
+  members_ = members;
+  batches_ = batches;
+  const auto world = static_cast<std::int32_t>(members.size());
+  // Formed because a member was lost: the others may be waiting on it in a collective.
+  const bool lost_member = disruption_at_.has_value();
+  for (std::size_t rank = 0; rank < members.size(); ++rank) {
+    Trainer& t = trainers_.at(members[rank]);
+    t.view.phase = Phase::kMember;
+    t.view.rank = static_cast<std::int32_t>(rank);
+    emit(RendezvousCommand{members[rank], RendezvousOrder{generation_, t.view.rank, world, batches,
+                                                          plan_version_, false, lost_member}});
+  }
+  // Everyone who was in the old generation but not in the new one stops training in it and
+  // waits, idle, for a later generation. The drained too: until a generation without them has
+  // trained, they may hold the only copy of the committed state (its survivors can still die
+  // before they sync), so they stay kLeaving and are stopped from report(); told to leave right
+  // away, a drained leader took the state with it. [fix: elastic simulation seed 2707]
+  for (const auto& name : old_members) {
+    if (std::find(members.begin(), members.end(), name) != members.end()) continue;
+    Trainer& t = trainers_.at(name);
+    if (t.view.phase == Phase::kGone) continue;
+    emit(RendezvousCommand{
+        name, RendezvousOrder{generation_, -1, world, batches, plan_version_, false, lost_member}});
+    t.view.rank = -1;
+    if (t.view.phase != Phase::kLeaving) t.view.phase = Phase::kReady;
+  }
+  forming_ = !members.empty();
+  if (forming_) handover_wait_until_.reset();
+  formed_at_ = now;
+  if (state_ == "pending" && !members.empty()) state_ = "running";
+  JobEvent e = event_now("generation");
+  e.members = members;
+  e.batches = batches;
+  e.reason = reason;
+  event(std::move(e));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reports, leases, the end
+
+void ElasticJob::progress(const std::string& trainer, std::int64_t committed_step) {
+  if (Trainer* t = find(trainer)) {
+    t->view.committed_step = std::max(t->view.committed_step, committed_step);
+  }
+}
+
+void ElasticJob::probe(const std::string& trainer, Millis now) {
+  trainers_.at(trainer).probed_seq = ++evidence_seq_;
+  emit(ProbeCommand{trainer, generation_});
+}
+
+void ElasticJob::heard_from(Trainer& t, std::int64_t generation, Millis now) {
+  // A message about the current generation answers for it as well as a probe would; it may be
+  // what lets a trainer that missed its probe be written off (write_off_unreachable).
+  if (finished_ || generation != generation_ || t.view.phase == Phase::kGone) return;
+  t.heard_seq = ++evidence_seq_;
+  t.unreachable_in = -1;
+  if (!unreachable_error_.empty()) write_off_unreachable(now);
+}
+
+void ElasticJob::report(const std::string& trainer, const MemberReport& r, Millis now) {
+  Trainer* t = find(trainer);
+  if (!t) return;
+  heard_from(*t, r.generation, now);
+  t->view.committed_step = std::max(t->view.committed_step, r.step);
+  // Every leader's report's step is a committed step, even a superseded generation's: a
+  // leader drained or cut off right after a commit reports it only then. Ignoring it let a
+  // later generation start from an older state and commit the same steps again. [fix: elastic
+  // simulation seed 28] A follower's is not: it may have committed a step whose exchange
+  // completed late (in the background) and that its leader's gate refused; such a step counts
+  // once a sync adopts it, and the synced leader reports it (a leader whose group broke before
+  // its sync reports the state it joined with, which may hold such a step).
+  const bool synced_leader = r.rank == 0 && (r.kind == MemberReport::Kind::kSynced ||
+                                             t->synced_generation >= r.generation);
+  if (synced_leader) job_step_ = std::max(job_step_, r.step);
+  // A sync is evidence of holding the state whatever became of the generation since
+  // (holds_state). [fix: elastic simulation seed 53]
+  if (r.kind == MemberReport::Kind::kSynced) {
+    t->synced_generation = std::max(t->synced_generation, r.generation);
+    start_failures_ = 0;  // trainers do start
+    auto node = nodes_.find(t->view.node);
+    if (node != nodes_.end()) node->second.start_failures = 0;
+  }
+  // The lease holder synced in a newer generation, or left or broke the one it led: it commits
+  // nothing more there, so its successor need not wait for the lease to run out.
+  if (trainer == lease_holder_ &&
+      (r.generation > lease_generation_ ||
+       (r.generation == lease_generation_ &&
+        (r.kind == MemberReport::Kind::kLeft || r.kind == MemberReport::Kind::kBroken)))) {
+    lease_released_ = true;
+  }
+  if (r.kind == MemberReport::Kind::kLeft) {
+    // Waiting for the members' committed steps to hand a drained leader's state over: this
+    // may be the report that names a successor (maybe_regroup).
+    if (handover_wait_until_ && members_.empty()) {
+      maybe_regroup("a drained member's state handed over", now);
+    } else if (restore_wait_until_ && members_.empty()) {
+      maybe_regroup("the head restarted", now);
+    }
+    return;
+  }
+  if (finished_) return;
+  if (r.generation != generation_ || t->view.phase != Phase::kMember ||
+      t->view.rank != r.rank) {
+    return;  // about a superseded generation: handled already
+  }
+  switch (r.kind) {
+    case MemberReport::Kind::kSynced:
+      t->synced_generation = r.generation;
+      last_progress_ = std::max(last_progress_, now);
+      return;
+    case MemberReport::Kind::kBroken: {
+      note_disruption(now);
+      broken_generation_ = generation_;
+      // Find out who is still there (a dead process's route is gone: its probe fails at once)
+      // instead of waiting for the heartbeat timeout.
+      for (const auto& name : members_) {
+        if (trainers_.at(name).view.phase == Phase::kMember) probe(name, now);
+      }
+      // A forming generation that broke will not train: once the probes had their time, its
+      // formation has failed (tick()), instead of a full form_timeout later. One lost rendezvous
+      // per attempt otherwise cost form_timeout + back-off each, and a few in a row failed the
+      // job. [fix: elastic simulation seed 5850]
+      if (forming_) {
+        formed_at_ = std::min(formed_at_, now + options_.probe_timeout - options_.form_timeout);
+      }
+      return;
+    }
+    case MemberReport::Kind::kLeft:  // handled above
+      return;
+    case MemberReport::Kind::kStep:
+      break;
+  }
+  if (r.rank != 0) return;  // progress is the leader's to report
+  const bool formed = forming_;
+  if (forming_) {
+    forming_ = false;
+    backoff_ = options_.backoff_initial;
+    JobEvent e;
+    e.kind = "generation_formed";
+    e.generation = generation_;
+    e.step = r.step;
+    event(std::move(e));
+  }
+  if (last_trained_members_ != members_) persist();
+  last_trained_members_ = members_;
+  if (dropped_below_ < generation_) {
+    // Every member of this generation is past its rendezvous: older keys serve nobody.
+    dropped_below_ = generation_;
+    emit(DropStoreKeysCommand{generation_});
+  }
+  if (disruption_at_) {
+    ++abandoned_steps_;
+    const std::int64_t lost = std::max<std::int64_t>(0, step_at_disruption_ - (r.step - 1));
+    lost_steps_ += lost;
+    const double seconds = static_cast<double>(now - *disruption_at_) / 1000.0;
+    recovery_s_.push_back(seconds);
+    JobEvent e;
+    e.kind = "recovered";
+    e.generation = generation_;
+    e.step = r.step;
+    e.seconds = seconds;
+    e.lost_steps = lost;
+    event(std::move(e));
+    disruption_at_.reset();
+  }
+  job_step_ = std::max(job_step_, r.step);
+  last_progress_ = now;
+  if (formed) {
+    // This generation trained: drained trainers outside it are no longer needed for the state.
+    // [fix: elastic simulation seed 2707]
+    for (auto& [name, t] : trainers_) {
+      if (t.view.phase != Phase::kLeaving ||
+          std::find(members_.begin(), members_.end(), name) != members_.end()) {
+        continue;
+      }
+      // Not a failure: no trainer_gone event (the drain event was written when it began).
+      t.view.phase = Phase::kGone;
+      if (!t.exited) emit(StopCommand{name, "drained"});
+    }
+    // Drained members kept to hand the state over (maybe_regroup) leave once a member on a
+    // node that is not draining trained with them. [fix: elastic simulation seed 190]
+    auto draining = [&](const std::string& name) {
+      auto it = nodes_.find(trainers_.at(name).view.node);
+      return it != nodes_.end() && it->second.draining;
+    };
+    if (!std::all_of(members_.begin(), members_.end(), draining)) {
+      bool leaving = false;
+      for (const auto& name : members_) {
+        Trainer& m = trainers_.at(name);
+        if (m.view.phase == Phase::kMember && draining(name)) {
+          m.view.phase = Phase::kLeaving;
+          leaving = true;
+        }
+      }
+      if (leaving) maybe_regroup("drained members handed the state over", now);
+    }
+  }
+}
+
+bool ElasticJob::lease_free_for(const std::string& trainer, Millis now) const {
+  if (lease_released_ || lease_holder_ == trainer) return true;
+  return now > lease_until_ + options_.lease_margin;
+}
+
+void ElasticJob::lease_request(const std::string& trainer, const LeaseAsk& ask, Millis now) {
+  LeaseAnswer answer;
+  answer.generation = ask.generation;
+  answer.seq = ask.seq;
+  Trainer* t = find(trainer);
+  if (t) {
+    t->view.committed_step = std::max(t->view.committed_step, ask.step);
+    heard_from(*t, ask.generation, now);
+  }
+  if (finished_) {
+    answer.reason = "the job has ended";
+    answer.superseded = true;
+  } else if (!t || ask.generation != generation_ || members_.empty() || members_[0] != trainer ||
+             t->view.phase != Phase::kMember) {
+    answer.reason = "generation " + std::to_string(ask.generation) + " is not the current one (" +
+                    std::to_string(generation_) + ") or this trainer does not lead it";
+    answer.superseded = ask.generation <= generation_;
+  } else if (broken_generation_ == ask.generation && lease_generation_ == ask.generation) {
+    // A member's collective failed: the group is broken, so its leader's renewal can only be
+    // for a step whose exchange completed late, in the background, after members gave up on
+    // it. Committed by the leader alone, the survivors that the next generation starts from
+    // would not hold it.
+    answer.reason =
+        "generation " + std::to_string(ask.generation) + " broke (a member's collective failed)";
+    answer.superseded = true;
+  } else if (!lease_free_for(trainer, now)) {
+    answer.reason = "the previous leader's lease has not run out";
+  } else {
+    if (lease_holder_ != trainer || lease_generation_ != ask.generation) {
+      lease_holder_ = trainer;
+      lease_generation_ = ask.generation;
+      // From now on this generation may commit steps: its members are the ones holding them
+      // (holds_state), whether or not a report of a step arrives. [fix: seed 2939]
+      last_trained_members_ = members_;
+      persist();
+    }
+    lease_released_ = false;
+    lease_until_ = now + options_.lease_duration;
+    answer.granted = true;
+    answer.duration = options_.lease_duration;
+  }
+  if (!answer.granted) {
+    JobEvent e;
+    e.kind = "lease_refused";
+    e.trainer = trainer;
+    e.generation = ask.generation;
+    e.reason = answer.reason;
+    event(std::move(e));
+  }
+  emit(LeaseCommand{trainer, std::move(answer)});
+}
+
+void ElasticJob::done(const std::string& trainer, const MemberDone& d, Millis now) {
+  Trainer* t = find(trainer);
+  if (!t) return;
+  heard_from(*t, d.generation, now);
+  t->view.committed_step = std::max(t->view.committed_step, d.step);
+  // A leader's committed step, whatever the generation (as with reports).
+  if (d.rank == 0) job_step_ = std::max(job_step_, d.step);
+  if (finished_) {
+    emit(StopCommand{trainer, "job " + state_});  // its verdict was lost: say it again
+    return;
+  }
+  if (d.outcome == MemberDone::Outcome::kDrained) {
+    if (trainer == lease_holder_) lease_released_ = true;
+    trainer_gone(trainer, "drained", now, false);
+    return;
+  }
+  // A final checkpoint written at total_steps is a fact, whatever became of its generation
+  // since: its leader may have been written off while writing it (cut off from the scheduler;
+  // the lease kept any other generation from committing meanwhile). Ignored, the job went on
+  // without it and could fail although it was done. [fix: elastic simulation seed 42280]
+  if (d.outcome == MemberDone::Outcome::kFinished && d.ok && d.rank == 0 &&
+      d.step >= options_.total_steps && d.step > 0) {
+    finish("succeeded", "", now);
+    return;
+  }
+  const bool current = d.generation == generation_ && t->view.phase == Phase::kMember &&
+                       t->view.rank == d.rank;
+  if (!current) return;  // a superseded generation's report
+  if (!d.ok || d.outcome == MemberDone::Outcome::kError) {
+    finish("failed", "trainer " + trainer + ": " + (d.error.empty() ? "failed" : d.error), now);
+    return;
+  }
+  if (d.rank == 0 && d.step >= options_.total_steps && d.step > 0) {
+    job_step_ = std::max(job_step_, d.step);
+    finish("succeeded", "", now);
+  } else if (d.rank != 0 && d.outcome == MemberDone::Outcome::kFinished && !members_.empty()) {
+    // A follower is done and waits for the leader's final checkpoint; it says so again every
+    // done_resend. Is the leader still there? A leader that died in its final checkpoint (its
+    // exit report lost) would otherwise leave the job waiting for the stall limit, though a
+    // survivor holds every step and can finish it. [fix: elastic simulation seed 2399]
+    probe(members_[0], now);
+  }
+}
+
+void ElasticJob::probe_result(const std::string& trainer, std::int64_t generation, bool reachable,
+                              const std::string& error, Millis now, bool process_gone) {
+  // A lease holder whose process is gone commits nothing more, whichever generation the probe
+  // was for: its successor need not wait for the lease to run out (as after its agent reported
+  // its exit). Silence is not that proof: a frozen or cut-off leader may still commit under its
+  // lease once it runs again, so a probe that timed out leaves the lease to run out.
+  const bool released =
+      !reachable && (process_gone || options_.mutation == Mutation::kGrantOnSilence);
+  if (released && trainer == lease_holder_ && !finished_) lease_released_ = true;
+  if (finished_ || generation != generation_) return;
+  Trainer* t = find(trainer);
+  if (!t || t->view.phase == Phase::kGone) return;
+  if (reachable) {
+    t->heard_seq = ++evidence_seq_;
+    t->answered_seq = t->heard_seq;
+    t->unreachable_in = -1;  // a missed answer, then an answer: it is there
+  } else {
+    t->unreachable_in = generation;
+    unreachable_error_[trainer] = error;
+  }
+  write_off_unreachable(now);
+}
+
+void ElasticJob::write_off_unreachable(Millis now) {
+  // A trainer that missed its probe is written off, unless it may be the last one holding the
+  // job's state: a hung or paused process may come back, and maybe_regroup waits for it
+  // (bounded by the grace period); a dead one is reported by its agent or its node's
+  // heartbeats. Stopped here, it came back only to exit, and the job failed. [fix: elastic
+  // simulation seed 1394] So a holder goes only once another holder has been heard from (a
+  // probe answer, a report) since the missed probe was sent, or was not probed: with two
+  // holders unreachable at once, one dead and one whose answer was lost, the order of the
+  // results must not decide which is kept. [fix: elastic simulation seed 27536]
+  auto confirmed_holder = [&](const std::string& name, const Trainer& o, std::uint64_t since) {
+    if (o.view.phase == Phase::kGone || o.view.phase == Phase::kSpawning || !holds_state(name)) {
+      return false;
+    }
+    const bool probed = o.view.phase == Phase::kMember || o.view.phase == Phase::kLeaving;
+    if (o.unreachable_in == generation_) return false;
+    if (!probed) return true;
+    // Probed itself since: only its answer counts. A message that arrives meanwhile may have
+    // been sent long before (a slow link) by a process that has died since; counted, it let a
+    // dead holder keep the live one from being waited for. [fix: elastic simulation seed 16335]
+    if (o.probed_seq > since) return o.answered_seq > o.probed_seq;
+    return o.heard_seq > since;
+  };
+  std::vector<std::string> gone;
+  for (const auto& [name, t] : trainers_) {
+    if (t.view.phase == Phase::kGone || t.unreachable_in != generation_) continue;
+    if (holds_state(name)) {
+      bool other = false;
+      for (const auto& [other_name, o] : trainers_) {
+        other |= other_name != name && confirmed_holder(other_name, o, t.probed_seq);
+      }
+      if (!other) continue;
+    }
+    gone.push_back(name);
+  }
+  if (gone.empty()) return;
+  for (const auto& name : gone) {
+    trainer_gone(name, "unreachable after a failed collective (" + unreachable_error_[name] + ")",
+                 now, true);
+  }
+  unreachable_error_.clear();
+  maybe_regroup("trainer " + gone.front() + " unreachable", now);
+  place_trainers(now);
+}
+
+bool ElasticJob::propose_plan(const std::vector<std::int32_t>& batches, std::uint64_t version,
+                              Millis now) {
+  if (finished_ || forming_ || members_.empty() || batches.size() != members_.size()) return false;
+  if (batches == batches_) return false;
+  batches_ = batches;
+  plan_version_ = version;
+  emit(PlanCommand{members_[0], PlanOrder{generation_, version, batches}});
+  return true;
+}
+
+}  // namespace omnilearn::scheduler

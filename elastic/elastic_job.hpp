@@ -1,0 +1,329 @@
+#pragma once
+// ElasticJob: the scheduler's side of the elastic protocol as a pure state machine. Membership
+// (nodes, trainers) -> generations (rank order, plan) -> leases -> the end of the job. Time and
+// messages go in; commands come out (take_commands()). No sockets, threads or clocks: the
+// SchedulerActor is a thin adapter around it, and tests/elastic/elastic_simulation_test.cpp
+// drives it with simulated trainers through thousands of seeded fault schedules.
+//
+// Safety rules it enforces (docs/ARCHITECTURE.md "The elastic protocol"):
+// - One authority: only this machine forms generations and ends the job. A trainer's report or
+//   done is evidence, never a decision, and is ignored when its generation is superseded.
+// - Fencing: the generation number fences every report; a leader commits steps only under a
+//   lease for its generation, and a lease for a newer generation is granted only once the older
+//   one has run out (plus a margin for clock rates) or its holder is known to have let go or to
+//   be gone (its agent reported its exit, or a probe found its connection closed).
+// - Bounded liveness: spawning, forming and training all have deadlines; formation failures back
+//   off; a job that cannot train for its grace period fails with the reason.
+// - A generation never starts from nothing: it includes a survivor of the last one, or a trainer
+//   that holds the job's committed step; otherwise it waits (and the job fails after its grace).
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "elastic/elastic_protocol.hpp"
+
+namespace omnilearn::scheduler {
+
+struct ElasticJobOptions {
+  std::int32_t min_workers = 1;
+  std::int32_t max_workers = 4;
+  std::int32_t slots = 1;                  // trainers per node
+  std::string trainer_prefix;              // trainer names: <prefix><node name>-t<n>; the job id
+                                           // keeps them unique in the cluster across jobs
+  std::int64_t total_steps = 0;            // the job is done when the leader committed these
+                                           // (0: not known yet, see set_total_steps)
+  Millis spawn_timeout = 60000;            // SpawnTrainer -> hello (a LibTorch process start)
+  Millis form_timeout = 30000;             // Rendezvous -> first committed step (or done)
+  Millis grace_period = 30000;             // unable to train this long -> the job fails
+  Millis lease_duration = 1000;            // a leader's lease; must be < heartbeat timeout
+  Millis lease_margin = 200;               // added before another leader may take over
+  Millis probe_timeout = 1000;             // how long a liveness probe may take
+  Millis backoff_initial = 500;            // after a generation failed to form
+  Millis backoff_max = 8000;
+  // A trainer that exits with an error before it ever synced failed to start (a missing model
+  // file, a crash while loading): its node gets another after a back-off (backoff_initial,
+  // doubling, at most spawn_backoff_max), and after this many such failures in a row, with no
+  // trainer starting in between, the job fails with the last one's reason.
+  std::int32_t max_start_failures = 6;
+  Millis spawn_backoff_max = 30000;
+  Mutation mutation = Mutation::kNone;  // tests only (elastic_mutation_test.cpp)
+};
+
+// What the adapter must do. Commands addressed to a trainer carry its name.
+struct SpawnCommand {
+  std::string node;
+  std::string trainer;
+};
+struct RendezvousCommand {
+  std::string trainer;
+  RendezvousOrder order;
+};
+struct PlanCommand {
+  std::string trainer;
+  PlanOrder order;
+};
+struct LeaseCommand {
+  std::string trainer;
+  LeaseAnswer answer;
+};
+struct StopCommand {  // the trainer must exit (job ended, or written off)
+  std::string trainer;
+  std::string reason;
+};
+struct ProbeCommand {  // is the trainer's process still reachable? answer with probe_result()
+  std::string trainer;
+  std::int64_t generation = 0;
+};
+struct DropStoreKeysCommand {  // delete rendezvous keys of generations < below (all when < 0)
+  std::int64_t below = -1;
+};
+// Something worth a line in events.jsonl. `kind`: spawn, trainer_ready, trainer_gone, drain,
+// generation, generation_formed, formation_failed, recovered, lease_refused, finished.
+struct JobEvent {
+  std::string kind;
+  std::string trainer;
+  std::string reason;
+  std::int64_t generation = 0;
+  std::int64_t step = 0;
+  std::vector<std::string> members;
+  std::vector<std::int32_t> batches;
+  double seconds = 0;         // recovered: fault -> next committed step
+  std::int64_t lost_steps = 0;
+};
+struct FinishCommand {
+  std::string state;  // "succeeded" | "failed" | "stopped"
+  std::string reason;
+};
+// What a restarted head must know changed (ElasticJob::snapshot()): it comes first in a batch
+// of commands, and the adapter writes the snapshot durably before it carries out the others,
+// so that no generation number, lease or trainer goes out that a restarted head would not know.
+struct PersistCommand {};
+using JobCommand =
+    std::variant<SpawnCommand, RendezvousCommand, PlanCommand, LeaseCommand, StopCommand,
+                 ProbeCommand, DropStoreKeysCommand, JobEvent, FinishCommand, PersistCommand>;
+
+// The part of an ElasticJob a head keeps across its own restart. Written per generation, lease
+// and membership change, not per step: the committed step in it is a lower bound, and a
+// restored job learns the newest one from its trainers (ElasticJob::restore).
+struct ElasticJobSnapshot {
+  struct TrainerRecord {
+    std::string name;
+    std::string node;
+    std::int32_t phase = 0;  // ElasticJob::Phase
+    std::int64_t committed_step = 0;
+    std::int64_t synced_generation = -1;
+    bool exited = false;
+  };
+  std::string state;  // pending | running
+  std::int64_t total_steps = 0;
+  std::int64_t generation = 0;
+  std::vector<std::string> members;
+  std::vector<std::string> last_trained_members;
+  std::int64_t committed_step = 0;
+  std::int64_t lease_generation = 0;
+  std::string lease_holder;
+  Millis lease_duration = 0;  // of the leases granted last (the adapter changes it)
+  std::int32_t trainer_counter = 0;
+  std::vector<TrainerRecord> trainers;
+  std::vector<std::string> draining_nodes;  // node ids
+  std::int64_t lost_steps = 0;
+  std::int64_t abandoned_steps = 0;
+};
+
+// The batch plan a new generation starts with: the controller's split for these members.
+struct GenerationPlan {
+  std::vector<std::int32_t> batches;
+  std::uint64_t version = 0;
+};
+using Planner = std::function<GenerationPlan(const std::vector<std::string>& members)>;
+
+class ElasticJob {
+ public:
+  enum class Phase { kSpawning, kReady, kMember, kLeaving, kGone };
+  struct TrainerView {
+    std::string name;
+    std::string node;
+    Phase phase = Phase::kSpawning;
+    std::int32_t rank = -1;
+    std::int64_t committed_step = 0;  // the most it reported (reports, heartbeats)
+  };
+
+  ElasticJob(ElasticJobOptions options, Planner planner);
+
+  // Lifecycle. start() places the first trainers on the nodes known so far.
+  void start(Millis now);
+  // Instead of start(), on a restarted head: the job as the snapshot left it. Every trainer's
+  // committed step is unknown until it reports again; the lease in force may still be used by
+  // its holder for a lease duration. The job's members are told to stop (a generation without
+  // members) and report where they stopped; the next generation, a new fenced number, forms
+  // from the newest state they report, once all have or form_timeout passed. The adapter
+  // feeds node_up() for the nodes the registry knows, as after start().
+  void restore(const ElasticJobSnapshot& snapshot, Millis now);
+  ElasticJobSnapshot snapshot() const;
+  void stop(const std::string& reason, Millis now);  // by the user: "stopped"
+  void fail(const std::string& reason, Millis now);  // the adapter could not go on: "failed"
+  // The job's length when only the trainers can compute it (epochs over a dataset they load).
+  void set_total_steps(std::int64_t total_steps) { options_.total_steps = total_steps; }
+  std::int64_t total_steps() const { return options_.total_steps; }
+  // Leases granted from now on last this long (a leader must hold one across a whole step, so
+  // the adapter lengthens them for slow steps); the margin before another leader follows.
+  void set_lease_duration(Millis duration) {
+    options_.lease_duration = duration;
+    options_.lease_margin = std::max<Millis>(50, duration / 5);
+  }
+  Millis lease_duration() const { return options_.lease_duration; }
+  void tick(Millis now);                              // deadlines; call every ~100-200 ms
+
+  // Membership (from the node registry).
+  // `draining`: the node is drained for every job (omnilearn node drain): nothing is placed
+  // there until undrain().
+  void node_up(const std::string& node, const std::string& name, Millis now, bool draining = false);
+  void node_down(const std::string& node, const std::string& reason, Millis now);
+  int drain(const std::string& node_or_name, Millis now);  // returns trainers leaving
+  // A drained node is usable again: trainers are placed there as on any node.
+  void undrain(const std::string& node_or_name, Millis now);
+
+  // From trainers and their agents. Returns whether the hello is accepted.
+  bool hello(const std::string& trainer, Millis now);
+  void trainer_exited(const std::string& trainer, int exit_code, const std::string& reason,
+                      Millis now);
+  void report(const std::string& trainer, const MemberReport& report, Millis now);
+  void progress(const std::string& trainer, std::int64_t committed_step);  // heartbeat counters
+  void lease_request(const std::string& trainer, const LeaseAsk& ask, Millis now);
+  void done(const std::string& trainer, const MemberDone& done, Millis now);
+  // `process_gone`: the probe failed at once because the trainer's connection is closed
+  // (refused or reset by its machine), which proves its process has exited; a probe that timed
+  // out proves nothing (a frozen process, a partition, a dead machine all look the same).
+  void probe_result(const std::string& trainer, std::int64_t generation, bool reachable,
+                    const std::string& error, Millis now, bool process_gone = false);
+
+  // The controller's new split for the current generation; sent to its leader. False (and
+  // nothing sent) when there is no training generation or the split does not fit it.
+  bool propose_plan(const std::vector<std::int32_t>& batches, std::uint64_t version, Millis now);
+
+  std::vector<JobCommand> take_commands();
+
+  // Views for status, summaries and tests.
+  bool finished() const { return finished_; }
+  const std::string& state() const { return state_; }  // pending | running | succeeded | ...
+  const std::string& reason() const { return reason_; }
+  std::int64_t generation() const { return generation_; }
+  bool forming() const { return forming_; }
+  std::int64_t committed_step() const { return job_step_; }  // as the leaders reported
+  const std::vector<std::string>& members() const { return members_; }
+  const std::vector<std::int32_t>& batches() const { return batches_; }
+  std::uint64_t plan_version() const { return plan_version_; }
+  std::map<std::string, TrainerView> trainers() const;
+  std::string node_name(const std::string& node) const;
+  std::int64_t lost_steps() const { return lost_steps_; }
+  std::int64_t abandoned_steps() const { return abandoned_steps_; }
+  const std::vector<double>& recovery_seconds() const { return recovery_s_; }
+  // The lease in force, as this side sees it: generation and until when (its clock).
+  std::int64_t lease_generation() const { return lease_generation_; }
+  Millis lease_until() const { return lease_until_; }
+
+ private:
+  struct Node {
+    std::string name;
+    bool alive = true;
+    bool draining = false;
+    std::int32_t start_failures = 0;  // trainers that failed to start here, in a row
+    Millis no_spawn_before = 0;       // back-off after a failed start
+  };
+  struct Trainer {
+    TrainerView view;
+    Millis spawned_at = 0;
+    std::int64_t synced_generation = -1;  // last generation it reported synced in
+    bool exited = false;                  // its process is known to be gone
+    // Liveness evidence, ordered by evidence_seq_ (not by the clock: a probe answer on
+    // loopback arrives within the millisecond it was sent): when its last probe went out,
+    // when it was last heard from (a probe answer or a message about the current generation),
+    // and the generation whose probe it missed (unreachable_in == generation_: written off
+    // once safe, write_off_unreachable).
+    std::uint64_t probed_seq = 0;
+    std::uint64_t heard_seq = 0;
+    std::uint64_t answered_seq = 0;  // its last probe answer
+    std::int64_t unreachable_in = -1;
+  };
+
+  void place_trainers(Millis now);
+  void trainer_gone(const std::string& trainer, const std::string& reason, Millis now,
+                    bool stop_it);
+  void maybe_regroup(const std::string& reason, Millis now);
+  void form_generation(std::vector<std::string> members, const std::string& reason, Millis now);
+  void finish(const std::string& state, const std::string& reason, Millis now);
+  void note_disruption(Millis now);
+  bool holds_state(const std::string& trainer) const;
+  void write_off_unreachable(Millis now);
+  void heard_from(Trainer& t, std::int64_t generation, Millis now);
+  void probe(const std::string& trainer, Millis now);
+  bool lease_free_for(const std::string& trainer, Millis now) const;
+  void emit(JobCommand command) { commands_.push_back(std::move(command)); }
+  void event(JobEvent e) { commands_.push_back(std::move(e)); }
+  JobEvent event_now(const std::string& kind) const;  // with the job's step and generation
+  Trainer* find(const std::string& trainer);
+
+  ElasticJobOptions options_;
+  Planner planner_;
+  std::vector<JobCommand> commands_;
+
+  std::string state_ = "pending";
+  std::string reason_;
+  bool started_ = false;
+  bool finished_ = false;
+
+  std::map<std::string, Node> nodes_;
+  std::map<std::string, Trainer> trainers_;
+  int trainer_counter_ = 0;
+
+  std::int64_t generation_ = 0;
+  std::vector<std::string> members_;     // by rank, of generation_
+  std::vector<std::string> last_trained_members_;  // of the newest generation that trained
+  std::vector<std::int32_t> batches_;
+  std::uint64_t plan_version_ = 0;
+  bool forming_ = false;           // generation_ issued, has not committed a step yet
+  Millis formed_at_ = 0;
+  Millis retry_after_ = 0;         // no new generation before this (back-off)
+  // Members stopped so that a drained leader's state can pass to one of them: wait for their
+  // MemberReport::kLeft until then (maybe_regroup).
+  std::optional<Millis> handover_wait_until_;
+  // Restored on a restarted head: wait until then for the trainers of the last generations to
+  // report their committed steps (restore()).
+  std::optional<Millis> restore_wait_until_;
+  bool persist_pending_ = false;  // a PersistCommand goes first in the next take_commands()
+  void persist() { persist_pending_ = true; }
+  Millis backoff_ = 0;
+  std::int64_t dropped_below_ = 1; // rendezvous keys of generations < this are gone
+
+  std::map<std::string, std::string> unreachable_error_;  // why a probe failed, until acted on
+  std::uint64_t evidence_seq_ = 0;  // orders probes sent and trainers heard from
+  std::int32_t start_failures_ = 0;  // trainers that failed to start, in a row, job-wide
+  std::string last_start_failure_;
+
+  // Lease: one generation at a time may commit.
+  std::int64_t lease_generation_ = 0;
+  std::string lease_holder_;
+  Millis lease_until_ = 0;
+  bool lease_released_ = true;
+
+  // Progress and liveness.
+  std::int64_t job_step_ = 0;
+  Millis last_progress_ = 0;
+  std::optional<Millis> below_min_since_;
+
+  // Elasticity accounting.
+  std::optional<Millis> disruption_at_;
+  std::int64_t step_at_disruption_ = 0;
+  std::vector<double> recovery_s_;
+  std::int64_t lost_steps_ = 0;
+  std::int64_t abandoned_steps_ = 0;
+  std::int64_t broken_generation_ = -1;  // a member of it reported a failed collective
+};
+
+}  // namespace omnilearn::scheduler

@@ -1,0 +1,259 @@
+// Speeds that change while a job runs (controller/speed_scenarios.hpp): how the scenarios are
+// built from a steady trace, and the controller replayed over the five of them built from a
+// recorded run (tests/data/trace_clean.csv), scored against the oracle that knows each speed
+// from the step it changes. Deterministic: time is the replayed steps, the extra noise seeded.
+// The full table, with the goals the controller does not meet, is scheduler_scenario_table's
+// (docs/benchmarks.md, "Following speed changes").
+#include "controller/speed_scenarios.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace omnilearn::scheduler {
+namespace {
+
+std::filesystem::path data_dir() {
+  if (const char* src = std::getenv("OMNILEARN_SOURCE_DIR")) {
+    return std::filesystem::path(src) / "tests" / "data";
+  }
+  return OMNILEARN_TEST_DATA_DIR;
+}
+
+Trace recorded() {
+  const auto path = data_dir() / "trace_clean.csv";
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot read " + path.string());
+  return parse_trace(in, "trace_clean.csv");
+}
+
+// Two workers, a at 1,000 samples/s and b at 500, in windows of 4 steps, 100 steps.
+Trace synthetic() {
+  std::ostringstream text;
+  text << "global_batch,300\ngeneration,0,a;b\n";
+  for (int s = 1; s <= 100; s += 4) {
+    text << "obs,a," << s << "," << s + 3 << ",150,0.15\n";
+    text << "obs,b," << s << "," << s + 3 << ",150,0.30\n";
+  }
+  std::istringstream in(text.str());
+  return parse_trace(in, "synthetic");
+}
+
+// The settings the traces were recorded with: interval 10, cool-down 3, warm-up 6, min batch 8.
+ReplayConfig config(double step_noise = 0.0, std::uint64_t seed = 1) {
+  ReplayConfig c;
+  c.controller.min_batch = 8;
+  c.controller.deadband = 0.05;
+  c.rounds = ControlRoundsConfig{10, 3, 6};
+  c.step_noise = step_noise;
+  c.seed = seed;
+  return c;
+}
+constexpr std::int64_t kTwoRounds = 20;  // two control rounds at interval 10
+
+// Each observation's per-sample time, by worker, at `step` (0 when none covers it).
+double per_sample_at(const Trace& t, const std::string& w, std::int64_t step) {
+  for (const auto& o : t.observations) {
+    if (o.worker == w && o.first_step <= step && step <= o.last_step) return o.compute_s / o.batch;
+  }
+  return 0.0;
+}
+
+TEST(SpeedScenarios, StepChangeCutsWindowsAndSlowsOnlyTheWorkerFromTheChange) {
+  ScenarioConfig c;
+  c.kind = SpeedScenario::kStep;
+  c.steps = 300;
+  c.skip = 0;
+  c.at = 150;  // inside the window 149..152 of every repetition
+  c.worker = "a";
+  c.factor = 3.0;
+  const Trace t = make_scenario(synthetic(), c);
+  EXPECT_EQ(t.name, "synthetic:step");
+  ASSERT_EQ(t.changes.size(), 1u);
+  EXPECT_EQ(t.changes[0].step, 150);
+  EXPECT_EQ(t.changes[0].worker, "a");
+  ASSERT_EQ(t.generations.size(), 1u);
+  EXPECT_LE(t.last_step(), 300);
+  EXPECT_GE(t.last_step(), 290);  // the base repeated end to end
+  for (const auto& o : t.observations) {
+    EXPECT_FALSE(o.first_step <= 150 && o.last_step > 150) << "a window straddles the change";
+  }
+  EXPECT_DOUBLE_EQ(per_sample_at(t, "a", 150), 0.001);
+  EXPECT_DOUBLE_EQ(per_sample_at(t, "a", 151), 0.003);
+  EXPECT_DOUBLE_EQ(per_sample_at(t, "a", 290), 0.003);
+  EXPECT_DOUBLE_EQ(per_sample_at(t, "b", 151), 0.002);
+}
+
+TEST(SpeedScenarios, JoinAndLeaveChangeTheMembersAndTheirObservations) {
+  ScenarioConfig c;
+  c.steps = 200;
+  c.skip = 0;
+  c.at = 80;
+  c.worker = "a";
+  c.kind = SpeedScenario::kJoin;
+  const Trace join = make_scenario(synthetic(), c);
+  ASSERT_EQ(join.generations.size(), 2u);
+  EXPECT_EQ(join.generations[0].members, std::vector<std::string>{"b"});
+  EXPECT_EQ(join.generations[1].step, 80);
+  EXPECT_EQ(join.generations[1].members, (std::vector<std::string>{"b", "a"}));
+  for (const auto& o : join.observations) {
+    if (o.worker == "a") EXPECT_GT(o.first_step, 80);
+  }
+  EXPECT_GT(per_sample_at(join, "a", 81), 0.0);
+
+  c.kind = SpeedScenario::kLeave;
+  const Trace leave = make_scenario(synthetic(), c);
+  ASSERT_EQ(leave.generations.size(), 2u);
+  EXPECT_EQ(leave.generations[1].members, std::vector<std::string>{"b"});
+  for (const auto& o : leave.observations) {
+    if (o.worker == "a") EXPECT_LE(o.last_step, 80);
+  }
+  EXPECT_TRUE(leave.changes.empty());
+}
+
+TEST(SpeedScenarios, NeighbourComesAndGoesAndDriftClimbsInStairs) {
+  ScenarioConfig c;
+  c.steps = 1000;
+  c.skip = 0;
+  c.worker = "b";
+  c.kind = SpeedScenario::kNeighbour;
+  c.at = 100;
+  c.factor = 2.0;
+  c.length = 50;
+  c.period = 400;
+  const Trace n = make_scenario(synthetic(), c);
+  ASSERT_EQ(n.changes.size(), 6u);  // arrivals at 100, 500, 900; departures 150, 550, 950
+  EXPECT_EQ(n.changes[2].step, 500);
+  EXPECT_EQ(n.changes[3].step, 550);
+  EXPECT_DOUBLE_EQ(per_sample_at(n, "b", 120), 0.004);
+  EXPECT_DOUBLE_EQ(per_sample_at(n, "b", 160), 0.002);
+  EXPECT_DOUBLE_EQ(per_sample_at(n, "b", 950), 0.004);
+  EXPECT_DOUBLE_EQ(per_sample_at(n, "b", 951), 0.002);
+
+  c.kind = SpeedScenario::kDrift;
+  c.at = 200;
+  c.length = 300;
+  c.drift_every = 100;
+  const Trace d = make_scenario(synthetic(), c);
+  ASSERT_EQ(d.changes.size(), 3u);  // 4/3, 5/3, 2 times slower from 201, 301, 401
+  EXPECT_DOUBLE_EQ(per_sample_at(d, "b", 200), 0.002);
+  EXPECT_NEAR(per_sample_at(d, "b", 250), 0.002 * 4 / 3, 1e-12);
+  EXPECT_NEAR(per_sample_at(d, "b", 350), 0.002 * 5 / 3, 1e-12);
+  EXPECT_NEAR(per_sample_at(d, "b", 999), 0.004, 1e-12);
+}
+
+TEST(SpeedScenarios, RefusesWhatItCannotBuild) {
+  ScenarioConfig c;
+  c.steps = 200;
+  c.at = 50;
+  c.skip = 0;
+  c.worker = "z";
+  EXPECT_THROW(make_scenario(synthetic(), c), std::invalid_argument);  // no such worker
+  c.worker = "a";
+  c.at = 200;
+  EXPECT_THROW(make_scenario(synthetic(), c), std::invalid_argument);  // change after the end
+  c.at = 50;
+  c.kind = SpeedScenario::kNeighbour;
+  c.length = 100;
+  c.period = 100;
+  EXPECT_THROW(make_scenario(synthetic(), c), std::invalid_argument);  // never leaves
+  c.kind = SpeedScenario::kStep;
+  c.skip = 100;
+  EXPECT_THROW(make_scenario(synthetic(), c), std::invalid_argument);  // nothing after skip
+  std::istringstream two("global_batch,8\ngeneration,0,a\ngeneration,5,a;b\nobs,a,1,2,8,0.1\n");
+  c.skip = 0;
+  EXPECT_THROW(make_scenario(parse_trace(two, "two"), c), std::invalid_argument);
+}
+
+// Known speeds: after a 3x slowdown of a (1,000 -> 333 samples/s beside b's 500), the oracle
+// gives a 120 of 300; the controller gets there within two control rounds, and the time lost
+// against the oracle is the steps it ran the old plan, nothing once it followed.
+TEST(SpeedScenarios, ReplayOfAKnownStepChangeScoresAsComputedByHand) {
+  ScenarioConfig c;
+  c.steps = 400;
+  c.skip = 0;
+  c.at = 200;
+  c.worker = "a";
+  c.factor = 3.0;
+  const Trace t = make_scenario(synthetic(), c);
+  const ReplayResult r = replay(t, config());
+  ASSERT_EQ(r.regimes.size(), 2u) << r.describe();
+  EXPECT_EQ(r.regimes[0].oracle_batches, (std::vector<int>{200, 100}));
+  EXPECT_EQ(r.regimes[1].oracle_batches, (std::vector<int>{120, 180}));
+  EXPECT_GT(r.regimes[1].steps_to_follow, 0) << r.describe();
+  EXPECT_LE(r.regimes[1].steps_to_follow, kTwoRounds) << r.describe();
+  // Until it follows, a runs 200 samples at 3 ms a step (0.6 s against the oracle's 0.36 s);
+  // the oracle's steps take 0.2 s before the change and 0.36 s after it.
+  const double lag = static_cast<double>(r.regimes[1].steps_to_follow);
+  const double oracle = 0.2 * static_cast<double>(200 - r.steady_from + 1) +
+                        0.36 * static_cast<double>(t.last_step() - 200);
+  EXPECT_NEAR(r.time_lost, lag * (0.6 - 0.36) / oracle, 1e-9) << r.describe();
+  EXPECT_GT(r.time_lost, 0.0);
+}
+
+std::vector<ScenarioConfig> recorded_scenarios() {
+  std::vector<ScenarioConfig> out;
+  ScenarioConfig c;
+  c.steps = 1200;
+  c.at = 400;
+  c.kind = SpeedScenario::kStep;
+  c.worker = "w1";
+  c.factor = 3.0;
+  out.push_back(c);
+  c.kind = SpeedScenario::kDrift;
+  c.factor = 2.0;
+  c.length = 300;
+  out.push_back(c);
+  c.kind = SpeedScenario::kNeighbour;
+  c.worker = "w2";
+  c.at = 200;
+  c.factor = 2.0;
+  c.length = 100;
+  c.period = 400;
+  out.push_back(c);
+  c.kind = SpeedScenario::kJoin;
+  c.worker = "w4";
+  c.at = 400;
+  out.push_back(c);
+  c.kind = SpeedScenario::kLeave;
+  c.worker = "w2";
+  out.push_back(c);
+  return out;
+}
+
+// On the recorded trace, with its own noise and with 20% step noise over 10 seeds: a step
+// change is followed within two control rounds, a join and a leave lose at most 2% of the
+// oracle's time, and no scenario changes the plan more than once per 100 steady steps.
+TEST(SpeedScenarios, RecordedTraceFollowsStepChangesWithoutChurn) {
+  const Trace base = recorded();
+  for (const ScenarioConfig& sc : recorded_scenarios()) {
+    const Trace t = make_scenario(base, sc);
+    for (double noise : {0.0, 0.2}) {
+      double mean_churn = 0;
+      const int seeds = noise > 0 ? 10 : 1;
+      for (int seed = 1; seed <= seeds; ++seed) {
+        const ReplayResult r = replay(t, config(noise, static_cast<std::uint64_t>(seed)));
+        if (seed == 1) std::printf("noise %.0f%%: %s", 100 * noise, r.describe().c_str());
+        mean_churn += r.changes_per_100_steps / seeds;
+        EXPECT_LE(r.changes_per_100_steps, 1.0) << r.describe();
+        EXPECT_GE(r.churn_steps, 300) << "too short to judge churn\n" << r.describe();
+        if (sc.kind == SpeedScenario::kStep) {
+          ASSERT_EQ(r.regimes.size(), 2u);
+          EXPECT_GE(r.regimes[1].steps_to_follow, 0) << r.describe();
+          EXPECT_LE(r.regimes[1].steps_to_follow, kTwoRounds) << r.describe();
+        }
+        if (sc.kind == SpeedScenario::kJoin || sc.kind == SpeedScenario::kLeave) {
+          EXPECT_LE(r.time_lost, 0.02) << r.describe();
+        }
+      }
+      EXPECT_LE(mean_churn, 1.0) << t.name;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace omnilearn::scheduler

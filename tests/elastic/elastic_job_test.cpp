@@ -1,0 +1,304 @@
+// ElasticJob, the scheduler's side of the elastic protocol, one rule at a time with a fake
+// clock (plain numbers). The simulation (elastic_simulation_test.cpp) checks the rules together.
+#include "elastic/elastic_job.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+
+namespace omnilearn::scheduler {
+namespace {
+
+ElasticJob make_job(ElasticJobOptions o) {
+  return ElasticJob(o, [](const std::vector<std::string>& members) {
+    GenerationPlan plan;
+    plan.batches.assign(members.size(), static_cast<std::int32_t>(64 / members.size()));
+    plan.version = 1;
+    return plan;
+  });
+}
+
+// A job started on `nodes` live nodes n1 (w1), n2 (w2), ... at time 0.
+ElasticJob started_job(ElasticJobOptions o, int nodes) {
+  ElasticJob job = make_job(o);
+  for (int i = 1; i <= nodes; ++i) {
+    job.node_up("n" + std::to_string(i), "w" + std::to_string(i), 0);
+  }
+  job.start(0);
+  return job;
+}
+
+template <class C>
+std::vector<C> commands_of(ElasticJob& job) {
+  std::vector<C> out;
+  for (auto& command : job.take_commands()) {
+    if (auto* c = std::get_if<C>(&command)) out.push_back(*c);
+  }
+  return out;
+}
+
+// A trainer that cannot start (a model file missing on the worker, say) is retried with a
+// back-off, and a job whose trainers keep failing to start fails with the reason instead of
+// staying pending.
+TEST(ElasticJob, TrainersThatCannotStartAreRetriedWithBackOffThenFailTheJob) {
+  ElasticJobOptions o;
+  o.min_workers = 1;
+  o.max_workers = 1;
+  o.total_steps = 10;
+  o.backoff_initial = 500;
+  o.max_start_failures = 4;
+  ElasticJob job = make_job(o);
+  job.node_up("n1", "w1", 0);
+  job.start(0);
+  Millis now = 0;
+  std::vector<Millis> spawned_at;
+  for (int attempt = 0; attempt < 10 && !job.finished(); ++attempt) {
+    auto spawns = commands_of<SpawnCommand>(job);
+    if (spawns.empty()) {
+      now += 100;
+      job.tick(now);
+      --attempt;
+      continue;
+    }
+    ASSERT_EQ(spawns.size(), 1u);
+    spawned_at.push_back(now);
+    job.trainer_exited(spawns[0].trainer, 1, "cannot open model.pt: no such file", now + 10);
+  }
+  ASSERT_TRUE(job.finished());
+  EXPECT_EQ(job.state(), "failed");
+  EXPECT_NE(job.reason().find("trainers cannot start"), std::string::npos) << job.reason();
+  EXPECT_NE(job.reason().find("cannot open model.pt"), std::string::npos) << job.reason();
+  ASSERT_EQ(spawned_at.size(), 4u);
+  // 500, 1000, 2000 ms between attempts (+ the tick granularity).
+  EXPECT_GE(spawned_at[1] - spawned_at[0], 500);
+  EXPECT_GE(spawned_at[2] - spawned_at[1], 1000);
+  EXPECT_GE(spawned_at[3] - spawned_at[2], 2000);
+}
+
+// An error in the job's own input (exit code kTrainerExitBadInput) fails the job at once with
+// the trainer's message: another start could not end differently.
+TEST(ElasticJob, ATrainerThatFailsOnBadInputFailsTheJobWithoutRetrying) {
+  ElasticJobOptions o;
+  o.min_workers = 1;
+  o.max_workers = 1;
+  o.total_steps = 10;
+  ElasticJob job = started_job(o, 1);
+  auto spawns = commands_of<SpawnCommand>(job);
+  ASSERT_EQ(spawns.size(), 1u);
+  job.trainer_exited(spawns[0].trainer, kTrainerExitBadInput,
+                     "train.pt: label 12 is out of range [0, 10)", 10);
+  ASSERT_TRUE(job.finished());
+  EXPECT_EQ(job.state(), "failed");
+  EXPECT_NE(job.reason().find("label 12 is out of range"), std::string::npos) << job.reason();
+  for (Millis now = 100; now < 5000; now += 100) job.tick(now);
+  EXPECT_TRUE(commands_of<SpawnCommand>(job).empty()) << "retried";
+}
+
+// A node drained before it came up (`omnilearn node drain` holds for later jobs) gets no
+// trainer until it is undrained; then it gets one.
+TEST(ElasticJob, ANodeUpDrainedGetsTrainersOnlyOnceUndrained) {
+  ElasticJobOptions o;
+  o.min_workers = 1;
+  o.max_workers = 2;
+  o.total_steps = 10;
+  ElasticJob job = make_job(o);
+  job.node_up("n1", "w1", 0, /*draining=*/true);
+  job.start(0);
+  EXPECT_TRUE(commands_of<SpawnCommand>(job).empty());
+  job.node_up("n1", "w1", 50);  // a later "alive" does not undo the drain
+  EXPECT_TRUE(commands_of<SpawnCommand>(job).empty());
+  job.undrain("w1", 100);
+  const auto spawns = commands_of<SpawnCommand>(job);
+  ASSERT_EQ(spawns.size(), 1u);
+  EXPECT_EQ(spawns[0].node, "n1");
+}
+
+// A job that needs more workers than the cluster has fails within its bound, and the reason
+// says how many nodes could take a trainer (a drained one cannot).
+TEST(ElasticJob, TooFewNodesFailsTheJobSayingHowManyWereUsable) {
+  ElasticJobOptions o;
+  o.min_workers = 3;
+  o.max_workers = 3;
+  o.total_steps = 10;
+  ElasticJob job = started_job(o, 3);
+  job.drain("w3", 0);
+  const Millis bound = o.grace_period + o.form_timeout + o.spawn_timeout;
+  Millis now = 0;
+  while (!job.finished() && now <= bound + 1000) {
+    now += 100;
+    job.tick(now);
+  }
+  ASSERT_TRUE(job.finished()) << "still pending after " << now << " ms";
+  EXPECT_EQ(job.state(), "failed");
+  std::printf("too few nodes: %s after %lld ms\n", job.reason().c_str(),
+              static_cast<long long>(now));
+  EXPECT_NE(job.reason().find("fewer than min_workers (3)"), std::string::npos) << job.reason();
+  EXPECT_NE(job.reason().find("(2 usable nodes in the cluster)"), std::string::npos)
+      << job.reason();
+}
+
+// Only the current generation's leader reporting its last step ends a job as succeeded: a
+// drained leader's done is not the end (issue 11: drain of rank 0 ended a job early).
+TEST(ElasticJob, ADrainedLeadersDoneDoesNotEndTheJob) {
+  ElasticJobOptions o;
+  o.min_workers = 1;
+  o.max_workers = 2;
+  o.total_steps = 100;
+  ElasticJob job = started_job(o, 2);
+  auto spawns = commands_of<SpawnCommand>(job);
+  ASSERT_EQ(spawns.size(), 2u);
+  for (const auto& s : spawns) EXPECT_TRUE(job.hello(s.trainer, 1));
+  auto rendezvous = commands_of<RendezvousCommand>(job);
+  ASSERT_EQ(rendezvous.size(), 2u);
+  const std::string leader = job.members()[0];
+  MemberDone drained;
+  drained.outcome = MemberDone::Outcome::kDrained;
+  drained.generation = job.generation();
+  drained.rank = 0;
+  drained.step = 37;
+  job.done(leader, drained, 10);
+  EXPECT_FALSE(job.finished()) << job.state();
+}
+
+// A killed follower: the survivor's collective breaks, the scheduler probes both, the dead one
+// fails at once and the survivor answers, all within one millisecond (loopback). The dead one
+// is written off and a generation forms at once, without waiting for heartbeats. (Ordering the
+// evidence by the clock missed this: the answer came in the millisecond the probe left.)
+TEST(ElasticJob, AKilledMemberIsWrittenOffWhenTheSurvivorAnswersInTheSameMillisecond) {
+  ElasticJobOptions o;
+  o.min_workers = 1;
+  o.max_workers = 2;
+  o.total_steps = 100;
+  ElasticJob job = make_job(o);
+  job.node_up("n1", "w1", 0);
+  job.node_up("n2", "w2", 0);
+  job.start(0);
+  for (const auto& s : commands_of<SpawnCommand>(job)) ASSERT_TRUE(job.hello(s.trainer, 1));
+  const std::vector<std::string> members = job.members();
+  ASSERT_EQ(members.size(), 2u);
+  const std::int64_t g = job.generation();
+  job.take_commands();
+  for (std::int32_t r = 0; r < 2; ++r) {
+    job.report(members[static_cast<size_t>(r)], {MemberReport::Kind::kSynced, g, r, 0, "", 0}, 2);
+  }
+  job.lease_request(members[0], {g, 1, 0}, 2);
+  job.report(members[0], {MemberReport::Kind::kStep, g, 0, 5, "", 0}, 50);
+  job.take_commands();
+  const std::string survivor = members[0], dead = members[1];
+  job.report(survivor, {MemberReport::Kind::kBroken, g, 0, 5, "peer closed", 0}, 100);
+  ASSERT_EQ(commands_of<ProbeCommand>(job).size(), 2u);
+  job.probe_result(dead, g, false, "peer unreachable", 100);
+  job.probe_result(survivor, g, true, "", 100);
+  EXPECT_EQ(job.trainers().at(dead).phase, ElasticJob::Phase::kGone);
+  EXPECT_GT(job.generation(), g) << "a generation without the dead one forms at once";
+  EXPECT_EQ(job.members(), std::vector<std::string>{survivor});
+}
+
+// A leader whose process is known to be gone commits nothing more, so its successor's lease is
+// granted at once; a leader that merely did not answer (frozen, cut off) may still commit under
+// its lease when it runs again, so its successor waits for the lease to run out (plus margin).
+TEST(ElasticJob, ALeadersLeaseIsReleasedByProofOfItsExitNotBySilence) {
+  for (const bool process_gone : {true, false}) {
+    SCOPED_TRACE(process_gone ? "connection refused" : "probe timed out");
+    ElasticJobOptions o;
+    o.min_workers = 1;
+    o.max_workers = 2;
+    o.total_steps = 100;
+    o.lease_duration = 1000;
+    o.lease_margin = 200;
+    ElasticJob job = make_job(o);
+    job.node_up("n1", "w1", 0);
+    job.node_up("n2", "w2", 0);
+    job.start(0);
+    for (const auto& s : commands_of<SpawnCommand>(job)) ASSERT_TRUE(job.hello(s.trainer, 1));
+    const std::vector<std::string> members = job.members();
+    ASSERT_EQ(members.size(), 2u);
+    const std::int64_t g = job.generation();
+    for (std::int32_t r = 0; r < 2; ++r) {
+      job.report(members[static_cast<size_t>(r)], {MemberReport::Kind::kSynced, g, r, 0, "", 0}, 2);
+    }
+    job.lease_request(members[0], {g, 1, 0}, 2);
+    job.report(members[0], {MemberReport::Kind::kStep, g, 0, 5, "", 0}, 50);
+    job.take_commands();
+    const std::string leader = members[0], survivor = members[1];
+    job.report(survivor, {MemberReport::Kind::kBroken, g, 1, 5, "connection reset", 0}, 100);
+    ASSERT_EQ(commands_of<ProbeCommand>(job).size(), 2u);
+    job.probe_result(leader, g, false, process_gone ? "peer unreachable" : "probe timed out", 100,
+                     process_gone);
+    job.probe_result(survivor, g, true, "", 100);
+    ASSERT_EQ(job.members(), std::vector<std::string>{survivor});
+    const std::int64_t next = job.generation();
+    job.take_commands();
+    job.lease_request(survivor, {next, 1, 5}, 150);
+    auto answers = commands_of<LeaseCommand>(job);
+    ASSERT_EQ(answers.size(), 1u);
+    EXPECT_EQ(answers[0].answer.granted, process_gone) << answers[0].answer.reason;
+    if (!process_gone) {
+      job.lease_request(survivor, {next, 2, 5}, 2 + 1000 + 200 + 1);
+      answers = commands_of<LeaseCommand>(job);
+      ASSERT_EQ(answers.size(), 1u);
+      EXPECT_TRUE(answers[0].answer.granted) << answers[0].answer.reason;
+    }
+  }
+}
+
+// A restored job (a restarted head) takes its snapshot as it was written: the generation goes
+// on from the next number, the trainers stay (none is started again), everyone is told to stop
+// and report, a drained node stays drained but alive as the registry said, and a snapshot
+// round-trips.
+TEST(ElasticJob, ARestoredJobGoesOnFromItsSnapshot) {
+  ElasticJobOptions o;
+  o.min_workers = 1;
+  o.max_workers = 2;
+  o.total_steps = 100;
+  ElasticJob first = started_job(o, 2);
+  for (const auto& spawn : commands_of<SpawnCommand>(first)) first.hello(spawn.trainer, 10);
+  first.take_commands();
+  ASSERT_EQ(first.members().size(), 2u);
+  const auto members = first.members();
+  const std::int64_t g = first.generation();
+  first.report(members[0], {MemberReport::Kind::kSynced, g, 0, 0, "", 0}, 20);
+  first.report(members[1], {MemberReport::Kind::kSynced, g, 1, 0, "", 0}, 20);
+  first.report(members[0], {MemberReport::Kind::kStep, g, 0, 1, "", 0}, 30);
+  ElasticJobSnapshot snap = first.snapshot();
+  EXPECT_EQ(snap.last_trained_members, members);
+  EXPECT_EQ(snap.generation, g);
+  EXPECT_EQ(snap.members, members);
+  first.drain("w2", 10);
+  EXPECT_EQ(first.snapshot().draining_nodes, std::vector<std::string>{"n2"});
+  snap.draining_nodes = {"n2"};  // its trainer not yet leaving: a drain just before the kill
+
+  ElasticJob second = make_job(o);
+  second.node_up("n1", "w1", 1000);
+  second.node_up("n2", "w2", 1000, true);
+  second.restore(snap, 1000);
+  const auto commands = second.take_commands();
+  int spawns = 0, stops = 0;
+  for (const auto& c : commands) {
+    spawns += std::holds_alternative<SpawnCommand>(c);
+    if (auto* rv = std::get_if<RendezvousCommand>(&c)) {
+      EXPECT_GT(rv->order.generation, snap.generation);
+      EXPECT_EQ(rv->order.rank, -1);
+      ++stops;
+    }
+  }
+  EXPECT_EQ(spawns, 0) << "its trainers are still there";
+  EXPECT_EQ(stops, 2) << "every member is told to stop and report";
+  EXPECT_GT(second.generation(), g);
+  EXPECT_EQ(second.snapshot().trainer_counter, snap.trainer_counter);
+  // The next generation waits until every member said where it stopped, the one on the
+  // drained node too (the restore left that node alive, as the registry said).
+  const std::int64_t stopped = second.generation();
+  second.report(members[0], {MemberReport::Kind::kLeft, g, 0, 7, "", 0}, 1010);
+  second.tick(1100);
+  EXPECT_EQ(second.generation(), stopped) << "formed before every member reported";
+  second.report(members[1], {MemberReport::Kind::kLeft, g, 1, 7, "", 0}, 1110);
+  second.tick(1200);
+  EXPECT_GT(second.generation(), stopped);
+  EXPECT_EQ(second.members().size(), 2u);
+  EXPECT_EQ(second.committed_step(), 7);
+}
+
+}  // namespace
+}  // namespace omnilearn::scheduler
