@@ -87,7 +87,11 @@ struct JobStatusReply {
   std::uint64_t next = 0;           // pass as `since` next time
   bool finished = false;
   std::string summary_json;         // set once finished
-  MSGPACK_DEFINE(found, job, events, next, finished, summary_json);
+  // Events between `since` and the first of `events` that the head no longer holds (its
+  // memory keeps the recent ones; older ones come from events.jsonl unless that file could not
+  // be written): the reader goes on, told of the gap. 0 almost always.
+  std::uint64_t dropped = 0;
+  MSGPACK_DEFINE(found, job, events, next, finished, summary_json, dropped);
 };
 
 // A job scheduler's (BSP or ASP) answer to a JobStatusRequest: its state and at most 2,000 of its
