@@ -371,6 +371,16 @@ int follow_job(runtime::ActorSystem& system, const runtime::ActorAddress& jobs,
     answered = true;
     last_answer = std::chrono::steady_clock::now();
     printer.set_total_steps(status->job.total_steps);
+    if (status->dropped > 0) {
+      // The head keeps recent events in memory and the rest in events.jsonl; where that file
+      // could not be written, what is no longer in memory is gone from the head's answers.
+      printer.clear_progress();
+      std::fflush(stdout);
+      std::fprintf(stderr,
+                   "omnilearn: %llu events of job %s are no longer held by the head (its "
+                   "events.jsonl could not be written; see the head's log): skipped\n",
+                   static_cast<unsigned long long>(status->dropped), job_id.c_str());
+    }
     for (const auto& line : status->events) {
       if (options.json) {
         std::printf("%s\n", line.c_str());

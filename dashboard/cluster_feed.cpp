@@ -99,6 +99,7 @@ EventsPage ClusterFeed::events(const std::string& job_id, std::uint64_t since) {
   }
   page.next = reply->next;
   page.finished = reply->finished;
+  page.dropped = reply->dropped;
   return page;
 }
 

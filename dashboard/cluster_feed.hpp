@@ -53,6 +53,7 @@ struct EventsPage {
   nlohmann::json events = nlohmann::json::array();  // the events.jsonl objects, in order
   std::uint64_t next = 0;
   bool finished = false;
+  std::uint64_t dropped = 0;  // events before these that the head no longer holds
 };
 
 class ClusterFeed {

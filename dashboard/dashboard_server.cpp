@@ -161,7 +161,8 @@ struct DashboardServer::Impl {
                  send_json(response, Json{{"job_id", std::string(request.matches[1])},
                                           {"events", std::move(page.events)},
                                           {"next", page.next},
-                                          {"finished", page.finished}});
+                                          {"finished", page.finished},
+                                          {"dropped", page.dropped}});
                });
     server.Get("/metrics", [this](const httplib::Request&, httplib::Response& response) {
       auto text = feed.metrics();

@@ -17,10 +17,6 @@ namespace {
 
 using Json = nlohmann::json;
 
-double unix_time() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
 constexpr std::chrono::milliseconds kTick{100};
 constexpr std::chrono::milliseconds kRestoreProbeTimeout{3000};
 // How long a restarted head waits to hear from a trainer it counts as live before it takes the
@@ -142,7 +138,9 @@ AspRunState decode_asp_run_state(const std::string& text) {
 }
 
 AspSchedulerActor::AspSchedulerActor(SchedulerOptions options)
-    : options_(std::move(options)), job_(asp_job_options(options_)) {}
+    : options_(std::move(options)),
+      job_(asp_job_options(options_)),
+      recorder_(JobRecorderOptions{options_.job_id, options_.run_dir, options_.events_skipped}) {}
 
 asp::Millis AspSchedulerActor::now() const {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started_at_).count();
@@ -150,23 +148,15 @@ asp::Millis AspSchedulerActor::now() const {
 
 void AspSchedulerActor::on_start() {
   started_at_ = Clock::now();
-  std::error_code ec;
-  std::filesystem::create_directories(options_.run_dir, ec);
-  events_file_.open(std::filesystem::path(options_.run_dir) / "events.jsonl", std::ios::app);
-  if (!events_file_) {
-    spdlog::warn("job {}: cannot write {}/events.jsonl", options_.job_id, options_.run_dir);
-  }
-  const Json outage = options_.head_outage_s >= 0 ? Json(options_.head_outage_s) : Json(nullptr);
+  recorder_.open();
   if (!options_.restore_state.empty()) {
     restore_run();
   } else {
     if (options_.head_epoch > 0) {
       // Resumed by a restarted head before its scheduler wrote anything: it starts now.
-      emit(Json{{"event", "head_restarted"},
-                {"head_epoch", options_.head_epoch},
-                {"outage_s", outage},
-                {"step", 0},
-                {"resumed", true}});
+      auto restarted = head_restarted_event(options_.head_epoch, options_.head_outage_s, 0);
+      restarted.fields["resumed"] = true;
+      recorder_.record(std::move(restarted));
     }
     job_.start(now(), options_.head_epoch == 0);
   }
@@ -223,12 +213,10 @@ void AspSchedulerActor::restore_run() {
       trainer_systems_[shard.trainer] = shard.endpoint;
     }
   }
-  emit(
-      Json{{"event", "head_restarted"},
-           {"head_epoch", options_.head_epoch},
-           {"outage_s", options_.head_outage_s >= 0 ? Json(options_.head_outage_s) : Json(nullptr)},
-           {"step", job_.updates()},
-           {"resumed", true}});
+  auto restarted =
+      head_restarted_event(options_.head_epoch, options_.head_outage_s, job_.updates());
+  restarted.fields["resumed"] = true;
+  recorder_.record(std::move(restarted));
   spdlog::info("job {}: resuming at update {} after a head restart", options_.job_id,
                job_.updates());
   // A trainer that exited during the outage was reported to the dead head: each one the
@@ -285,15 +273,6 @@ void AspSchedulerActor::tick() {
   job_.tick(now());
   run_commands();
   if (!job_.finished()) tick_timer_ = after(kTick, [this] { tick(); });
-}
-
-void AspSchedulerActor::emit(Json event) {
-  if (!event.contains("time")) event["time"] = unix_time();
-  events_.push_back(event.dump());
-  if (events_file_) {
-    events_file_ << events_.back() << '\n';
-    events_file_.flush();
-  }
 }
 
 void AspSchedulerActor::tell_trainer(const std::string& trainer, StopTrainer stop) {
@@ -368,7 +347,9 @@ void AspSchedulerActor::carry_out(std::vector<asp::AspCommand>& commands) {
             },
             [&](asp::FenceCommand& c) { fence(c); },
             [&](asp::HandOverCommand& c) { hand_over(c); },
-            [&](asp::EventCommand& c) { emit(std::move(c.event)); },
+            // The machine's events are JSON objects with their kind in `event`; one of no kind
+            // is a broken invariant (it throws, and the job fails with the reason).
+            [&](asp::EventCommand& c) { recorder_.record(RunEvent::from_json(std::move(c.event))); },
             [&](asp::PublishCommand&) { publish_info(); },
             [&](asp::FinishCommand& c) { finished(c); },
         },
@@ -383,13 +364,7 @@ void AspSchedulerActor::finished(const asp::FinishCommand& command) {
     spdlog::info("job {} {} {}", options_.job_id, command.state, command.reason);
   }
   cancel_timer(tick_timer_);
-  events_file_.close();
-  try {
-    runtime::write_file_atomically(std::filesystem::path(options_.run_dir) / "summary.json",
-                                   job_.summary_json(now()) + "\n");
-  } catch (const runtime::AtomicWriteError& e) {
-    spdlog::warn("job {}: {}", options_.job_id, e.what());
-  }
+  recorder_.finish(Json::parse(job_.summary_json(now())));
   tell(runtime::ActorAddress{"", kRegistryActor}, UnsubscribeNodes{});
 }
 
@@ -567,9 +542,7 @@ JobInfo AspSchedulerActor::info() const {
 
 void AspSchedulerActor::publish_info() {
   if (options_.jobs.empty()) return;
-  const bool done = job_.finished();
-  tell(options_.jobs,
-       JobStatusReply{true, info(), {}, 0, done, done ? job_.summary_json(now()) : std::string()});
+  tell(options_.jobs, recorder_.update(info()));
 }
 
 void AspSchedulerActor::on_message(const runtime::Envelope& message) {
@@ -611,20 +584,11 @@ void AspSchedulerActor::on_message(const runtime::Envelope& message) {
         break;
       case MessageKind::kTrainerHello:
         if (auto hello = decode<TrainerHello>(message)) {
-          TrainerHelloReply reply;
           const asp::HelloAnswer a = job_.hello(hello->trainer, now());
-          reply.accepted = a.accepted;
+          TrainerHelloReply reply = a.accepted ? accepted_hello(options_) : TrainerHelloReply{};
           reply.error = a.error;
           if (a.accepted) {
             trainer_systems_[hello->trainer] = message.from.system;
-            reply.job_toml = options_.job_toml;
-            reply.source_name = options_.source_name;
-            reply.checkpoint_dir =
-                options_.spec.checkpoint.dir.empty()
-                    ? (std::filesystem::path(options_.run_dir) / "checkpoints").string()
-                    : options_.spec.checkpoint.dir;
-            reply.collective_timeout_ms =
-                static_cast<std::int32_t>(options_.heartbeat_timeout.count());
             reply.shards = options_.spec.asp.servers;
             reply.role = a.server ? "server" : "worker";
             reply.shard = a.shard;
@@ -662,8 +626,7 @@ void AspSchedulerActor::on_message(const runtime::Envelope& message) {
       }
       case MessageKind::kJobStatusRequest: {
         auto request = decode_or_count<JobStatusRequest>(message);
-        reply(message, job_status_page(info(), events_, request ? request->since : 0,
-                                       job_.finished(), [&] { return job_.summary_json(now()); }));
+        reply(message, recorder_.page(info(), request ? request->since : 0));
         break;
       }
       default:

@@ -3,15 +3,14 @@
 // SchedulerActor (the JobManager picks one by mode). The rules (placement, dealing, fencing,
 // hand-over, restarts, the evaluator and the finisher, stalls) are asp::AspJob's, a pure state
 // machine; this actor is its adapter: it turns messages and the clock into the machine's inputs
-// and its commands into messages, and does the I/O the machine does not (events.jsonl, the
-// head's copies of shard checkpoints, the summary file, the machine's snapshot in the state
-// store under run_key(job), written before anything that depends on it goes out, replies
-// included).
+// and its commands into messages, and does the I/O the machine does not: the head's copies of
+// shard checkpoints, the machine's snapshot in the state store under run_key(job) (written
+// before anything that depends on it goes out, replies included), and, through the JobRecorder
+// it shares with the synchronous scheduler, events.jsonl, summary.json and the status pages.
 //
 // Threads: an actor; every method runs in its turns.
 
 #include <chrono>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <string>
@@ -19,6 +18,7 @@
 
 #include "wire/asp_protocol.hpp"
 #include "wire/job_protocol.hpp"
+#include "jobs/job_recorder.hpp"
 #include "jobs/scheduler_actor.hpp"
 #include "asp/asp_job.hpp"
 #include "runtime/actor_system.hpp"
@@ -74,7 +74,6 @@ class AspSchedulerActor : public runtime::Actor {
   void hand_over(const asp::HandOverCommand& command);
   void tell_trainer(const std::string& trainer, StopTrainer stop);
   void tick();
-  void emit(nlohmann::json event);
   void finished(const asp::FinishCommand& command);
   JobInfo info() const;
   void publish_info();
@@ -88,9 +87,7 @@ class AspSchedulerActor : public runtime::Actor {
   bool persist_due_ = false;  // a snapshot must be written before held_ goes out
   bool flush_scheduled_ = false;
   std::vector<std::function<void()>> held_;  // commands and replies waiting for the write
-  std::string summary_;                      // once finished
-  std::vector<std::string> events_;
-  std::ofstream events_file_;
+  JobRecorder recorder_;  // events.jsonl, summary.json, the pages --follow and logs read
 };
 
 }  // namespace omnilearn::actors

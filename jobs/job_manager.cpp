@@ -21,14 +21,6 @@ namespace {
 using Json = nlohmann::json;
 namespace fs = std::filesystem;
 
-// Events per JobStatusReply, as the scheduler serves them: a reply stays far below the message
-// size limit, and a client that is far behind catches up in a few round trips.
-constexpr std::size_t kMaxEventsPerReply = 2000;
-
-double unix_time() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
 fs::path events_path(const std::string& run_dir) { return fs::path(run_dir) / "events.jsonl"; }
 
 // Complete lines in `path` (0 if it does not exist).
@@ -49,28 +41,6 @@ std::optional<std::string> read_file(const fs::path& path) {
   std::stringstream text;
   text << in.rdbuf();
   return text.str();
-}
-
-// A head killed while writing leaves at most a line cut short at the end of events.jsonl: drop
-// it, so that what a restarted head appends starts on a line of its own and every line of the
-// file is a whole event.
-void drop_partial_last_line(const fs::path& path) {
-  std::error_code ec;
-  const auto size = fs::file_size(path, ec);
-  if (ec || size == 0) return;
-  std::ifstream in(path, std::ios::binary);
-  const std::uint64_t window = std::min<std::uint64_t>(size, 1 << 20);
-  in.seekg(static_cast<std::streamoff>(size - window));
-  std::string tail(window, '\0');
-  in.read(tail.data(), static_cast<std::streamsize>(window));
-  if (!in || tail.back() == '\n') return;
-  const auto newline = tail.rfind('\n');
-  const std::uint64_t keep =
-      newline == std::string::npos ? size - window : size - window + newline + 1;
-  in.close();
-  fs::resize_file(path, keep, ec);
-  if (ec)
-    spdlog::warn("jobs: cannot drop the cut-off last line of {}: {}", path.string(), ec.message());
 }
 
 }  // namespace
@@ -139,7 +109,6 @@ void JobManager::restore_jobs() {
     submitted_.push_back(id);
     auto& kept = jobs_[id] = std::move(job);
     if (kept.finished) continue;
-    drop_partial_last_line(events_path(kept.run_dir));
     if (job_resumable(stored)) {
       // Its trainers kept running through the outage: its scheduler takes them back.
       SchedulerOptions scheduler;
@@ -149,6 +118,7 @@ void JobManager::restore_jobs() {
       scheduler.job_toml = kept.toml;
       scheduler.source_name = kept.source_name;
       scheduler.run_dir = kept.run_dir;
+      scheduler.events_skipped = kept.events_skipped;
       scheduler.jobs = self();
       scheduler.heartbeat_timeout = options_.heartbeat_timeout;
       scheduler.store = options_.store;
@@ -171,13 +141,8 @@ void JobManager::restore_jobs() {
         "the head restarted{} while the job was {} at step {} and cannot read its job file: "
         "submit it again",
         outage, kept.info.state, kept.info.step);
-    const std::string restarted = Json{
-        {"time", unix_time()},
-        {"event", "head_restarted"},
-        {"head_epoch", head.epoch},
-        {"outage_s", head.outage_s >= 0 ? Json(head.outage_s) : Json(nullptr)},
-        {"step", kept.info.step}}.dump();
-    end_job_here(kept, "failed", reason, {restarted});
+    end_job_here(kept, "failed", reason,
+                 {head_restarted_event(head.epoch, head.outage_s, kept.info.step)});
   }
   options_.restored.clear();
   // Beyond max_jobs (a head restarted with a smaller --max-jobs): the oldest finished go.
@@ -208,39 +173,26 @@ bool JobManager::forget_oldest_finished(std::string* error) {
 }
 
 void JobManager::end_job_here(Job& job, const std::string& state, const std::string& reason,
-                              const std::vector<std::string>& events) {
+                              std::vector<RunEvent> events) {
   job.info.state = state;
   job.info.reason = reason;
   job.info.workers.clear();
   job.finished = true;
   spdlog::error("jobs: job {} {}: {}", job.info.id, state, reason);
-  Json summary{{"job_id", job.info.id},
-               {"name", job.info.name},
-               {"status", job.info.state},
-               {"reason", job.info.reason},
-               {"steps", job.info.step},
-               {"total_steps", job.info.total_steps},
-               {"generations", job.info.generation},
-               {"workers", Json::array()}};
-  job.summary_json = summary.dump(2);
-  std::error_code ec;
-  fs::create_directories(job.run_dir, ec);
-  {
-    std::ofstream out(events_path(job.run_dir), std::ios::app);
-    for (const auto& event : events) out << event << '\n';
-    out << Json{{"time", unix_time()},
-                {"event", "finished"},
-                {"status", job.info.state},
-                {"reason", job.info.reason},
-                {"step", job.info.step}}
-               .dump()
-        << '\n';
-  }
-  try {
-    runtime::write_file_atomically(fs::path(job.run_dir) / "summary.json", job.summary_json + "\n");
-  } catch (const runtime::AtomicWriteError& e) {
-    spdlog::warn("jobs: job {}: {}", job.info.id, e.what());
-  }
+  // The same record the scheduler keeps: its events after the job's, then the summary.
+  JobRecorder recorder(JobRecorderOptions{job.info.id, job.run_dir, job.events_skipped});
+  recorder.open();
+  for (auto& event : events) recorder.record(std::move(event));
+  recorder.record(finished_event(job.info.state, job.info.reason, job.info.step));
+  recorder.finish(Json{{"job_id", job.info.id},
+                       {"name", job.info.name},
+                       {"status", job.info.state},
+                       {"reason", job.info.reason},
+                       {"steps", job.info.step},
+                       {"total_steps", job.info.total_steps},
+                       {"generations", job.info.generation},
+                       {"workers", Json::array()}});
+  job.summary_json = recorder.summary();
   persist(job);
 }
 
@@ -305,6 +257,7 @@ void JobManager::submit(const runtime::Envelope& message, const SubmitJob& reque
   // The scheduler appends to events.jsonl; in a reused run directory the job's events start
   // after what is already there.
   job.events_skipped = count_lines(events_path(job.run_dir));
+  scheduler.events_skipped = job.events_skipped;
   job.toml = request.toml;
   job.source_name = request.source_name;
   job.submitted_at = unix_time();
@@ -416,36 +369,16 @@ JobStatusReply JobManager::finished_job_status(Job& job, std::uint64_t since) {
   status.summary_json = job.summary_json;
   status.next = since;
   status.finished = true;
-  std::ifstream in(events_path(job.run_dir), std::ios::binary);
-  if (!in) return status;
-  // Only complete lines count: the job's writer always ends a line before it finishes.
   const std::uint64_t first = job.events_skipped + since;
-  std::uint64_t line = 0;
-  std::uint64_t offset = 0;
-  if (job.cursor_line > 0 && job.cursor_line <= first) {
-    line = job.cursor_line;
-    offset = job.cursor_offset;
-    in.seekg(static_cast<std::streamoff>(offset));
-  }
-  std::string text;
-  auto next_line = [&] {
-    if (!std::getline(in, text) || in.eof()) return false;
-    ++line;
-    offset = static_cast<std::uint64_t>(in.tellg());
-    return true;
-  };
-  while (line < first && next_line()) {
-  }
-  while (line >= first && status.events.size() < kMaxEventsPerReply && next_line()) {
-    status.events.push_back(text);
-  }
-  if (line >= first) {
-    job.cursor_line = line;
-    job.cursor_offset = offset;
-  }
+  // From where the last reply ended when the reader reads on, else from the start.
+  const EventFilePosition from =
+      job.cursor.line > 0 && job.cursor.line <= first ? job.cursor : EventFilePosition{};
+  auto read = read_event_lines(events_path(job.run_dir), from, first, kMaxEventsPerPage);
+  if (!read.readable) return status;
+  job.cursor = read.end;
+  status.events = std::move(read.lines);
   status.next = since + status.events.size();
-  status.finished =
-      status.events.size() < kMaxEventsPerReply || in.peek() == std::ifstream::traits_type::eof();
+  status.finished = read.at_end;
   return status;
 }
 

@@ -17,6 +17,7 @@
 
 #include "cluster/head_state.hpp"
 #include "wire/job_protocol.hpp"
+#include "jobs/job_recorder.hpp"
 #include "runtime/actor_system.hpp"
 #include "runtime/system_messages.hpp"
 #include "state/state_store.hpp"
@@ -61,8 +62,7 @@ class JobManager : public runtime::Actor {
     std::string summary_json;     // once finished
     // Where the last reply from events.jsonl ended, so a client following a finished job reads
     // the file once in total rather than from the start for every batch of events.
-    std::uint64_t cursor_line = 0;  // a line number of events.jsonl
-    std::uint64_t cursor_offset = 0;  // and the byte it starts at
+    EventFilePosition cursor;
     std::string toml;          // the job file as submitted, and its name: kept in the store
     std::string source_name;
     double submitted_at = 0;   // Unix time
@@ -92,7 +92,7 @@ class JobManager : public runtime::Actor {
   // Ends a job whose scheduler cannot: state and reason, a "finished" event after `events`, and
   // summary.json, as the scheduler would have written them.
   void end_job_here(Job& job, const std::string& state, const std::string& reason,
-                    const std::vector<std::string>& events = {});
+                    std::vector<RunEvent> events = {});
   // Writes the job's record to the store; false (logged) when the store cannot take it.
   bool persist(const Job& job);
 

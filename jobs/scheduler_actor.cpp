@@ -9,7 +9,6 @@
 #include <spdlog/spdlog.h>
 
 #include "cluster/head_state.hpp"
-#include "runtime/atomic_file.hpp"
 #include "runtime/system_messages.hpp"
 #include "controller/simulator.hpp"
 
@@ -21,11 +20,6 @@ namespace proto = scheduler;
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
-
-double unix_time() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
 }
 
 constexpr std::chrono::milliseconds kTick{100};
@@ -93,6 +87,18 @@ std::string encode_run_state(const scheduler::ElasticJobSnapshot& m,
       .dump();
 }
 
+TrainerHelloReply accepted_hello(const SchedulerOptions& options) {
+  TrainerHelloReply reply;
+  reply.accepted = true;
+  reply.job_toml = options.job_toml;
+  reply.source_name = options.source_name;
+  reply.checkpoint_dir = options.spec.checkpoint.dir.empty()
+                             ? (std::filesystem::path(options.run_dir) / "checkpoints").string()
+                             : options.spec.checkpoint.dir;
+  reply.collective_timeout_ms = static_cast<std::int32_t>(options.heartbeat_timeout.count());
+  return reply;
+}
+
 RunState decode_run_state(const std::string& text) {
   RunState run;
   try {
@@ -141,6 +147,7 @@ SchedulerActor::SchedulerActor(SchedulerOptions options)
            [this](const std::vector<std::string>& members) { return plan_for(members); }),
       controller_(options_.spec.controller.config),
       rounds_(control_rounds(options_.spec.controller)),
+      recorder_(JobRecorderOptions{options_.job_id, options_.run_dir, options_.events_skipped}),
       base_lease_ms_(job_.lease_duration()) {}
 
 scheduler::Millis SchedulerActor::now() const {
@@ -183,33 +190,22 @@ scheduler::GenerationPlan SchedulerActor::plan_for(const std::vector<std::string
 void SchedulerActor::on_start() {
   started_at_ = Clock::now();
   last_replan_time_ = started_at_;
-  std::error_code ec;
-  std::filesystem::create_directories(options_.run_dir, ec);
-  events_file_.open(std::filesystem::path(options_.run_dir) / "events.jsonl", std::ios::app);
-  if (!events_file_) {
-    spdlog::warn("job {}: cannot write {}/events.jsonl", options_.job_id, options_.run_dir);
-  }
+  recorder_.open();
   if (options_.head_epoch > 0 && options_.restore_state.empty()) {
     // Resumed by a restarted head before it had placed a trainer: it starts now.
-    emit(Json{
-        {"time", unix_time()},
-        {"event", "head_restarted"},
-        {"head_epoch", options_.head_epoch},
-        {"outage_s", options_.head_outage_s >= 0 ? Json(options_.head_outage_s) : Json(nullptr)},
-        {"step", 0},
-        {"resumed", true}}
-             .dump());
+    auto restarted = head_restarted_event(options_.head_epoch, options_.head_outage_s, 0);
+    restarted.fields["resumed"] = true;
+    recorder_.record(std::move(restarted));
   }
   if (options_.head_epoch == 0) {
-    emit(Json{{"time", unix_time()},
-              {"event", "submitted"},
-              {"job_id", options_.job_id},
-              {"name", options_.spec.name},
-              {"policy", std::string(scheduler::to_string(options_.spec.controller.config.policy))},
-              {"global_batch", options_.spec.train.global_batch},
-              {"min_workers", options_.spec.elastic.min_workers},
-              {"max_workers", options_.spec.elastic.max_workers}}
-             .dump());
+    recorder_.record(RunEvent(
+        EventKind::kSubmitted,
+        Json{{"job_id", options_.job_id},
+             {"name", options_.spec.name},
+             {"policy", std::string(scheduler::to_string(options_.spec.controller.config.policy))},
+             {"global_batch", options_.spec.train.global_batch},
+             {"min_workers", options_.spec.elastic.min_workers},
+             {"max_workers", options_.spec.elastic.max_workers}}));
   }
   ask(runtime::ActorAddress{"", kRegistryActor}, SubscribeNodes{}, std::chrono::seconds(5),
       [this](runtime::AskResult result) {
@@ -255,14 +251,6 @@ void SchedulerActor::on_stop() {
     }
   }
   tell(runtime::ActorAddress{"", kRegistryActor}, UnsubscribeNodes{});
-}
-
-void SchedulerActor::emit(const std::string& json_line) {
-  events_.push_back(json_line);
-  if (events_file_) {
-    events_file_ << json_line << '\n';
-    events_file_.flush();
-  }
 }
 
 void SchedulerActor::tick() {
@@ -387,22 +375,19 @@ void SchedulerActor::restore_run(const RunState& run) {
                             c.at("node").get<std::string>()});
   }
   seen_generation_ = run.machine.generation;
-  emit(
-      Json{{"time", unix_time()},
-           {"event", "head_restarted"},
-           {"head_epoch", options_.head_epoch},
-           {"outage_s", options_.head_outage_s >= 0 ? Json(options_.head_outage_s) : Json(nullptr)},
-           {"step", run.step},
-           {"generation", run.machine.generation},
-           {"resumed", true}}
-          .dump());
+  auto restarted = head_restarted_event(options_.head_epoch, options_.head_outage_s, run.step);
+  restarted.fields["generation"] = run.machine.generation;
+  restarted.fields["resumed"] = true;
+  recorder_.record(std::move(restarted));
   spdlog::info("job {}: resuming at generation {} (step {} or later) after a head restart",
                options_.job_id, run.machine.generation, run.step);
   job_.restore(run.machine, now());
 }
 
 void SchedulerActor::write_event(const scheduler::JobEvent& e) {
-  Json line{{"time", unix_time()}, {"event", e.kind}};
+  const auto kind = event_kind(e.kind);
+  if (!kind) throw std::logic_error("the protocol machine wrote an event of no kind: " + e.kind);
+  Json line = Json::object();
   if (!e.trainer.empty()) line["trainer"] = e.trainer;
   if (!e.reason.empty()) line["reason"] = e.reason;
   if (e.kind == "spawn") {
@@ -446,7 +431,7 @@ void SchedulerActor::write_event(const scheduler::JobEvent& e) {
     if (key == last_lease_refusal_) return;
     last_lease_refusal_ = key;
   }
-  emit(line.dump());
+  recorder_.record(RunEvent(*kind, std::move(line)));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -558,12 +543,13 @@ void SchedulerActor::maybe_replan() {
   if (!sent) return;
   Json times = Json::array();
   for (const auto& name : members) times.push_back(io_[name].compute_time_s);
-  emit(Json{{"time", unix_time()}, {"event", "plan"}, {"step", step_},
-            {"generation", job_.generation()}, {"version", plan.version}, {"batches", batches},
-            {"compute_times", times}, {"predicted_step_time", plan.predicted_step_time},
-            {"target_step_time", plan.target_step_time}, {"noise_gain", plan.noise_gain},
-            {"persisted", plan.persisted}}
-           .dump());
+  recorder_.record(RunEvent(
+      EventKind::kPlan,
+      Json{{"step", step_}, {"generation", job_.generation()}, {"version", plan.version},
+           {"batches", batches}, {"compute_times", times},
+           {"predicted_step_time", plan.predicted_step_time},
+           {"target_step_time", plan.target_step_time}, {"noise_gain", plan.noise_gain},
+           {"persisted", plan.persisted}}));
   spdlog::info("job {}: plan v{} at step {}: {}", options_.job_id, plan.version, step_,
                Json(batches).dump());
 }
@@ -581,10 +567,10 @@ void SchedulerActor::on_report(const TrainerReport& report) {
   if (report.total_steps > 0 && job_.total_steps() == 0) job_.set_total_steps(report.total_steps);
   drive([&] { job_.report(report.trainer, r, now()); });
   if (report.synced) {
-    emit(Json{{"time", unix_time()}, {"event", "synced"}, {"trainer", report.trainer},
-              {"generation", report.generation}, {"rank", report.rank}, {"step", report.step},
-              {"parameter_checksum", report.parameter_checksum}}
-             .dump());
+    recorder_.record(RunEvent(
+        EventKind::kSynced,
+        Json{{"trainer", report.trainer}, {"generation", report.generation}, {"rank", report.rank},
+             {"step", report.step}, {"parameter_checksum", report.parameter_checksum}}));
     return;
   }
   if (r.kind != proto::MemberReport::Kind::kStep) return;
@@ -593,9 +579,9 @@ void SchedulerActor::on_report(const TrainerReport& report) {
     // for nothing here, but it is written down: tests check that no step number is committed by
     // two generations (no split brain).
     ++superseded_steps_;
-    emit(Json{{"time", unix_time()}, {"event", "superseded_step"}, {"trainer", report.trainer},
-              {"generation", report.generation}, {"step", report.step}}
-             .dump());
+    recorder_.record(RunEvent(EventKind::kSupersededStep, Json{{"trainer", report.trainer},
+                                                              {"generation", report.generation},
+                                                              {"step", report.step}}));
     return;
   }
   // The current generation's leader's steps make the job's progress (a follower's done may
@@ -627,10 +613,14 @@ void SchedulerActor::on_report(const TrainerReport& report) {
                        {"timing_steps", io.counter_steps},
                        {"timing_batch", io.counter_batch}});
   }
-  Json event{{"time", unix_time()},  {"event", "step"},         {"step", report.step},
-             {"epoch", report.epoch}, {"loss", report.loss},     {"generation", report.generation},
-             {"batches", report.batches}, {"step_time_s", report.step_time_s},
-             {"allreduce_time_s", report.allreduce_time_s}, {"workers", workers}};
+  Json event{{"step", report.step},
+             {"epoch", report.epoch},
+             {"loss", report.loss},
+             {"generation", report.generation},
+             {"batches", report.batches},
+             {"step_time_s", report.step_time_s},
+             {"allreduce_time_s", report.allreduce_time_s},
+             {"workers", workers}};
   if (report.eval_accuracy >= 0) {
     event["test_accuracy"] = report.eval_accuracy;
     event["test_loss"] = report.eval_loss;
@@ -640,7 +630,7 @@ void SchedulerActor::on_report(const TrainerReport& report) {
     event["checkpoint"] = report.checkpoint;
     event["checkpoint_node"] = checkpoints_.back().node;
   }
-  emit(event.dump());
+  recorder_.record(RunEvent(EventKind::kStep, std::move(event)));
   if (interval_due()) maybe_replan();
   if (step_ % 20 == 0) publish_info();
 }
@@ -662,16 +652,8 @@ void SchedulerActor::finished(const std::string& state, const std::string& reaso
     spdlog::info("job {} {} {}", options_.job_id, state, why);
   }
   reason_ = why;
-  emit(Json{{"time", unix_time()}, {"event", "finished"}, {"status", state}, {"reason", why},
-            {"step", std::max(step_, job_.committed_step())}}
-           .dump());
-  events_file_.close();
-  try {
-    runtime::write_file_atomically(std::filesystem::path(options_.run_dir) / "summary.json",
-                                   summary_json() + "\n");
-  } catch (const runtime::AtomicWriteError& e) {
-    spdlog::warn("job {}: {}", options_.job_id, e.what());
-  }
+  recorder_.record(finished_event(state, why, std::max(step_, job_.committed_step())));
+  recorder_.finish(summary());
   // Nothing more to hear about nodes; the JobManager keeps the summary and stops this actor.
   tell(runtime::ActorAddress{"", kRegistryActor}, UnsubscribeNodes{});
   publish_info();
@@ -737,8 +719,7 @@ void SchedulerActor::publish_info() {
   if (options_.jobs.empty()) return;
   // The final message carries the summary: the JobManager keeps it and answers for the job
   // once this actor is gone.
-  tell(options_.jobs, JobStatusReply{true, info(), {}, 0, finished_,
-                                     finished_ ? summary_json() : std::string()});
+  tell(options_.jobs, recorder_.update(info()));
 }
 
 nlohmann::json SchedulerActor::speed_summary() const {
@@ -804,7 +785,7 @@ nlohmann::json SchedulerActor::speed_summary() const {
   return Json{{"measured_speeds", measured}, {"speedup_estimate", estimate}};
 }
 
-std::string SchedulerActor::summary_json() const {
+nlohmann::json SchedulerActor::summary() const {
   Json workers = Json::array();
   const auto trainers = job_.trainers();
   const auto& members = job_.members();
@@ -846,8 +827,7 @@ std::string SchedulerActor::summary_json() const {
               {"recovery_s", job_.recovery_seconds()},
               {"superseded_steps", superseded_steps_},
               {"measured_speeds", speed.at("measured_speeds")},
-              {"speedup_estimate", speed.at("speedup_estimate")}}
-      .dump(2);
+              {"speedup_estimate", speed.at("speedup_estimate")}};
 }
 
 void SchedulerActor::on_message(const runtime::Envelope& message) {
@@ -876,14 +856,7 @@ void SchedulerActor::on_message(const runtime::Envelope& message) {
         this->reply(message, reply);
         return;
       }
-      reply.accepted = true;
-      reply.job_toml = options_.job_toml;
-      reply.source_name = options_.source_name;
-      reply.checkpoint_dir = options_.spec.checkpoint.dir.empty()
-                                 ? (std::filesystem::path(options_.run_dir) / "checkpoints").string()
-                                 : options_.spec.checkpoint.dir;
-      reply.collective_timeout_ms = static_cast<std::int32_t>(options_.heartbeat_timeout.count());
-      this->reply(message, reply);
+      this->reply(message, accepted_hello(options_));
       return;
     }
     case MessageKind::kTrainerReport:
@@ -929,14 +902,12 @@ void SchedulerActor::on_message(const runtime::Envelope& message) {
         // Why a trainer went, for events.jsonl and --follow/logs; before drive(), which may end
         // the job because of it. Exits after the end (trainers told to stop) are no news.
         if (!finished_) {
-          emit(Json{{"time", unix_time()},
-                    {"event", "trainer_exited"},
-                    {"trainer", exited->trainer},
-                    {"node", job_.node_name(exited->node_id)},
-                    {"exit_code", exited->exit_code},
-                    {"reason", exited->reason},
-                    {"last_error", exited->last_error}}
-                   .dump());
+          recorder_.record(RunEvent(EventKind::kTrainerExited,
+                                    Json{{"trainer", exited->trainer},
+                                         {"node", job_.node_name(exited->node_id)},
+                                         {"exit_code", exited->exit_code},
+                                         {"reason", exited->reason},
+                                         {"last_error", exited->last_error}}));
         }
         // The reason the job may fail with: what ended the process and what it last said.
         std::string why = exited->reason;
@@ -966,8 +937,7 @@ void SchedulerActor::on_message(const runtime::Envelope& message) {
     }
     case MessageKind::kJobStatusRequest: {
       auto request = decode_or_count<JobStatusRequest>(message);
-      reply(message, job_status_page(info(), events_, request ? request->since : 0, finished_,
-                                     [&] { return summary_json(); }));
+      reply(message, recorder_.page(info(), request ? request->since : 0));
       return;
     }
     default:

@@ -3,10 +3,10 @@
 // protocol's state machine (placement, generations, leases, the end of the job): it turns
 // registry events and trainer messages into the machine's inputs and its commands into
 // messages. Beside it, the actor feeds the batch controller with the throughput that
-// heartbeats carry, and writes the job's run directory (events.jsonl, summary.json).
+// heartbeats carry; the job's run directory (events.jsonl, summary.json) and the status pages
+// are its JobRecorder's, shared with the asynchronous scheduler.
 
 #include <chrono>
-#include <fstream>
 #include <map>
 #include <optional>
 #include <string>
@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "wire/job_protocol.hpp"
+#include "jobs/job_recorder.hpp"
 #include "jobs/job_spec.hpp"
 #include "runtime/actor_system.hpp"
 #include "controller/batch_controller.hpp"
@@ -30,6 +31,8 @@ struct SchedulerOptions {
   std::string job_toml;     // passed on to trainers, which parse it with the same parser
   std::string source_name;
   std::string run_dir;
+  // Lines events.jsonl held before the job's first event (a reused run directory).
+  std::uint64_t events_skipped = 0;
   runtime::ActorAddress jobs;  // the JobManager, told about state changes
   std::chrono::milliseconds heartbeat_timeout{3000};
   std::chrono::milliseconds spawn_timeout{60000};   // trainer process start (LibTorch load)
@@ -46,6 +49,11 @@ struct SchedulerOptions {
   std::uint64_t head_epoch = 0;
   double head_outage_s = -1;
 };
+
+// What both schedulers tell a trainer of the job they accept: the job file, where checkpoints
+// go (the job file's [checkpoint] dir, else the run directory's checkpoints/) and the
+// collective timeout. The asynchronous scheduler adds the trainer's role.
+TrainerHelloReply accepted_hello(const SchedulerOptions& options);
 
 // The JSON kept under run_key(job): the protocol machine's snapshot and what the adapter needs
 // to reach the trainers and write the job's record.
@@ -111,10 +119,9 @@ class SchedulerActor : public runtime::Actor {
   void tick();
 
   void finished(const std::string& state, const std::string& reason);
-  void emit(const std::string& json_line);
   JobInfo info() const;
   void publish_info();
-  std::string summary_json() const;
+  nlohmann::json summary() const;
   // summary.json's measured_speeds and speedup_estimate (null without timings).
   nlohmann::json speed_summary() const;
 
@@ -152,8 +159,7 @@ class SchedulerActor : public runtime::Actor {
   std::string last_lease_refusal_;       // trainer/generation/reason of the last one written
   std::vector<std::string> membership_log_;
 
-  std::vector<std::string> events_;      // events.jsonl, also served to --follow
-  std::ofstream events_file_;
+  JobRecorder recorder_;  // events.jsonl, summary.json, the pages --follow and logs read
   bool finished_ = false;
   runtime::TimerId tick_timer_ = 0;
   scheduler::Millis base_lease_ms_ = 0;  // the lease for fast steps (job_options)

@@ -87,27 +87,12 @@ struct JobStatusReply {
   std::uint64_t next = 0;           // pass as `since` next time
   bool finished = false;
   std::string summary_json;         // set once finished
-  MSGPACK_DEFINE(found, job, events, next, finished, summary_json);
+  // Events between `since` and the first of `events` that the head no longer holds (its
+  // memory keeps the recent ones; older ones come from events.jsonl unless that file could not
+  // be written): the reader goes on, told of the gap. 0 almost always.
+  std::uint64_t dropped = 0;
+  MSGPACK_DEFINE(found, job, events, next, finished, summary_json, dropped);
 };
-
-// A job scheduler's (BSP or ASP) answer to a JobStatusRequest: its state and at most 2,000 of its
-// events from `since` (a follower asks again from `next`); the summary once the job finished.
-template <class Summary>
-JobStatusReply job_status_page(JobInfo info, const std::vector<std::string>& events,
-                               std::uint64_t since, bool finished, Summary&& summary) {
-  constexpr std::size_t kMaxEventsPerReply = 2000;
-  JobStatusReply status;
-  status.found = true;
-  status.job = std::move(info);
-  for (std::uint64_t i = since; i < events.size() && status.events.size() < kMaxEventsPerReply;
-       ++i) {
-    status.events.push_back(events[i]);
-  }
-  status.next = since + status.events.size();
-  status.finished = finished && status.next >= events.size();
-  if (finished) status.summary_json = summary();
-  return status;
-}
 
 // scheduler -> agent: start a trainer process for a job.
 struct SpawnTrainer {
