@@ -260,6 +260,7 @@ void WorkerAgent::on_head_restarted(std::uint64_t epoch) {
   for (const auto& [name, hosted] : hosted_) {
     if (hosted.pid > 0) jobs.insert(hosted.job_id);
   }
+  for (const auto& reported : recent_exits_) jobs.insert(reported.exit.job_id);
   for (const auto& job : jobs) check_job_after_restart(job, epoch, 0);
 }
 
@@ -272,6 +273,11 @@ void WorkerAgent::check_job_after_restart(const std::string& job_id, std::uint64
         if (epoch != head_epoch_) return;  // a newer start asks again
         if (auto status = result.as<JobStatusReply>()) {
           if (status->found && !status->finished) {
+            for (const auto& reported : recent_exits_) {
+              if (reported.exit.job_id == job_id) {
+                tell(runtime::ActorAddress{head_endpoint(), reported.scheduler}, reported.exit);
+              }
+            }
             // It goes on: its trainers follow this head (a standby may have taken over).
             for (const auto& [name, hosted] : hosted_) {
               if (hosted.job_id == job_id && !hosted.system.empty()) {
@@ -343,9 +349,11 @@ void WorkerAgent::reap() {
     } else {
       spdlog::warn("agent: trainer {} {}", hosted.trainer, reason);
     }
-    tell(runtime::ActorAddress{head_endpoint(), hosted.scheduler},
-         TrainerExited{hosted.job_id, hosted.trainer, state().node_id, reason, exit_code,
-                       hosted.stderr_tail.last_lines()});
+    TrainerExited exited{hosted.job_id, hosted.trainer, state().node_id,
+                         reason,        exit_code,      hosted.stderr_tail.last_lines()};
+    tell(runtime::ActorAddress{head_endpoint(), hosted.scheduler}, exited);
+    recent_exits_.push_back({hosted.scheduler, std::move(exited)});
+    while (recent_exits_.size() > kKeptExits) recent_exits_.pop_front();
     it = hosted_.erase(it);
   }
   after(std::chrono::milliseconds(100), [this] { reap(); });

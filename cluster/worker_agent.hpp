@@ -103,6 +103,16 @@ class WorkerAgent : public NodeAgent {
   WorkerOptions options_;
   std::map<std::string, Hosted> hosted_;  // by trainer name
   std::uint64_t head_epoch_ = 0;          // the head start on_head_restarted was last told of
+  // Exits reported lately (the newest kKeptExits): reported again to a restarted head, which
+  // may not have heard them (they went to the head that died). A job whose trainers all died
+  // with the head learns so at once instead of waiting for them to report; a scheduler ignores
+  // an exit it knows already.
+  struct ReportedExit {
+    std::string scheduler;
+    TrainerExited exit;
+  };
+  static constexpr std::size_t kKeptExits = 64;
+  std::deque<ReportedExit> recent_exits_;
   std::unique_ptr<CpuQuota> quota_;
   ForkThread fork_thread_;  // forks the trainers; declared last, so it goes first
 };

@@ -115,6 +115,8 @@ ElasticJobSnapshot ElasticJob::snapshot() const {
   }
   s.lost_steps = lost_steps_;
   s.abandoned_steps = abandoned_steps_;
+  s.checkpoints = checkpoints_;
+  s.resumed_generation = resumed_generation_;
   return s;
 }
 
@@ -130,6 +132,8 @@ void ElasticJob::restore(const ElasticJobSnapshot& s, Millis now) {
   trainer_counter_ = s.trainer_counter;
   lost_steps_ = s.lost_steps;
   abandoned_steps_ = s.abandoned_steps;
+  checkpoints_ = s.checkpoints;
+  resumed_generation_ = s.resumed_generation;
   last_progress_ = now;
   dropped_below_ = std::max<std::int64_t>(1, generation_);
   for (const auto& id : s.draining_nodes) {
@@ -281,7 +285,8 @@ void ElasticJob::tick(Millis now) {
   for (const auto& [id, node] : nodes_) usable += node.alive && !node.draining ? 1 : 0;
   const std::string too_few = "fewer than min_workers (" + std::to_string(options_.min_workers) +
                               ") trainers holding the job's state (" + std::to_string(usable) +
-                              " usable node" + (usable == 1 ? "" : "s") + " in the cluster)";
+                              " usable node" + (usable == 1 ? "" : "s") + " in the cluster)" +
+                              (no_resume_reason_.empty() ? "" : "; " + no_resume_reason_);
   if (below_min_since_ && state_ == "running" && now - *below_min_since_ > options_.grace_period) {
     finish("failed", too_few + " for more than " + std::to_string(options_.grace_period / 1000) +
                          " s (at step " + std::to_string(job_step_) + ")",
@@ -512,6 +517,167 @@ bool ElasticJob::holds_state(const std::string& trainer) const {
   return t.view.committed_step >= job_step_;
 }
 
+bool ElasticJob::may_hold_state(const std::string& trainer) const {
+  const Trainer& t = trainers_.at(trainer);
+  if (t.view.phase == Phase::kGone || t.exited) return false;
+  // Restored and silent past the restore wait (its exit report lost with the old head, or its
+  // answers lost): it has had form_timeout to say where it stopped. Should it still be alive,
+  // it is told to stop when the job resumes from a checkpoint, and what it reports later about
+  // its generation no longer counts (resumed_generation_).
+  if (t.view.committed_step < 0 && !restore_wait_until_) return false;
+  if (std::find(last_trained_members_.begin(), last_trained_members_.end(), trainer) !=
+      last_trained_members_.end()) {
+    return true;
+  }
+  if (lease_generation_ > 0) return t.synced_generation > lease_generation_;
+  return true;
+}
+
+bool ElasticJob::readable_by(const JobCheckpoint& c, const std::string& trainer) const {
+  return c.shared || node_name(trainers_.at(trainer).view.node) == c.node;
+}
+
+void ElasticJob::checkpoint_written(const JobCheckpoint& c, Millis now) {
+  (void)now;
+  if (finished_ || c.path.empty() || c.step <= 0) return;
+  auto it = std::find_if(checkpoints_.begin(), checkpoints_.end(),
+                         [&](const JobCheckpoint& o) { return o.step >= c.step; });
+  if (it != checkpoints_.end() && it->step == c.step) {
+    *it = c;
+  } else {
+    checkpoints_.insert(it, c);
+  }
+  while (checkpoints_.size() > kKeptCheckpoints) checkpoints_.erase(checkpoints_.begin());
+  persist();  // a restarted head resumes from it too
+}
+
+bool ElasticJob::resume_from_checkpoint(const std::vector<std::string>& candidates,
+                                        const std::string& reason, Millis now) {
+  no_resume_reason_.clear();
+  // A trainer that may still hold the committed state is waited for, as before: going back to
+  // a checkpoint loses steps, which only the loss of every holder justifies.
+  std::vector<std::string> awaited;
+  for (const auto& [name, t] : trainers_) {
+    if (may_hold_state(name)) awaited.push_back(name);
+  }
+  if (!awaited.empty()) {
+    // A holder that died unseen (its agent's exit report lost, say to a partition) would keep
+    // the job waiting until it fails, although a checkpoint could resume it: a probe finds out
+    // whether its process is gone (its connection closed), and then it is written off
+    // (probe_result). A frozen or cut-off one does not answer, and is waited for.
+    if (!checkpoints_.empty() && now >= next_exit_probe_) {
+      next_exit_probe_ = now + 2 * options_.probe_timeout;
+      for (const auto& name : awaited) {
+        exit_probes_.insert(name);
+        emit(ProbeCommand{name, generation_});
+      }
+    }
+    return false;
+  }
+  if (checkpoints_.empty()) {
+    no_resume_reason_ = "no live trainer holds step " + std::to_string(job_step_) +
+                        " and the job wrote no checkpoint to resume from ([checkpoint] every)";
+    return false;
+  }
+  // The newest checkpoint that a trainer can read: on a shared disk, or on a live node (by
+  // name) where one can be placed. Older ones lose more steps but are as good a committed state.
+  const auto readable_somewhere = [&](const JobCheckpoint& c) {
+    if (c.shared) return true;
+    return std::any_of(nodes_.begin(), nodes_.end(), [&](const auto& entry) {
+      return entry.second.alive && !entry.second.draining && entry.second.name == c.node;
+    });
+  };
+  const JobCheckpoint* chosen = nullptr;
+  for (auto it = checkpoints_.rbegin(); it != checkpoints_.rend() && !chosen; ++it) {
+    if (readable_somewhere(*it)) chosen = &*it;
+  }
+  if (!chosen) {
+    const JobCheckpoint& newest = checkpoints_.back();
+    no_resume_reason_ = "no live trainer holds step " + std::to_string(job_step_) +
+                        " and no trainer can read a checkpoint: the newest (step " +
+                        std::to_string(newest.step) + ", " + newest.path + ") lies on node " +
+                        newest.node + "'s disk, which is not in the cluster (set [checkpoint] " +
+                        "shared = true if its dir is shared by every node)";
+    return false;
+  }
+  const JobCheckpoint checkpoint = *chosen;
+  const auto wait = [&](const std::string& why) {
+    no_resume_reason_ = "no live trainer holds step " + std::to_string(job_step_) + "; " + why;
+    if (!below_min_since_) below_min_since_ = now;
+    if (!members_.empty()) form_generation({}, reason + " (" + why + ")", now);
+    return true;
+  };
+  // Only trainers that never synced take part: one that did holds a state of some generation
+  // of the timeline given up, which a heartbeat may still report, and outside the new
+  // generation it could later win a sync with it. They are stopped, and replaced.
+  std::vector<std::string> stale;
+  for (const auto& [name, t] : trainers_) {
+    if (t.view.phase != Phase::kGone && t.synced_generation >= 0) stale.push_back(name);
+  }
+  for (const auto& name : stale) {
+    trainer_gone(name,
+                 "holds a state of the timeline given up for the checkpoint at step " +
+                     std::to_string(checkpoint.step),
+                 now, true);
+  }
+  if (!stale.empty()) place_trainers(now);
+  std::vector<std::string> fresh;
+  for (const auto& name : candidates) {
+    if (trainers_.at(name).view.phase != Phase::kGone) fresh.push_back(name);
+  }
+  // At the first start a job waits for every trainer still starting; so does a resume (one
+  // formation instead of two), and it needs one that can read the checkpoint.
+  const auto spawning = std::any_of(trainers_.begin(), trainers_.end(), [&](const auto& entry) {
+    const Trainer& t = entry.second;
+    return t.view.phase == Phase::kSpawning && now - t.spawned_at < options_.spawn_timeout;
+  });
+  if (spawning && static_cast<int>(fresh.size()) < options_.max_workers) {
+    return wait("resuming from the checkpoint at step " + std::to_string(checkpoint.step) +
+                " once the trainers starting have joined");
+  }
+  if (static_cast<int>(fresh.size()) < options_.min_workers) {
+    return wait("fewer than min_workers trainers to resume from the checkpoint at step " +
+                std::to_string(checkpoint.step));
+  }
+  auto source = std::find_if(fresh.begin(), fresh.end(), [&](const std::string& name) {
+    return readable_by(checkpoint, name);
+  });
+  if (source == fresh.end()) {
+    return wait("waiting for a trainer on node " + checkpoint.node + ", whose disk holds the " +
+                "checkpoint at step " + std::to_string(checkpoint.step));
+  }
+  std::vector<std::string> members{*source};
+  for (const auto& name : fresh) {
+    if (name != members.front()) members.push_back(name);
+  }
+  if (static_cast<int>(members.size()) > options_.max_workers) members.resize(options_.max_workers);
+  const std::int64_t lost = std::max<std::int64_t>(0, job_step_ - checkpoint.step);
+  lost_steps_ += lost;
+  JobEvent e = event_now("resumed_from_checkpoint");
+  e.step = checkpoint.step;
+  e.generation = generation_ + 1;
+  e.trainer = members.front();
+  e.reason = checkpoint.path;
+  e.lost_steps = lost;
+  event(std::move(e));
+  job_step_ = checkpoint.step;
+  // The disruption's recovery counts the steps lost from here: those before are counted above.
+  step_at_disruption_ = checkpoint.step;
+  resumed_generation_ = generation_ + 1;
+  // Checkpoints of the timeline given up (newer ones no trainer could read) are dropped: the
+  // job trains those steps again and writes its own.
+  checkpoints_.erase(
+      std::remove_if(checkpoints_.begin(), checkpoints_.end(),
+                     [&](const JobCheckpoint& c) { return c.step > checkpoint.step; }),
+      checkpoints_.end());
+  below_min_since_.reset();
+  form_generation(std::move(members),
+                  reason + " (no live trainer holds the committed state: resuming from the " +
+                      "checkpoint at step " + std::to_string(checkpoint.step) + ")",
+                  now, &checkpoint);
+  return true;
+}
+
 void ElasticJob::maybe_regroup(const std::string& reason, Millis now) {
   if (finished_ || !started_) return;
   // One generation at a time: a new one is issued only once the last one trained a step, broke
@@ -627,8 +793,11 @@ void ElasticJob::maybe_regroup(const std::string& reason, Millis now) {
   });
   if (static_cast<int>(members.size()) > options_.max_workers) members.resize(options_.max_workers);
   if (!holds_state(members.front())) {
-    // Nobody here has the committed state: starting would silently restart training. Wait for
-    // a holder to come back (a frozen or partitioned one may), and fail after the grace period.
+    // Nobody here has the committed state: starting would silently restart training. Unless
+    // every trainer that may hold it is gone and a checkpoint can be read: then the job goes
+    // back to it. Otherwise wait for a holder to come back (a frozen or partitioned one may),
+    // and fail after the grace period.
+    if (resume_from_checkpoint(members, reason, now)) return;
     if (!below_min_since_) below_min_since_ = now;
     if (!members_.empty()) {
       form_generation({}, reason + " (no live trainer holds step " + std::to_string(job_step_) +
@@ -642,7 +811,7 @@ void ElasticJob::maybe_regroup(const std::string& reason, Millis now) {
 }
 
 void ElasticJob::form_generation(std::vector<std::string> members, const std::string& reason,
-                                 Millis now) {
+                                 Millis now, const JobCheckpoint* resume) {
   ++generation_;
   persist();  // a generation number is never issued twice, across head restarts too
   std::vector<std::int32_t> batches;
@@ -664,8 +833,17 @@ void ElasticJob::form_generation(std::vector<std::string> members, const std::st
     Trainer& t = trainers_.at(members[rank]);
     t.view.phase = Phase::kMember;
     t.view.rank = static_cast<std::int32_t>(rank);
-    emit(RendezvousCommand{members[rank], RendezvousOrder{generation_, t.view.rank, world, batches,
-                                                          plan_version_, false, lost_member}});
+    // A generation that resumes from a checkpoint names it to every member.
+    RendezvousOrder order{generation_,
+                          t.view.rank,
+                          world,
+                          batches,
+                          plan_version_,
+                          false,
+                          lost_member,
+                          resume ? resume->path : std::string(),
+                          resume ? resume->step : -1};
+    emit(RendezvousCommand{members[rank], std::move(order)});
   }
   // Everyone who was in the old generation but not in the new one stops training in it and
   // waits, idle, for a later generation. The drained too: until a generation without them has
@@ -676,8 +854,8 @@ void ElasticJob::form_generation(std::vector<std::string> members, const std::st
     if (std::find(members.begin(), members.end(), name) != members.end()) continue;
     Trainer& t = trainers_.at(name);
     if (t.view.phase == Phase::kGone) continue;
-    emit(RendezvousCommand{
-        name, RendezvousOrder{generation_, -1, world, batches, plan_version_, false, lost_member}});
+    emit(RendezvousCommand{name, RendezvousOrder{generation_, -1, world, batches, plan_version_,
+                                                 false, lost_member, std::string(), -1}});
     t.view.rank = -1;
     if (t.view.phase != Phase::kLeaving) t.view.phase = Phase::kReady;
   }
@@ -729,7 +907,9 @@ void ElasticJob::report(const std::string& trainer, const MemberReport& r, Milli
   // its sync reports the state it joined with, which may hold such a step).
   const bool synced_leader = r.rank == 0 && (r.kind == MemberReport::Kind::kSynced ||
                                              t->synced_generation >= r.generation);
-  if (synced_leader) job_step_ = std::max(job_step_, r.step);
+  // Steps of a timeline given up for a checkpoint are not the job's any more.
+  const bool given_up = r.generation < resumed_generation_;
+  if (synced_leader && !given_up) job_step_ = std::max(job_step_, r.step);
   // A sync is evidence of holding the state whatever became of the generation since
   // (holds_state). [fix: elastic simulation seed 53]
   if (r.kind == MemberReport::Kind::kSynced) {
@@ -917,8 +1097,10 @@ void ElasticJob::done(const std::string& trainer, const MemberDone& d, Millis no
   if (!t) return;
   heard_from(*t, d.generation, now);
   t->view.committed_step = std::max(t->view.committed_step, d.step);
-  // A leader's committed step, whatever the generation (as with reports).
-  if (d.rank == 0) job_step_ = std::max(job_step_, d.step);
+  // A leader's committed step, whatever the generation (as with reports), unless the job gave
+  // that generation's timeline up for a checkpoint.
+  const bool given_up = d.generation < resumed_generation_;
+  if (d.rank == 0 && !given_up) job_step_ = std::max(job_step_, d.step);
   if (finished_) {
     emit(StopCommand{trainer, "job " + state_});  // its verdict was lost: say it again
     return;
@@ -932,7 +1114,7 @@ void ElasticJob::done(const std::string& trainer, const MemberDone& d, Millis no
   // since: its leader may have been written off while writing it (cut off from the scheduler;
   // the lease kept any other generation from committing meanwhile). Ignored, the job went on
   // without it and could fail although it was done. [fix: elastic simulation seed 42280]
-  if (d.outcome == MemberDone::Outcome::kFinished && d.ok && d.rank == 0 &&
+  if (d.outcome == MemberDone::Outcome::kFinished && d.ok && d.rank == 0 && !given_up &&
       d.step >= options_.total_steps && d.step > 0) {
     finish("succeeded", "", now);
     return;
@@ -965,6 +1147,20 @@ void ElasticJob::probe_result(const std::string& trainer, std::int64_t generatio
   const bool released =
       !reachable && (process_gone || options_.mutation == Mutation::kGrantOnSilence);
   if (released && trainer == lease_holder_ && !finished_) lease_released_ = true;
+  exit_probes_.erase(trainer);
+  if (!reachable && process_gone && !finished_) {
+    // Its process is gone, as if its agent had reported the exit (a report that may have been
+    // lost): kept as a holder of the job's state, it kept the job waiting for it until the job
+    // failed, although a checkpoint could resume it.
+    Trainer* t = find(trainer);
+    if (t && !t->exited && t->view.phase != Phase::kGone) {
+      t->exited = true;
+      trainer_gone(trainer, "its process is gone (" + error + ")", now, false);
+      maybe_regroup("trainer " + trainer + " is gone", now);
+      place_trainers(now);
+      return;
+    }
+  }
   if (finished_ || generation != generation_) return;
   Trainer* t = find(trainer);
   if (!t || t->view.phase == Phase::kGone) return;

@@ -15,13 +15,17 @@
 // - Bounded liveness: spawning, forming and training all have deadlines; formation failures back
 //   off; a job that cannot train for its grace period fails with the reason.
 // - A generation never starts from nothing: it includes a survivor of the last one, or a trainer
-//   that holds the job's committed step; otherwise it waits (and the job fails after its grace).
+//   that holds the job's committed step. When every trainer that may hold it is gone, the job
+//   goes back to its newest checkpoint that a new trainer can read (resume_from_checkpoint):
+//   the steps after it are recorded as lost and trained again under a new, fenced generation.
+//   Without such a checkpoint it waits (and the job fails after its grace, saying why).
 
 #include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <variant>
 #include <vector>
@@ -84,7 +88,9 @@ struct DropStoreKeysCommand {  // delete rendezvous keys of generations < below 
   std::int64_t below = -1;
 };
 // Something worth a line in events.jsonl. `kind`: spawn, trainer_ready, trainer_gone, drain,
-// generation, generation_formed, formation_failed, recovered, lease_refused, finished.
+// generation, generation_formed, formation_failed, recovered, lease_refused,
+// resumed_from_checkpoint (step: the checkpoint's, reason: its path, trainer: the rank 0 that
+// loads it, lost_steps: committed steps given up), finished.
 struct JobEvent {
   std::string kind;
   std::string trainer;
@@ -107,6 +113,17 @@ struct PersistCommand {};
 using JobCommand =
     std::variant<SpawnCommand, RendezvousCommand, PlanCommand, LeaseCommand, StopCommand,
                  ProbeCommand, DropStoreKeysCommand, JobEvent, FinishCommand, PersistCommand>;
+
+// A checkpoint the job's leader wrote: the committed state at `step`, a file at `path` on the
+// node named `node` (by name: a node back with a new incarnation is the same machine and disk).
+// `shared`: it lies in a directory that every node sees at the same path ([checkpoint] shared),
+// so a trainer on any node can load it; otherwise only a trainer on `node` can.
+struct JobCheckpoint {
+  std::int64_t step = 0;
+  std::string path;
+  std::string node;
+  bool shared = false;
+};
 
 // The part of an ElasticJob a head keeps across its own restart. Written per generation, lease
 // and membership change, not per step: the committed step in it is a lower bound, and a
@@ -134,6 +151,8 @@ struct ElasticJobSnapshot {
   std::vector<std::string> draining_nodes;  // node ids
   std::int64_t lost_steps = 0;
   std::int64_t abandoned_steps = 0;
+  std::vector<JobCheckpoint> checkpoints;  // oldest first
+  std::int64_t resumed_generation = 0;     // of the last resume from a checkpoint (0: none)
 };
 
 // The batch plan a new generation starts with: the controller's split for these members.
@@ -197,6 +216,11 @@ class ElasticJob {
   void progress(const std::string& trainer, std::int64_t committed_step);  // heartbeat counters
   void lease_request(const std::string& trainer, const LeaseAsk& ask, Millis now);
   void done(const std::string& trainer, const MemberDone& done, Millis now);
+  // The leader wrote a checkpoint of committed step `checkpoint.step` (reported with the step).
+  // The job keeps the newest kKeptCheckpoints, to resume from when no live trainer holds its
+  // state.
+  void checkpoint_written(const JobCheckpoint& checkpoint, Millis now);
+  static constexpr std::size_t kKeptCheckpoints = 8;
   // `process_gone`: the probe failed at once because the trainer's connection is closed
   // (refused or reset by its machine), which proves its process has exited; a probe that timed
   // out proves nothing (a frozen process, a partition, a dead machine all look the same).
@@ -222,6 +246,10 @@ class ElasticJob {
   std::map<std::string, TrainerView> trainers() const;
   std::string node_name(const std::string& node) const;
   std::int64_t lost_steps() const { return lost_steps_; }
+  const std::vector<JobCheckpoint>& checkpoints() const { return checkpoints_; }
+  // The generation of the last resume from a checkpoint (0: none): reports of older
+  // generations carry steps of the timeline given up there.
+  std::int64_t resumed_generation() const { return resumed_generation_; }
   std::int64_t abandoned_steps() const { return abandoned_steps_; }
   const std::vector<double>& recovery_seconds() const { return recovery_s_; }
   // The lease in force, as this side sees it: generation and until when (its clock).
@@ -256,10 +284,20 @@ class ElasticJob {
   void trainer_gone(const std::string& trainer, const std::string& reason, Millis now,
                     bool stop_it);
   void maybe_regroup(const std::string& reason, Millis now);
-  void form_generation(std::vector<std::string> members, const std::string& reason, Millis now);
+  void form_generation(std::vector<std::string> members, const std::string& reason, Millis now,
+                       const JobCheckpoint* resume = nullptr);
   void finish(const std::string& state, const std::string& reason, Millis now);
   void note_disruption(Millis now);
   bool holds_state(const std::string& trainer) const;
+  // Whether the trainer may hold the job's committed state once it reports (a member of the
+  // last generation that trained, or one that synced after it): while one is there, the job
+  // waits for it instead of going back to a checkpoint.
+  bool may_hold_state(const std::string& trainer) const;
+  // Forms the next generation from a checkpoint when no trainer may hold the job's state;
+  // false (nothing done) when it cannot, with no_resume_reason_ saying why.
+  bool resume_from_checkpoint(const std::vector<std::string>& candidates, const std::string& reason,
+                              Millis now);
+  bool readable_by(const JobCheckpoint& checkpoint, const std::string& trainer) const;
   void write_off_unreachable(Millis now);
   void heard_from(Trainer& t, std::int64_t generation, Millis now);
   void probe(const std::string& trainer, Millis now);
@@ -324,6 +362,15 @@ class ElasticJob {
   std::int64_t lost_steps_ = 0;
   std::int64_t abandoned_steps_ = 0;
   std::int64_t broken_generation_ = -1;  // a member of it reported a failed collective
+
+  // Checkpoints, and going back to one.
+  std::vector<JobCheckpoint> checkpoints_;  // oldest first, at most kKeptCheckpoints
+  std::int64_t resumed_generation_ = 0;
+  std::string no_resume_reason_;  // why the job could not resume from a checkpoint
+  // Trainers that may hold the state, probed while a resume waits for them: one whose probe
+  // proves its process gone is written off (its exit report may have been lost).
+  std::set<std::string> exit_probes_;
+  Millis next_exit_probe_ = 0;
 };
 
 }  // namespace omnilearn::scheduler

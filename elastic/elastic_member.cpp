@@ -106,7 +106,7 @@ MemberAction ElasticMember::next(Millis now) {
     case Phase::kJoining:
       return JoinAction{generation_, rank_, world_};
     case Phase::kSyncing:
-      return SyncAction{};
+      return SyncAction{checkpoint_, checkpoint_step_};
     case Phase::kTraining: {
       if (step_ >= options_.total_steps) {
         if (rank_ == 0) {
@@ -173,6 +173,8 @@ MemberAction ElasticMember::idle(Millis now) {
       world_ = order.world;
       batches_ = order.batches;
       plan_version_ = order.plan_version;
+      checkpoint_ = order.checkpoint;
+      checkpoint_step_ = order.checkpoint_step;
       if (plan_ && plan_->generation < generation_) plan_.reset();
       plan_words_.clear();
       abandon_sent_ = false;
@@ -314,8 +316,16 @@ void ElasticMember::joined(bool ok, const std::string& error, Millis now) {
 }
 
 void ElasticMember::synced(bool ok, const std::string& error, std::int64_t step,
-                           std::uint64_t checksum, Millis now) {
+                           std::uint64_t checksum, Millis now, bool fatal) {
   if (phase_ != Phase::kSyncing) return;
+  if (!ok && fatal) {
+    // The scheduler decides: an error done fails the job with the reason.
+    send_done(MemberDone::Outcome::kError, false, error, now);
+    phase_ = Phase::kFinished;
+    plan_words_.clear();
+    idle_since_ = now;
+    return;
+  }
   if (!ok) return broken(error, now);
   step_ = step;
   phase_ = Phase::kTraining;
@@ -423,11 +433,11 @@ bool carry_out(const MemberAction& action, Replica& replica, ElasticMember& memb
   if (const auto* join = std::get_if<JoinAction>(&action)) {
     const auto r = replica.join(join->generation, join->rank, join->world);
     member.joined(r.ok, r.error, clock());
-  } else if (std::holds_alternative<SyncAction>(action)) {
+  } else if (const auto* sync = std::get_if<SyncAction>(&action)) {
     std::int64_t step = 0;
     std::uint64_t checksum = 0;
-    const auto r = replica.sync(&step, &checksum);
-    member.synced(r.ok, r.error, step, checksum, clock());
+    const auto r = replica.sync(*sync, &step, &checksum);
+    member.synced(r.ok, r.error, step, checksum, clock(), r.fatal);
   } else if (const auto* control = std::get_if<ControlAction>(&action)) {
     std::vector<std::int64_t> words = control->words;
     const auto r = replica.control(words);

@@ -67,7 +67,13 @@ struct JoinAction {  // rendezvous generation `generation` as rank/world -> join
   std::int32_t rank = 0;
   std::int32_t world = 1;
 };
-struct SyncAction {};  // adopt the most advanced rank's state -> synced()
+// Adopt the most advanced rank's state -> synced(). In a generation that resumes from a
+// checkpoint (checkpoint_step >= 0), rank 0 first loads `checkpoint` and every rank adopts
+// rank 0's state: the others may hold states of the timeline the job gave up.
+struct SyncAction {
+  std::string checkpoint;
+  std::int64_t checkpoint_step = -1;
+};
 struct ControlAction {  // the group's first round: broadcast from rank 0 -> control_done()
   std::vector<std::int64_t> words;  // empty on followers
 };
@@ -103,12 +109,16 @@ class Replica {
   struct Outcome {
     bool ok = true;
     std::string error;
+    // Not a collective failure but one another generation cannot mend (a checkpoint that
+    // cannot be loaded): the member reports an error done, and the scheduler fails the job.
+    bool fatal = false;
   };
   using WordsCheck = std::function<bool(const std::vector<std::int64_t>& words)>;
   virtual ~Replica() = default;
   virtual Outcome join(std::int64_t generation, std::int32_t rank, std::int32_t world) = 0;
-  // Adopts the most advanced rank's state; *step and *checksum describe the state after it.
-  virtual Outcome sync(std::int64_t* step, std::uint64_t* checksum) = 0;
+  // Adopts the most advanced rank's state, or the checkpoint's that rank 0 loads (SyncAction);
+  // *step and *checksum describe the state after it.
+  virtual Outcome sync(const SyncAction& action, std::int64_t* step, std::uint64_t* checksum) = 0;
   // Rank 0's words replace the others' (on followers `words` comes in empty).
   virtual Outcome control(std::vector<std::int64_t>& words) = 0;
   // One fused step (StepAction): computes with `batches` and exchanges the result with rank 0's
@@ -151,8 +161,9 @@ class ElasticMember {
 
   // Outcomes of the actions.
   void joined(bool ok, const std::string& error, Millis now);
+  // `fatal`: the sync failed in a way no other generation mends (Replica::Outcome::fatal).
   void synced(bool ok, const std::string& error, std::int64_t step, std::uint64_t checksum,
-              Millis now);
+              Millis now, bool fatal = false);
   void control_done(bool ok, const std::string& error, const std::vector<std::int64_t>& words,
                     Millis now);
   // A StepAction's exchange completed (ok) with rank 0's `words`, or failed. Words that confirm
@@ -209,6 +220,8 @@ class ElasticMember {
   std::int32_t world_ = 0;
   std::vector<std::int32_t> batches_;
   std::uint64_t plan_version_ = 0;
+  std::string checkpoint_;  // the checkpoint this generation resumes from, if any
+  std::int64_t checkpoint_step_ = -1;
   std::int64_t step_ = 0;
   std::vector<std::int64_t> sent_words_;    // the leader's last control words
   std::vector<std::int64_t> plan_words_;    // the continue words in force (empty: none yet)

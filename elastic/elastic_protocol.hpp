@@ -34,6 +34,12 @@ struct RendezvousOrder {
   // A member of the previous generation was lost (died, hung, cut off): whoever still waits in
   // one of its collectives may give up now rather than at the collective timeout.
   bool abandon_previous = false;
+  // A generation that resumes from a checkpoint (no live trainer held the job's committed
+  // state): rank 0 loads `checkpoint`, the committed state at step `checkpoint_step`, before
+  // the sync, and every rank adopts rank 0's state, whatever step it holds itself.
+  // checkpoint_step < 0: an ordinary generation (the sync adopts the most advanced state).
+  std::string checkpoint;
+  std::int64_t checkpoint_step = -1;
 };
 
 // scheduler -> leader: use these batches from the next step boundary of `generation` on.

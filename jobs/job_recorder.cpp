@@ -76,6 +76,8 @@ std::string_view event_name(EventKind kind) {
       return "drain";
     case EventKind::kRecovered:
       return "recovered";
+    case EventKind::kResumedFromCheckpoint:
+      return "resumed_from_checkpoint";
     case EventKind::kSupersededStep:
       return "superseded_step";
     case EventKind::kFormationFailed:

@@ -34,7 +34,7 @@
 namespace omnilearn::actors {
 
 // Every kind of line events.jsonl holds; docs/ARCHITECTURE.md ("events.jsonl") has a row for
-// each, with its fields (actors_job_recorder_test checks that the table names them all).
+// each, with its fields (jobs_job_recorder_test checks that the table names them all).
 enum class EventKind : std::uint8_t {
   // Both kinds of job.
   kSubmitted,
@@ -52,6 +52,7 @@ enum class EventKind : std::uint8_t {
   kStep,
   kDrain,
   kRecovered,
+  kResumedFromCheckpoint,
   kSupersededStep,
   kFormationFailed,
   kLeaseRefused,

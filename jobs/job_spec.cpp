@@ -543,6 +543,7 @@ JobSpec parse_job_spec(std::string_view toml_text, const std::string& source, Fi
   auto checkpoint = section("checkpoint");
   checkpoint.string("dir", spec.checkpoint.dir);
   checkpoint.integer("every", spec.checkpoint.every, 0);
+  checkpoint.boolean("shared", spec.checkpoint.shared);
   checkpoint.finish();
   return spec;
 }

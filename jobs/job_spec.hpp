@@ -46,6 +46,10 @@ struct ElasticSection {
 struct CheckpointSection {
   std::string dir;          // empty: <run-dir>/checkpoints
   std::int64_t every = 0;   // steps between checkpoints (0: only the final one)
+  // `dir` is the same directory on every node (a shared file system): a trainer on any node can
+  // resume the job from a checkpoint written on another. Otherwise only a trainer on the node
+  // that wrote it can (the node back after a restart, say).
+  bool shared = false;
 };
 
 // [asp]: asynchronous training's settings (issue 13); only a job with mode = "asp" may carry

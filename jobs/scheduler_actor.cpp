@@ -68,6 +68,11 @@ std::string encode_run_state(const scheduler::ElasticJobSnapshot& m,
                         {"synced_generation", t.synced_generation},
                         {"exited", t.exited}});
   }
+  Json checkpoint_records = Json::array();
+  for (const auto& c : m.checkpoints) {
+    checkpoint_records.push_back(
+        {{"step", c.step}, {"path", c.path}, {"node", c.node}, {"shared", c.shared}});
+  }
   Json machine{{"state", m.state},
                {"total_steps", m.total_steps},
                {"generation", m.generation},
@@ -81,7 +86,9 @@ std::string encode_run_state(const scheduler::ElasticJobSnapshot& m,
                {"trainers", trainers},
                {"draining_nodes", m.draining_nodes},
                {"lost_steps", m.lost_steps},
-               {"abandoned_steps", m.abandoned_steps}};
+               {"abandoned_steps", m.abandoned_steps},
+               {"checkpoints", checkpoint_records},
+               {"resumed_generation", m.resumed_generation}};
   return Json{{"version", 1}, {"machine", machine}, {"trainer_systems", trainer_systems},
               {"step", step}, {"epoch", epoch},     {"checkpoints", checkpoints}}
       .dump();
@@ -131,6 +138,16 @@ RunState decode_run_state(const std::string& text) {
     s.draining_nodes = m.at("draining_nodes").get<std::vector<std::string>>();
     s.lost_steps = m.at("lost_steps").get<std::int64_t>();
     s.abandoned_steps = m.at("abandoned_steps").get<std::int64_t>();
+    // Written by heads that resume jobs from checkpoints; absent: none recorded.
+    if (m.contains("checkpoints")) {
+      for (const auto& c : m.at("checkpoints")) {
+        s.checkpoints.push_back({c.at("step").get<std::int64_t>(), c.at("path").get<std::string>(),
+                                 c.at("node").get<std::string>(), c.at("shared").get<bool>()});
+      }
+    }
+    if (m.contains("resumed_generation")) {
+      s.resumed_generation = m.at("resumed_generation").get<std::int64_t>();
+    }
     run.trainer_systems = json.at("trainer_systems").get<std::map<std::string, std::string>>();
     run.step = json.at("step").get<std::int64_t>();
     run.epoch = json.at("epoch").get<std::int64_t>();
@@ -291,8 +308,9 @@ void SchedulerActor::carry_out(std::vector<scheduler::JobCommand> commands) {
            SpawnTrainer{options_.job_id, spawn->trainer, scheduler_actor_name(options_.job_id)});
     } else if (auto* rv = std::get_if<proto::RendezvousCommand>(&command)) {
       const auto& o = rv->order;
-      Rendezvous order{options_.job_id, o.generation,   o.rank,  o.world,
-                       o.batches,       o.plan_version, o.leave, o.abandon_previous};
+      Rendezvous order{options_.job_id, o.generation,     o.rank,  o.world,
+                       o.batches,       o.plan_version,   o.leave, o.abandon_previous,
+                       o.checkpoint,    o.checkpoint_step};
       io_[rv->trainer].last_rendezvous = order;
       if (auto to = trainer_address(rv->trainer)) tell(*to, order);
     } else if (auto* plan = std::get_if<proto::PlanCommand>(&command)) {
@@ -417,6 +435,19 @@ void SchedulerActor::write_event(const scheduler::JobEvent& e) {
   } else if (e.kind == "recovered") {
     line["recovery_s"] = e.seconds;
     line["lost_steps"] = e.lost_steps;
+  } else if (e.kind == "resumed_from_checkpoint") {
+    line["checkpoint"] = e.reason;
+    line.erase("reason");
+    line["checkpoint_node"] = node_of(e.trainer);
+    line["lost_steps"] = e.lost_steps;
+    spdlog::warn(
+        "job {}: no live trainer holds its committed state; resuming from checkpoint {} "
+        "(step {}; {} committed steps lost) in generation {}",
+        options_.job_id, e.reason, e.step, e.lost_steps, e.generation);
+    membership_log_.push_back(fmt::format("step {}: resumed from checkpoint {} ({} steps lost)",
+                                          e.step, e.reason, e.lost_steps));
+    // The job's progress goes back to the checkpoint: the steps after it are trained again.
+    step_ = e.step;
   } else if (e.kind == "trainer_ready") {
     spdlog::info("job {}: trainer {} ready ({:.1f} s after spawn)", options_.job_id, e.trainer,
                  e.seconds);
@@ -629,6 +660,11 @@ void SchedulerActor::on_report(const TrainerReport& report) {
     checkpoints_.push_back({report.step, report.checkpoint, node_of(report.trainer)});
     event["checkpoint"] = report.checkpoint;
     event["checkpoint_node"] = checkpoints_.back().node;
+    // Persisted (the machine asks for it) before the step's line is written: a checkpoint in
+    // events.jsonl is one a restarted head can resume from.
+    const proto::JobCheckpoint written{report.step, report.checkpoint, checkpoints_.back().node,
+                                       options_.spec.checkpoint.shared};
+    drive([&] { job_.checkpoint_written(written, now()); });
   }
   recorder_.record(RunEvent(EventKind::kStep, std::move(event)));
   if (interval_due()) maybe_replan();
@@ -901,7 +937,9 @@ void SchedulerActor::on_message(const runtime::Envelope& message) {
         }
         // Why a trainer went, for events.jsonl and --follow/logs; before drive(), which may end
         // the job because of it. Exits after the end (trainers told to stop) are no news.
-        if (!finished_) {
+        auto& io = io_[exited->trainer];
+        if (!finished_ && !io.exit_reported) {
+          io.exit_reported = true;
           recorder_.record(RunEvent(EventKind::kTrainerExited,
                                     Json{{"trainer", exited->trainer},
                                          {"node", job_.node_name(exited->node_id)},

@@ -96,6 +96,8 @@ class SchedulerActor : public runtime::Actor {
     // The last rendezvous meant for it, sent again when it says hello from a new place (after
     // a head restart or takeover, when the first one had no route to it).
     std::optional<Rendezvous> last_rendezvous;
+    // Its exit was written to events.jsonl (an agent reports exits again to a restarted head).
+    bool exit_reported = false;
   };
 
   scheduler::Millis now() const;

@@ -3,7 +3,7 @@
 // hello reply (mode = "asp"):
 // - server: owns one contiguous shard (asp::ShardLayout) of the flat parameter vector, a
 //   ServerCore and the job's optimizer and learning-rate schedule on that shard; an actor
-//   ("server": actors/asp_server_actor, torch-free, the optimizer and checkpoint injected)
+//   ("server": jobs/asp_server_actor, torch-free, the optimizer and checkpoint injected)
 //   answers pulls with the shard attached and applies pushes; it checkpoints every
 //   `[checkpoint] every` updates and resumes from its shard's last checkpoint when restarted.
 // - worker: asks the scheduler for its next batch, pulls every shard, computes the gradient of

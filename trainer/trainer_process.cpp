@@ -155,7 +155,8 @@ class TrainerActor : public runtime::Actor {
             }
           }
           control_.push(proto::RendezvousOrder{rv->generation, rv->rank, rv->world, rv->batches,
-                                               rv->plan_version, rv->leave, rv->abandon_previous});
+                                               rv->plan_version, rv->leave, rv->abandon_previous,
+                                               rv->checkpoint, rv->checkpoint_step});
         }
         break;
       case MessageKind::kPlanUpdate:
@@ -335,9 +336,34 @@ class TrainingLoop {
           loop_.store_, static_cast<int>(generation), rank, world,
           std::max(loop_.collective_timeout_, std::chrono::milliseconds(30000)), group));
     }
-    Outcome sync(std::int64_t* step, std::uint64_t* checksum) override {
+    Outcome sync(const proto::SyncAction& action, std::int64_t* step,
+                 std::uint64_t* checksum) override {
       int root = 0;
-      auto status = loop_.trainer_->sync_state_from_most_advanced(&root);
+      training::CollectiveStatus status;
+      if (action.checkpoint_step >= 0) {
+        // The job resumes from a checkpoint: rank 0 loads it (model, optimizer state, step and
+        // data cursor) and every rank adopts rank 0's state, whatever it held itself.
+        if (loop_.trainer_->rank() == 0) {
+          try {
+            loop_.trainer_->load_checkpoint(action.checkpoint);
+          } catch (const std::exception& e) {
+            return {false, "cannot resume from checkpoint " + action.checkpoint + ": " + e.what(),
+                    true};
+          }
+          if (loop_.trainer_->step_count() != action.checkpoint_step) {
+            return {false,
+                    fmt::format("checkpoint {} holds step {}, not step {} as the job recorded",
+                                action.checkpoint, loop_.trainer_->step_count(),
+                                action.checkpoint_step),
+                    true};
+          }
+          spdlog::info("trainer {}: loaded checkpoint {} (step {})", loop_.args_.trainer,
+                       action.checkpoint, action.checkpoint_step);
+        }
+        status = loop_.trainer_->sync_state_from_rank0();
+      } else {
+        status = loop_.trainer_->sync_state_from_most_advanced(&root);
+      }
       if (status) {
         loop_.checksum_ = 0;
         for (const auto& named : loop_.trainer_->named_parameters()) {

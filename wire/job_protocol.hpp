@@ -151,7 +151,11 @@ struct Rendezvous {
   std::uint64_t plan_version = 0;
   bool leave = false;
   bool abandon_previous = false;  // a member was lost: stop waiting in the old group's collective
-  MSGPACK_DEFINE(job_id, generation, rank, world, batches, plan_version, leave, abandon_previous);
+  // The generation resumes from this checkpoint (rank 0 loads it; checkpoint_step < 0: none).
+  std::string checkpoint;
+  std::int64_t checkpoint_step = -1;
+  MSGPACK_DEFINE(job_id, generation, rank, world, batches, plan_version, leave, abandon_previous,
+                 checkpoint, checkpoint_step);
 };
 
 // scheduler -> the rank-0 leader: use these batches from the next step boundary on.

@@ -6,7 +6,7 @@
 // N_s-byte gradient slice, a small reply). The shards' requests go out together and the replies
 // are awaited after, per step, as the trainer's worker does (pull_all, then the pushes).
 //
-//   actor  the servers are actors/asp_server_actor (AspServerActor, ServerCore, the shard
+//   actor  the servers are jobs/asp_server_actor (AspServerActor, ServerCore, the shard
 //          copied once into the pull's frame) in their own processes, one per shard; the worker
 //          is this process, asking them from outside any actor with ActorSystem::ask_envelope
 //          exactly as the trainer's worker does: the push's attachment a runtime::Bytes::view

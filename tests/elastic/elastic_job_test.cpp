@@ -300,5 +300,171 @@ TEST(ElasticJob, ARestoredJobGoesOnFromItsSnapshot) {
   EXPECT_EQ(second.committed_step(), 7);
 }
 
+// A job of two trainers on w1 and w2 that trained to step 12 under a lease, with a checkpoint
+// of step 10 (written on w1) on record.
+struct TrainedJob {
+  ElasticJob job;
+  std::vector<std::string> members;
+  std::int64_t generation = 0;
+};
+TrainedJob trained_job(bool shared) {
+  ElasticJobOptions o;
+  o.min_workers = 1;
+  o.max_workers = 2;
+  o.total_steps = 100;
+  o.grace_period = 5000;
+  TrainedJob t{started_job(o, 2), {}, 0};
+  for (const auto& spawn : commands_of<SpawnCommand>(t.job)) t.job.hello(spawn.trainer, 10);
+  t.members = t.job.members();
+  t.generation = t.job.generation();
+  for (std::int32_t r = 0; r < 2; ++r) {
+    t.job.report(t.members[static_cast<std::size_t>(r)],
+                 {MemberReport::Kind::kSynced, t.generation, r, 0, "", 0}, 20);
+  }
+  t.job.lease_request(t.members[0], {t.generation, 1, 0}, 20);
+  t.job.report(t.members[0], {MemberReport::Kind::kStep, t.generation, 0, 10, "", 0}, 30);
+  t.job.checkpoint_written({10, "ckpt/step-00000010.pt", "w1", shared}, 30);
+  t.job.report(t.members[0], {MemberReport::Kind::kStep, t.generation, 0, 12, "", 0}, 40);
+  t.job.take_commands();
+  return t;
+}
+
+// Every trainer that held the job's state died (all killed at once): the job resumes from its
+// newest checkpoint under a new generation, with the steps after it recorded as lost. The
+// loaded step is the job's committed step; reports of the timeline given up count no more.
+TEST(ElasticJob, WhenEveryHolderIsGoneTheJobResumesFromItsNewestCheckpoint) {
+  TrainedJob t = trained_job(/*shared=*/true);
+  ElasticJob& job = t.job;
+  ASSERT_EQ(job.committed_step(), 12);
+  for (const auto& m : t.members) job.trainer_exited(m, 137, "killed by signal 9", 100);
+  auto spawns = commands_of<SpawnCommand>(job);
+  ASSERT_EQ(spawns.size(), 2u) << "the dead are replaced";
+  EXPECT_FALSE(job.finished());
+  job.hello(spawns[1].trainer, 200);
+  // One is still starting: the resume waits for it, as a first start does.
+  EXPECT_TRUE(commands_of<RendezvousCommand>(job).empty());
+  job.hello(spawns[0].trainer, 250);
+  std::vector<JobEvent> resumed;
+  std::vector<RendezvousCommand> rendezvous;
+  for (auto& c : job.take_commands()) {
+    if (auto* e = std::get_if<JobEvent>(&c); e && e->kind == "resumed_from_checkpoint") {
+      resumed.push_back(*e);
+    }
+    if (auto* rv = std::get_if<RendezvousCommand>(&c)) rendezvous.push_back(*rv);
+  }
+  ASSERT_EQ(resumed.size(), 1u);
+  EXPECT_EQ(resumed[0].step, 10);
+  EXPECT_EQ(resumed[0].lost_steps, 2);
+  EXPECT_EQ(resumed[0].reason, "ckpt/step-00000010.pt");
+  ASSERT_EQ(rendezvous.size(), 2u);
+  const std::int64_t g = job.generation();
+  EXPECT_GT(g, t.generation);
+  for (const auto& rv : rendezvous) {
+    EXPECT_EQ(rv.order.generation, g);
+    EXPECT_EQ(rv.order.checkpoint, "ckpt/step-00000010.pt");
+    EXPECT_EQ(rv.order.checkpoint_step, 10);
+  }
+  EXPECT_EQ(job.committed_step(), 10);
+  EXPECT_EQ(job.lost_steps(), 2);
+  EXPECT_EQ(job.resumed_generation(), g);
+  // The old leader's late report of step 13 is of the timeline given up.
+  job.report(t.members[0], {MemberReport::Kind::kStep, t.generation, 0, 13, "", 0}, 300);
+  EXPECT_EQ(job.committed_step(), 10);
+  // The new generation syncs at the checkpoint's step and trains on from it.
+  const auto members = job.members();
+  for (std::int32_t r = 0; r < 2; ++r) {
+    job.report(members[static_cast<std::size_t>(r)], {MemberReport::Kind::kSynced, g, r, 10, "", 0},
+               400);
+  }
+  job.lease_request(members[0], {g, 1, 10}, 400);
+  const auto leases = commands_of<LeaseCommand>(job);
+  ASSERT_EQ(leases.size(), 1u);
+  EXPECT_TRUE(leases[0].answer.granted) << leases[0].answer.reason;
+  job.report(members[0], {MemberReport::Kind::kStep, g, 0, 11, "", 0}, 450);
+  EXPECT_EQ(job.committed_step(), 11);
+  // What a restarted head needs to do the same: the checkpoints and the fence.
+  const ElasticJobSnapshot snap = job.snapshot();
+  ASSERT_EQ(snap.checkpoints.size(), 1u);
+  EXPECT_EQ(snap.checkpoints[0].path, "ckpt/step-00000010.pt");
+  EXPECT_EQ(snap.resumed_generation, g);
+}
+
+// A checkpoint on a node's own disk ([checkpoint] shared = false) can be loaded only by a
+// trainer on that node: it leads the resumed generation, whoever said hello first.
+TEST(ElasticJob, ANodeLocalCheckpointIsLoadedByATrainerOnItsNode) {
+  TrainedJob t = trained_job(/*shared=*/false);
+  ElasticJob& job = t.job;
+  for (const auto& m : t.members) job.trainer_exited(m, 137, "killed by signal 9", 100);
+  auto spawns = commands_of<SpawnCommand>(job);
+  ASSERT_EQ(spawns.size(), 2u);
+  std::string on_w1;
+  for (const auto& s : spawns) {
+    if (s.node == "n1") on_w1 = s.trainer;
+  }
+  ASSERT_FALSE(on_w1.empty());
+  for (auto it = spawns.rbegin(); it != spawns.rend(); ++it) job.hello(it->trainer, 200);
+  ASSERT_FALSE(job.members().empty());
+  EXPECT_EQ(job.members()[0], on_w1);
+  EXPECT_EQ(job.committed_step(), 10);
+}
+
+// Without a checkpoint a new trainer can read, the job waits for a holder as before and fails
+// after its grace period, saying why it could not resume.
+TEST(ElasticJob, WithoutAReadableCheckpointTheJobFailsSayingWhy) {
+  for (const bool any_checkpoint : {true, false}) {
+    SCOPED_TRACE(any_checkpoint ? "checkpoint on a dead node" : "no checkpoint");
+    ElasticJobOptions o;
+    o.min_workers = 1;
+    o.max_workers = 2;
+    o.total_steps = 100;
+    o.grace_period = 5000;
+    ElasticJob job = started_job(o, 2);
+    for (const auto& spawn : commands_of<SpawnCommand>(job)) job.hello(spawn.trainer, 10);
+    const auto members = job.members();
+    const std::int64_t g = job.generation();
+    for (std::int32_t r = 0; r < 2; ++r) {
+      job.report(members[static_cast<std::size_t>(r)],
+                 {MemberReport::Kind::kSynced, g, r, 0, "", 0}, 20);
+    }
+    job.lease_request(members[0], {g, 1, 0}, 20);
+    job.report(members[0], {MemberReport::Kind::kStep, g, 0, 10, "", 0}, 30);
+    if (any_checkpoint) job.checkpoint_written({10, "ckpt/step-00000010.pt", "w1", false}, 30);
+    job.take_commands();
+    job.node_down("n1", "dead", 100);  // w1's disk with it
+    for (const auto& m : members) job.trainer_exited(m, 137, "killed by signal 9", 100);
+    for (const auto& spawn : commands_of<SpawnCommand>(job)) job.hello(spawn.trainer, 200);
+    for (Millis now = 300; now < 60000 && !job.finished(); now += 100) job.tick(now);
+    ASSERT_TRUE(job.finished());
+    EXPECT_EQ(job.state(), "failed");
+    EXPECT_NE(job.reason().find(any_checkpoint ? "lies on node w1's disk" : "wrote no checkpoint"),
+              std::string::npos)
+        << job.reason();
+  }
+}
+
+// A head restarted after every trainer died (their exits, reported to the dead head, are
+// reported again by their agents): the restored job resumes from the checkpoint it persisted.
+TEST(ElasticJob, ARestoredJobWhoseTrainersAllDiedResumesFromItsCheckpoint) {
+  TrainedJob t = trained_job(/*shared=*/true);
+  const ElasticJobSnapshot snap = t.job.snapshot();
+  ASSERT_EQ(snap.checkpoints.size(), 1u);
+  ElasticJobOptions o;
+  o.min_workers = 1;
+  o.max_workers = 2;
+  o.total_steps = 100;
+  ElasticJob job = make_job(o);
+  job.node_up("n1", "w1", 1000);
+  job.node_up("n2", "w2", 1000);
+  job.restore(snap, 1000);
+  job.take_commands();
+  for (const auto& m : t.members) job.trainer_exited(m, 137, "killed by signal 9", 1100);
+  auto spawns = commands_of<SpawnCommand>(job);
+  ASSERT_EQ(spawns.size(), 2u);
+  for (const auto& s : spawns) job.hello(s.trainer, 1500);
+  ASSERT_EQ(job.members().size(), 2u);
+  EXPECT_EQ(job.committed_step(), 10);
+  EXPECT_EQ(job.lost_steps(), 2);
+}
+
 }  // namespace
 }  // namespace omnilearn::scheduler

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+
 namespace omnilearn::scheduler {
 namespace {
 
@@ -289,11 +291,22 @@ class FakeReplica : public Replica {
     if (world != 1) return {false, "the fake is a world of one"};
     return {};
   }
-  Outcome sync(std::int64_t* step, std::uint64_t* checksum) override {
+  Outcome sync(const SyncAction& action, std::int64_t* step, std::uint64_t* checksum) override {
+    if (action.checkpoint_step >= 0) {
+      // The fake's checkpoints: path -> the step it holds.
+      auto file = checkpoints_.find(action.checkpoint);
+      if (file == checkpoints_.end()) {
+        return {false, "cannot open checkpoint " + action.checkpoint, true};
+      }
+      step_ = file->second;
+      checksum_ = 0;
+      for (std::int64_t s = 1; s <= step_; ++s) checksum_ = checksum_ * 1099511628211u + s;
+    }
     *step = step_;
     *checksum = checksum_;
     return {};
   }
+  std::map<std::string, std::int64_t> checkpoints_;
   Outcome control(std::vector<std::int64_t>&) override { return {}; }
   Outcome step(const std::vector<std::int32_t>& batches, std::vector<std::int64_t>& words,
                const WordsCheck& confirms, const WordsCheck& gate, std::int64_t* step) override {
@@ -342,6 +355,70 @@ TEST(ElasticMember, DrivesAReplicaThroughAWholeJob) {
   EXPECT_EQ(replica.step_, 3);
   EXPECT_EQ(replica.finishes_, 1);
   EXPECT_GE(leases, 1);
+}
+
+// A generation that resumes from a checkpoint: rank 0 loads it in its sync, reports the loaded
+// step as its committed step, and trains on from there to the end.
+TEST(ElasticMember, ResumesFromTheCheckpointTheRendezvousNames) {
+  ElasticMember m(options(), 0);
+  FakeReplica replica;
+  replica.checkpoints_["ckpt/step-2.pt"] = 2;
+  Millis now = 0;
+  RendezvousOrder order{4, 0, 1, {16}, 1, false};
+  order.checkpoint = "ckpt/step-2.pt";
+  order.checkpoint_step = 2;
+  m.on_rendezvous(order, now);
+  ASSERT_TRUE(is<JoinAction>(m.next(now)));
+  m.joined(true, "", now);
+  const MemberAction sync = m.next(now);
+  ASSERT_TRUE(is<SyncAction>(sync));
+  EXPECT_EQ(std::get<SyncAction>(sync).checkpoint, "ckpt/step-2.pt");
+  EXPECT_EQ(std::get<SyncAction>(sync).checkpoint_step, 2);
+  ASSERT_TRUE(carry_out(
+      sync, replica, m, [&] { return now; }, [&](Millis) {}));
+  const auto reports = sent<MemberReport>(m);
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_EQ(reports[0].kind, MemberReport::Kind::kSynced);
+  EXPECT_EQ(reports[0].step, 2);
+  EXPECT_EQ(m.step(), 2);
+  int steps = 0;
+  for (int guard = 0; guard < 1000 && m.phase() != ElasticMember::Phase::kFinished; ++guard) {
+    const MemberAction action = m.next(now);
+    for (auto& message : m.take_outbox()) {
+      if (auto* ask = std::get_if<LeaseAsk>(&message)) {
+        m.on_lease({ask->generation, ask->seq, true, 1000, ""}, now);
+      }
+    }
+    steps += is<StepAction>(action) ? 1 : 0;
+    if (!carry_out(
+            action, replica, m, [&] { return now; }, [&](Millis) { now += 10; }))
+      now += 10;
+    now += 1;
+  }
+  EXPECT_EQ(steps, 1) << "only step 3 is left after the checkpoint at step 2";
+  EXPECT_EQ(replica.step_, 3);
+}
+
+// A checkpoint that cannot be loaded is not a broken group to re-form: the member reports an
+// error done, on which the scheduler fails the job with the reason.
+TEST(ElasticMember, ACheckpointThatCannotBeLoadedEndsInAnErrorDone) {
+  ElasticMember m(options(), 0);
+  FakeReplica replica;
+  Millis now = 0;
+  RendezvousOrder order{4, 0, 1, {16}, 1, false};
+  order.checkpoint = "ckpt/missing.pt";
+  order.checkpoint_step = 2;
+  m.on_rendezvous(order, now);
+  ASSERT_TRUE(is<JoinAction>(m.next(now)));
+  m.joined(true, "", now);
+  ASSERT_TRUE(carry_out(
+      m.next(now), replica, m, [&] { return now; }, [&](Millis) {}));
+  const auto dones = sent<MemberDone>(m);
+  ASSERT_EQ(dones.size(), 1u);
+  EXPECT_EQ(dones[0].outcome, MemberDone::Outcome::kError);
+  EXPECT_FALSE(dones[0].ok);
+  EXPECT_NE(dones[0].error.find("ckpt/missing.pt"), std::string::npos) << dones[0].error;
+  EXPECT_EQ(m.phase(), ElasticMember::Phase::kFinished);
 }
 
 }  // namespace

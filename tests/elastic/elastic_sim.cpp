@@ -46,6 +46,8 @@ const char* to_string(FaultKind kind) {
       return "slow_node";
     case FaultKind::kLeaseChange:
       return "lease_change";
+    case FaultKind::kKillAllTrainers:
+      return "kill_all_trainers";
     case FaultKind::kRestartHead:
       return "restart_head";
     case FaultKind::kCount:
@@ -260,6 +262,11 @@ class Simulation {
     bool connection_reset = false;        // killed on a machine that stays up: probes fail at once
     std::int64_t synced_generation = -1;  // newest generation it completed a sync in
     int immediate_waits = 0;
+    int exit_code = 0;  // as its agent reported it
+    std::string exit_reason;
+    // The checkpoint its last committed step wrote (rank 0), reported with that step.
+    std::int64_t checkpoint_step = -1;
+    std::string checkpoint_path;
   };
   enum class Coll { kJoin, kSync, kControl, kStep };
   static const char* coll_name(Coll c) {
@@ -294,6 +301,15 @@ class Simulation {
     // completes it with the others' data, although they no longer wait for the outcome.
     std::map<std::int32_t, Post> ghosts;
     Us ghost_until = 0;
+    // A generation that resumes from a checkpoint: its sync adopts rank 0's state, which rank 0
+    // loaded from the checkpoint.
+    bool from_rank0 = false;
+  };
+  // A checkpoint file: the state it holds, and where.
+  struct CheckpointFile {
+    std::vector<std::int64_t> history;
+    std::string node;  // the name of the node whose disk holds it
+    bool shared = false;
   };
   struct Commit {
     std::int64_t generation = 0;
@@ -346,12 +362,24 @@ class Simulation {
   // A replica's state is the committed chain, then maybe steps that followers committed while
   // their leader did not (its gate refused them): those stay off the chain unless a sync
   // adopts them.
+  // The same against the committed chain and every chain given up for a checkpoint: a replica
+  // of a given-up timeline holds its committed steps, not the new ones.
+  std::size_t off_chains(const std::vector<std::int64_t>& history) const {
+    std::size_t best = off_chain(history);
+    for (const auto& old : abandoned_) {
+      const std::size_t n = std::min(history.size(), old.size());
+      std::size_t i = 0;
+      while (i < n && history[i] == old[i]) ++i;
+      best = std::max(best, i);
+    }
+    return best;
+  }
   void check_replica(const Proc& p, const std::string& when) {
     if (p.checksum != digest(p.history) || p.step != static_cast<std::int64_t>(p.history.size())) {
       violation("(d) " + p.name + "'s replica is inconsistent " + when);
       return;
     }
-    for (std::size_t i = off_chain(p.history); i < p.history.size(); ++i) {
+    for (std::size_t i = off_chains(p.history); i < p.history.size(); ++i) {
       if (!follower_only_.count({static_cast<std::int64_t>(i + 1), p.history[i]})) {
         violation("(d) " + p.name + " holds step " + std::to_string(i + 1) + " of g" +
                   std::to_string(p.history[i]) + " " + when + ", neither on the committed chain " +
@@ -577,7 +605,46 @@ class Simulation {
       store_below_ = std::max(store_below_, c.below);
     }
   }
-  void handle(JobEvent& e) { ++result_.stats.job_events; }
+  void handle(JobEvent& e) {
+    ++result_.stats.job_events;
+    if (e.kind == "resumed_from_checkpoint") resumed(e);
+  }
+  // The job went back to a checkpoint: the committed chain after it is given up (kept, to
+  // recognise replicas of it) and trained again by the generation that loads it.
+  void resumed(const JobEvent& e) {
+    ++result_.stats.resumes;
+    auto file = disk_.find(e.reason);
+    if (file == disk_.end()) {
+      violation("the job resumes from checkpoint " + e.reason + ", which was never written");
+      return;
+    }
+    const auto& held = file->second.history;
+    const auto have = static_cast<std::int64_t>(chain_.size());
+    if (static_cast<std::int64_t>(held.size()) != e.step) {
+      violation("checkpoint " + e.reason + " holds step " + std::to_string(held.size()) +
+                "; the job resumes from it at step " + std::to_string(e.step));
+    }
+    if (off_chain(held) < held.size()) {
+      violation("(a) checkpoint " + e.reason + " holds a state off the committed chain");
+    }
+    if (e.lost_steps < 0 || e.lost_steps > have - e.step) {
+      violation("resumed at step " + std::to_string(e.step) + " counting " +
+                std::to_string(e.lost_steps) + " steps lost; the chain has " +
+                std::to_string(have));
+    }
+    SLOG("job resumes from ", e.reason, " at step ", e.step, ": steps ", e.step + 1, "..", have,
+         " given up (", e.lost_steps, " counted lost)");
+    abandoned_.push_back(chain_);
+    if (have > e.step) {
+      result_.stats.rolled_back += have - e.step;
+      chain_.resize(static_cast<std::size_t>(e.step));
+      for (std::int64_t s = e.step + 1; s <= ledger_max_; ++s) ledger_.erase(s);
+      ledger_max_ = e.step;
+    }
+    resumed_generation_ = e.generation;
+    resumed_committed_ = false;
+    state_lost_ = false;
+  }
   void handle(FinishCommand& c) {
     if (finished_) {
       violation("the job finished twice: " + result_.state + " then " + c.state);
@@ -628,11 +695,20 @@ class Simulation {
     dispatch();
   }
 
-  void head_member_message(const std::string& name, const MemberMessage& m) {
+  void head_member_message(const std::string& name, const MemberMessage& m,
+                           const std::string& checkpoint = "") {
     SLOG("head: from ", name, " ", describe(m));
     const Millis now = head_now();
     if (auto* r = std::get_if<MemberReport>(&m)) {
       job_.report(name, *r, now);
+      // As the scheduler actor: a checkpoint counts when the current leader reports it.
+      const auto& members = job_.members();
+      if (!checkpoint.empty() && r->generation == job_.generation() && !members.empty() &&
+          members[0] == name && disk_.count(checkpoint)) {
+        const CheckpointFile& file = disk_.at(checkpoint);
+        job_.checkpoint_written({r->step, checkpoint, file.node, file.shared}, now);
+        shared_checkpoint_recorded_ = shared_checkpoint_recorded_ || file.shared;
+      }
     } else if (auto* a = std::get_if<LeaseAsk>(&m)) {
       job_.lease_request(name, *a, now);
     } else if (auto* d = std::get_if<MemberDone>(&m)) {
@@ -960,7 +1036,13 @@ class Simulation {
       }
       SLOG(p.name, " -> ", describe(m));
       const std::string name = p.name;
-      send(p.pid, 0, p.node, [this, name, m] { head_member_message(name, m); });
+      std::string checkpoint;
+      if (auto* r = std::get_if<MemberReport>(&m);
+          r && r->kind == MemberReport::Kind::kStep && r->step == p.checkpoint_step) {
+        checkpoint = p.checkpoint_path;
+      }
+      send(p.pid, 0, p.node,
+           [this, name, m, checkpoint] { head_member_message(name, m, checkpoint); });
     }
     if (!p.busy && p.group >= 0) {
       const auto phase = p.member->phase();
@@ -983,7 +1065,16 @@ class Simulation {
       if (p.group >= 0 && p.group != j->generation) leave_group(p, "joins another generation");
       p.busy = true;
       post_join(p, *j);
-    } else if (std::holds_alternative<SyncAction>(action)) {
+    } else if (auto* sync = std::get_if<SyncAction>(&action)) {
+      if (sync->checkpoint_step >= 0) {
+        auto g = groups_.find(p.group);
+        if (g != groups_.end()) g->second.from_rank0 = true;
+        if (p.rank == 0 && !load_checkpoint(p, *sync)) {
+          after_call(p);
+          drive(p);
+          return;
+        }
+      }
       p.busy = true;
       post(p, Coll::kSync, {}, {});
     } else if (auto* c = std::get_if<ControlAction>(&action)) {
@@ -1065,6 +1156,8 @@ class Simulation {
     if (!p.alive) return;
     const bool was_holder = ledger_max_ > 0 && p.step == ledger_max_;
     p.alive = false;
+    p.exit_code = code;
+    p.exit_reason = reason;
     p.exited_at = now_;
     p.exit_faulted = by_fault;
     p.busy = false;
@@ -1385,7 +1478,9 @@ class Simulation {
       }
       if (last_gens.size() > 1) ++result_.stats.sync_ties;
       Proc* best = nullptr;
+      if (g.from_rank0) best = ranks.front();  // rank 0, which loaded the checkpoint
       for (Proc* p : ranks) {
+        if (g.from_rank0) break;
         if (!best || p->step > best->step ||
             (p->step == best->step && cfg_.mutation != Mutation::kSyncTieLowestRank &&
              last_gen(p) > last_gen(best))) {
@@ -1399,8 +1494,18 @@ class Simulation {
                   std::to_string(best->history[off]) + " committed; the committed chain has g" +
                   std::to_string(chain_[off]) + "'s");
       } else {
-        // Steps only followers committed become committed once a group builds on them.
-        while (chain_.size() < best->history.size()) extend_chain(best->history[chain_.size()]);
+        // Steps only followers committed become committed once a group builds on them; steps
+        // of a timeline given up for a checkpoint never again.
+        while (chain_.size() < best->history.size()) {
+          const std::int64_t g_step = best->history[chain_.size()];
+          if (g_step < resumed_generation_) {
+            violation("(a) the sync in g" + std::to_string(gen) + " adopts " + best->name +
+                      "'s step " + std::to_string(chain_.size() + 1) + " of g" +
+                      std::to_string(g_step) + ", of the timeline given up for a checkpoint");
+            break;
+          }
+          extend_chain(g_step);
+        }
       }
       const std::vector<std::int64_t> adopted = best->history;
       for (Proc* p : ranks) {
@@ -1500,6 +1605,36 @@ class Simulation {
       SLOG(p.name, ": committed step ", s, " of ", gen);
       return;
     }
+    if (cfg_.checkpoint_every > 0 && s % cfg_.checkpoint_every == 0) write_checkpoint(p);
+    if (g < resumed_generation_) {
+      // A leader of the timeline given up for a checkpoint, still under its lease: its step is
+      // not the job's. Once the resumed generation committed, its lease has run out (the
+      // resumed leader's was granted only then), so it can commit nothing more.
+      ++result_.stats.given_up_commits;
+      // It extends the chain it was given up on (the replica of that timeline may hold it).
+      bool extended = false;
+      for (auto& old : abandoned_) {
+        if (static_cast<std::int64_t>(old.size()) == s - 1 &&
+            std::equal(old.begin(), old.end(), p.history.begin())) {
+          old.push_back(g);
+          extended = true;
+          break;
+        }
+      }
+      if (!extended) {
+        violation("(a) " + gen + " commits step " + std::to_string(s) +
+                  " on a state off every chain, given up or not");
+      }
+      if (resumed_committed_) {
+        violation("(a) " + gen + " commits step " + std::to_string(s) + " after g" +
+                  std::to_string(resumed_generation_) +
+                  ", resumed from a checkpoint, committed (two leases at once)");
+      }
+      SLOG("group ", gen, ": committed step ", s, " of the timeline given up (leader ", p.name,
+           ")");
+      return;
+    }
+    if (resumed_generation_ > 0) resumed_committed_ = true;
     const std::size_t off = off_chain(p.history);
     const auto have = static_cast<std::int64_t>(chain_.size());
     if (have >= s && chain_[static_cast<std::size_t>(s - 1)] != g) {
@@ -1518,6 +1653,41 @@ class Simulation {
       extend_chain(g);
     }
     SLOG("group ", gen, ": committed step ", s, " (leader ", p.name, ")");
+  }
+
+  // The leader's checkpoint of the step it just committed (trainer_process.cpp after_step).
+  void write_checkpoint(Proc& p) {
+    const std::string node_name = node(p.node).name;
+    const std::string path = (cfg_.checkpoint_shared ? std::string("shared") : node_name) +
+                             "/step-" + std::to_string(p.step) + ".pt";
+    disk_[path] = CheckpointFile{p.history, node_name, cfg_.checkpoint_shared};
+    p.checkpoint_step = p.step;
+    p.checkpoint_path = path;
+    ++result_.stats.checkpoints;
+  }
+  // Rank 0 of a generation that resumes from a checkpoint loads it before the sync; false (and
+  // the member told) when it cannot, which the job's choice of checkpoint must rule out.
+  bool load_checkpoint(Proc& p, const SyncAction& sync) {
+    auto file = disk_.find(sync.checkpoint);
+    const bool readable =
+        file != disk_.end() && (file->second.shared || file->second.node == node(p.node).name);
+    if (!readable) {
+      violation(p.name + " on " + node(p.node).name + " is told to load checkpoint " +
+                sync.checkpoint + ", which it cannot read");
+      p.member->synced(false, "cannot read checkpoint " + sync.checkpoint, p.step, p.checksum,
+                       local_now(p), true);
+      return false;
+    }
+    p.history = file->second.history;
+    p.step = static_cast<std::int64_t>(p.history.size());
+    p.checksum = digest(p.history);
+    if (p.step != sync.checkpoint_step) {
+      violation(p.name + " loads " + sync.checkpoint + " at step " + std::to_string(p.step) +
+                "; the rendezvous said " + std::to_string(sync.checkpoint_step));
+    }
+    SLOG(p.name, ": loaded ", sync.checkpoint, " (step ", p.step, ")");
+    check_replica(p, "after loading a checkpoint");
+    return true;
   }
 
   // ---------------------------------------------------------------- faults
@@ -1578,6 +1748,14 @@ class Simulation {
         job_.node_up(id, node(e.node).name, head_now(), drained_.count(id) > 0);
       }
       dispatch();
+      // Each agent reports again the exits it reported lately (worker_agent.cpp): those sent
+      // to the head that died were lost.
+      for (auto& [pid, q] : procs_) {
+        const Node& n = node(q.node);
+        if (!q.alive && q.exited_at >= 0 && n.up && n.agent_pid == q.agent_pid) {
+          report_exit(q, q.exit_code, q.exit_reason);
+        }
+      }
       complete_all();
     });
   }
@@ -1604,6 +1782,17 @@ class Simulation {
     if (f.kind == FaultKind::kRestartHead) {
       if (!head_up_) return;
       restart_head(std::max<std::int64_t>(1, f.duration_ms));
+      return;
+    }
+    if (f.kind == FaultKind::kKillAllTrainers) {
+      int killed = 0;
+      for (auto& [pid, q] : procs_) {
+        if (!q.alive) continue;
+        mark_fault(q.node);
+        exit_process(q, 137, "killed by signal 9", true, true);
+        ++killed;
+      }
+      note_fault(f.kind, false, std::to_string(killed) + " trainer processes");
       return;
     }
     if (f.kind == FaultKind::kFailCheckpoint) {
@@ -1868,6 +2057,11 @@ class Simulation {
   int head_incarnation_ = 0;
   std::optional<ElasticJobSnapshot> durable_;  // what the head wrote last (PersistCommand)
   std::int64_t crashed_generation_ = 0;
+  std::map<std::string, CheckpointFile> disk_;        // checkpoint files, by path
+  std::vector<std::vector<std::int64_t>> abandoned_;  // chains given up for a checkpoint
+  std::int64_t resumed_generation_ = 0;               // of the last resume from a checkpoint
+  bool resumed_committed_ = false;                    // ... which has committed a step since
+  bool shared_checkpoint_recorded_ = false;  // the job was told of a checkpoint on a shared disk
 
   bool finished_ = false;
   Us finished_at_ = 0;
@@ -2004,6 +2198,13 @@ void Simulation::judge() {
               " (the newest with a lease) was lost to faults; the last: " + last->name;
       }
     }
+    // With a checkpoint that any node can read, losing every holder of the state is no reason
+    // to fail: the job resumes from the checkpoint.
+    if (!why.empty() && !checkpoint_failed_ && shared_checkpoint_recorded_) {
+      why.clear();
+      state_lost_how_ += state_lost_how_.empty() ? "" : "; ";
+      state_lost_how_ += "the job had recorded a checkpoint on a shared disk to resume from";
+    }
     if (why.empty() && longest_below_ >= ms(cfg_.job.grace_period) / 2) {
       why = "fewer than min_workers usable nodes for " + std::to_string(longest_below_ / 1000) +
             " ms";
@@ -2094,6 +2295,26 @@ SimConfig random_config(std::uint64_t seed) {
     }
     f.duration_ms = uniform(head_rng, 200, 5000);
     c.faults.push_back(f);
+  }
+  // Checkpoints, and every trainer killed at once, from a stream of their own too. The kill
+  // comes with a head restart at the same step in half of those seeds (either may come first).
+  std::mt19937_64 checkpoint_rng(seed * 0x9e3779b97f4a7c15ULL + 41);
+  if (chance(checkpoint_rng, 0.6)) {
+    c.checkpoint_every = uniform(checkpoint_rng, 2, 15);
+    c.checkpoint_shared = chance(checkpoint_rng, 0.7);
+  }
+  if (chance(checkpoint_rng, 0.25)) {
+    Fault f;
+    f.kind = FaultKind::kKillAllTrainers;
+    f.at_step = uniform(checkpoint_rng, 1, n);
+    c.faults.push_back(f);
+    if (chance(checkpoint_rng, 0.5)) {
+      Fault head;
+      head.kind = FaultKind::kRestartHead;
+      head.at_step = f.at_step;
+      head.duration_ms = uniform(checkpoint_rng, 200, 5000);
+      c.faults.push_back(head);
+    }
   }
   return c;
 }

@@ -26,24 +26,26 @@
 namespace omnilearn::scheduler::sim {
 
 enum class FaultKind {
-  kKillTrainer,     // SIGKILL the trainer process on a node (its agent reports the exit)
-  kCrashTrainer,    // the trainer exits with code 1 without saying done (an exception)
-  kKillNode,        // agent and trainer die (the node is silent); maybe restarted later
-  kFreezeNode,      // agent and trainer SIGSTOPped for a while, then thawed
-  kFreezeAgent,     // only the agent hangs; its trainer keeps running (partial failure)
-  kFreezeTrainer,   // only the trainer hangs (a GC pause, a stuck kernel); the agent is fine
-  kPartitionHead,   // head <-> node messages dropped both ways for a while
-  kPartitionNodes,  // node <-> node: collectives across the cut hang, then time out
-  kDrain,           // drain(node) by the user
-  kJoinNode,        // a new node joins the cluster
-  kDelaySpike,      // messages on a node's link take 50..200 ms for a while
-  kLoseDone,        // the next MemberDone sent is lost
-  kFailCheckpoint,  // the next final checkpoint (FinishAction) fails
-  kSlowNode,        // a node computes each step in 300..2000 ms for a while (steps outlast leases)
-  kLeaseChange,     // the scheduler changes the lease length (as it does for slow steps)
-  kRestartHead,     // the head dies (kill -9) and starts again after duration_ms from what it
-                    // had persisted: the job is restored (ElasticJob::restore), the
-                    // rendezvous store is empty, messages to the old process are lost
+  kKillTrainer,      // SIGKILL the trainer process on a node (its agent reports the exit)
+  kCrashTrainer,     // the trainer exits with code 1 without saying done (an exception)
+  kKillNode,         // agent and trainer die (the node is silent); maybe restarted later
+  kFreezeNode,       // agent and trainer SIGSTOPped for a while, then thawed
+  kFreezeAgent,      // only the agent hangs; its trainer keeps running (partial failure)
+  kFreezeTrainer,    // only the trainer hangs (a GC pause, a stuck kernel); the agent is fine
+  kPartitionHead,    // head <-> node messages dropped both ways for a while
+  kPartitionNodes,   // node <-> node: collectives across the cut hang, then time out
+  kDrain,            // drain(node) by the user
+  kJoinNode,         // a new node joins the cluster
+  kDelaySpike,       // messages on a node's link take 50..200 ms for a while
+  kLoseDone,         // the next MemberDone sent is lost
+  kFailCheckpoint,   // the next final checkpoint (FinishAction) fails
+  kSlowNode,         // a node computes each step in 300..2000 ms for a while (steps outlast leases)
+  kLeaseChange,      // the scheduler changes the lease length (as it does for slow steps)
+  kRestartHead,      // the head dies (kill -9) and starts again after duration_ms from what it
+                     // had persisted: the job is restored (ElasticJob::restore), the
+                     // rendezvous store is empty, messages to the old process are lost
+  kKillAllTrainers,  // SIGKILL every trainer process at once (their agents report the exits):
+                     // no trainer holds the job's state, which must resume from a checkpoint
   kCount
 };
 const char* to_string(FaultKind kind);
@@ -99,6 +101,11 @@ struct SimConfig {
   double drop_p = 0.0;
   double dup_p = 0.0;
 
+  // Checkpoints: the leader writes one after every `checkpoint_every`-th committed step (0:
+  // none), on its node's disk, or in a directory every node sees (`checkpoint_shared`).
+  std::int64_t checkpoint_every = 0;
+  bool checkpoint_shared = true;
+
   std::vector<Fault> faults;
   // A rule broken on purpose (elastic_mutation_test.cpp): given to both machines, and used by
   // the simulated sync (kSyncTieLowestRank).
@@ -111,7 +118,9 @@ struct SimConfig {
 };
 
 // A seeded configuration with a seeded fault schedule: 2..6 nodes, 0..6 faults, message chaos
-// in some seeds, every node-targeted fault aimed at the leader's node about half the time.
+// in some seeds, every node-targeted fault aimed at the leader's node about half the time;
+// checkpoints in some, and in some of those every trainer killed at once (with the head, too,
+// in half of them).
 SimConfig random_config(std::uint64_t seed);
 
 struct SimStats {
@@ -140,6 +149,10 @@ struct SimStats {
   // Syncs whose ranks with the most steps differ in the generation of their last step: the
   // sync's tie-break decides which state goes on.
   std::int64_t sync_ties = 0;
+  std::int64_t checkpoints = 0;       // checkpoints written (files)
+  std::int64_t resumes = 0;           // generations resumed from a checkpoint
+  std::int64_t rolled_back = 0;       // committed steps given up by those resumes
+  std::int64_t given_up_commits = 0;  // commits of a given-up timeline's leader after a resume
 };
 
 struct SimResult {

@@ -46,7 +46,11 @@ std::string describe_config(const SimConfig& c) {
       "nodes " + std::to_string(c.nodes) + ", workers " + std::to_string(c.job.min_workers) + ".." +
       std::to_string(c.job.max_workers) + ", steps " + std::to_string(c.job.total_steps) +
       ", drop " + std::to_string(c.drop_p) + ", dup " + std::to_string(c.dup_p) +
-      (c.skew_clocks ? ", skewed clocks" : "") + (c.propose_plans ? ", replans" : "") + ", faults:";
+      (c.skew_clocks ? ", skewed clocks" : "") + (c.propose_plans ? ", replans" : "") +
+      (c.checkpoint_every > 0 ? ", checkpoints every " + std::to_string(c.checkpoint_every) +
+                                    (c.checkpoint_shared ? " (shared)" : " (node-local)")
+                              : "") +
+      ", faults:";
   for (const auto& f : c.faults) {
     s += std::string(" ") + to_string(f.kind) +
          (f.at_ms ? "@" + std::to_string(*f.at_ms) + "ms" : "@step" + std::to_string(*f.at_step)) +
@@ -123,6 +127,10 @@ TEST(ElasticSimulation, SeededFaultSchedules) {
     total.late_exchanges += r.stats.late_exchanges;
     total.follower_only += r.stats.follower_only;
     total.sync_ties += r.stats.sync_ties;
+    total.checkpoints += r.stats.checkpoints;
+    total.resumes += r.stats.resumes;
+    total.rolled_back += r.stats.rolled_back;
+    total.given_up_commits += r.stats.given_up_commits;
     total.lease_wait_ms = std::max(total.lease_wait_ms, r.stats.lease_wait_ms);
     sim_ms += std::max<std::int64_t>(r.finished_at_ms, 0);
     std::string outcome = r.state.empty() ? "unfinished" : r.state;
@@ -182,6 +190,9 @@ TEST(ElasticSimulation, SeededFaultSchedules) {
             << " steps committed by followers alone, " << total.sync_ties
             << " syncs decided by the tie-break; the longest wait for a lease "
             << total.lease_wait_ms << " ms\n";
+  std::cout << "checkpoints: " << total.checkpoints << " written, " << total.resumes
+            << " resumes from one (" << total.rolled_back << " committed steps given up), "
+            << total.given_up_commits << " commits of a given-up timeline after a resume\n";
   std::cout << "outcomes:\n";
   for (const auto& [outcome, count] : outcomes)
     std::cout << "  " << count << "  " << outcome << "\n";
@@ -305,6 +316,64 @@ TEST(ElasticScenario, HeadRestartDuringADrainOfTheLeader) {
   SimResult r = run_simulation(c);
   EXPECT_EQ(r.stats.injected[static_cast<int>(FaultKind::kRestartHead)], 1);
   expect_succeeded(r, c);
+}
+
+// Every trainer is killed at once (kill -9 of each, their agents report the exits): no live
+// trainer holds the job's state. The job goes back to its newest checkpoint, written on a disk
+// every node sees, under a new generation: the steps after it are given up and trained again,
+// and the job ends with every step committed (the rolled-back ones twice, recorded as lost).
+TEST(ElasticScenario, EveryTrainerKilledResumesFromTheNewestCheckpoint) {
+  SimConfig c = scenario(3, 1, 3, 120);
+  c.checkpoint_every = 10;
+  c.faults.push_back(at_step(FaultKind::kKillAllTrainers, 55, false));
+  SimResult r = run_simulation(c);
+  EXPECT_EQ(r.stats.injected[static_cast<int>(FaultKind::kKillAllTrainers)], 1);
+  EXPECT_EQ(r.stats.resumes, 1);
+  EXPECT_GE(r.stats.rolled_back, 5);  // steps 51..55 at least
+  EXPECT_LT(r.stats.rolled_back, 10);
+  expect_succeeded(r, c);
+}
+
+// The same with the head killed with them and back 1.5 s later: the exits its agents reported
+// to the dead head are reported again, and the restored job resumes from the checkpoint it
+// persisted.
+TEST(ElasticScenario, EveryTrainerAndTheHeadKilledResumesFromTheCheckpoint) {
+  for (const bool head_first : {false, true}) {
+    SCOPED_TRACE(head_first ? "head first" : "trainers first");
+    SimConfig c = scenario(3, 1, 3, 120);
+    c.checkpoint_every = 10;
+    Fault head = at_step(FaultKind::kRestartHead, 55, false);
+    head.duration_ms = 1500;
+    const Fault kill = at_step(FaultKind::kKillAllTrainers, 55, false);
+    c.faults = head_first ? std::vector<Fault>{head, kill} : std::vector<Fault>{kill, head};
+    SimResult r = run_simulation(c);
+    EXPECT_EQ(r.stats.injected[static_cast<int>(FaultKind::kRestartHead)], 1);
+    EXPECT_EQ(r.stats.resumes, 1);
+    expect_succeeded(r, c);
+  }
+}
+
+// Checkpoints on each node's own disk: the trainer that loads the checkpoint is the one placed
+// on the node that wrote it.
+TEST(ElasticScenario, ANodeLocalCheckpointIsLoadedOnItsNode) {
+  SimConfig c = scenario(3, 1, 3, 120);
+  c.checkpoint_every = 10;
+  c.checkpoint_shared = false;
+  c.faults.push_back(at_step(FaultKind::kKillAllTrainers, 55, false));
+  SimResult r = run_simulation(c);
+  EXPECT_EQ(r.stats.resumes, 1);
+  expect_succeeded(r, c);
+}
+
+// Without checkpoints the job cannot resume: it fails after its grace period, saying so.
+TEST(ElasticScenario, EveryTrainerKilledWithoutACheckpointFailsSayingWhy) {
+  SimConfig c = scenario(3, 1, 3, 120);
+  c.faults.push_back(at_step(FaultKind::kKillAllTrainers, 55, false));
+  SimResult r = run_simulation(c);
+  EXPECT_EQ(r.state, "failed");
+  EXPECT_NE(r.reason.find("wrote no checkpoint"), std::string::npos) << r.reason;
+  EXPECT_EQ(r.stats.resumes, 0);
+  expect_ok(r);
 }
 
 // The rank-0 node's agent hangs for 4 s while its trainer keeps training: the head declares the
