@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "actors/head_state.hpp"
 #include "actors/job_protocol.hpp"
 #include "actors/job_spec.hpp"
 #include "runtime/actor_system.hpp"
@@ -45,6 +46,9 @@ struct SchedulerOptions {
   std::string restore_state;
   std::uint64_t head_epoch = 0;
   double head_outage_s = -1;
+  // Read when the scheduler stops before its job ended: set, the head is stopping and leaves
+  // the job to the next head, so its trainers are told nothing; otherwise they are stopped.
+  std::shared_ptr<const HeadStop> head_stop;
 };
 
 // The JSON kept under run_key(job): the protocol machine's snapshot and what the adapter needs
