@@ -217,7 +217,8 @@ int run_head(const HeadFlags& flags) {
   std::fflush(stdout);
 
   int signal = runtime::wait_for_shutdown_signal(std::chrono::hours(24 * 365 * 100));
-  spdlog::info("head: signal {} received, shutting down", signal);
+  spdlog::info("head: signal {} received, shutting down: {}", signal,
+               actors::prepare_head_stop(head));
   dashboard.reset();  // it asks the actors: stop it before them
   system.shutdown();
   return 0;

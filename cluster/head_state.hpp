@@ -8,6 +8,7 @@
 // Heartbeats and steps are not written: they change every second, and a restarted head hears them
 // again from the workers and trainers.
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <set>
@@ -62,5 +63,13 @@ struct RestoredHead {
 // nothing the head did not write is guessed at.
 RestoredHead start_head_epoch(state::StateStore& store, double now_unix);
 
+// Shared by a head's actors and whoever stops the head (head/head.hpp: prepare_head_stop).
+// Set before the actors stop when the head's store is durable: the running jobs outlive this
+// head (a later one, restarted or a standby, resumes them from the store as after a kill -9),
+// so their schedulers leave the trainers running and the JobManager ends none of them. Unset
+// (an in-memory store: nothing to resume from), a stopping head stops its jobs' trainers.
+struct HeadStop {
+  std::atomic<bool> jobs_outlive_head{false};
+};
 
 }  // namespace omnilearn::actors

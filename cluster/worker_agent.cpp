@@ -282,7 +282,7 @@ void WorkerAgent::check_job_after_restart(const std::string& job_id, std::uint64
             for (const auto& [name, hosted] : hosted_) {
               if (hosted.job_id == job_id && !hosted.system.empty()) {
                 tell(runtime::ActorAddress{hosted.system, "trainer"},
-                     HeadMoved{job_id, head_endpoint()});
+                     HeadMoved{job_id, head_endpoint(), epoch});
               }
             }
             return;
@@ -419,6 +419,15 @@ void WorkerAgent::set_resources(const runtime::Envelope& message,
 }
 
 void WorkerAgent::on_other_message(const runtime::Envelope& message) {
+  if (message.kind == runtime::kind_of<TrainerStarted>()) {
+    if (auto started = decode<TrainerStarted>(message)) {
+      auto it = hosted_.find(started->trainer);
+      if (it != hosted_.end() && it->second.job_id == started->job_id) {
+        it->second.system = message.from.system;
+      }
+    }
+    return;
+  }
   switch (message.kind) {
     case MessageKind::kSpawnTrainer:
       if (auto request = decode<SpawnTrainer>(message)) spawn(*request);

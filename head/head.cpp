@@ -60,10 +60,20 @@ HeadInfo spawn_head_actors(runtime::ActorSystem& system, const HeadOptions& opti
   jobs.runs_root = options.runs_root;
   jobs.max_jobs = options.max_jobs;
   jobs.heartbeat_timeout = options.membership.heartbeat_timeout;
+  jobs.head_stop = options.stop;
   system.spawn<JobManager>(kJobsActor, jobs);
   // Remote tasks and actors of user libraries (include/omnilearn/omnilearn.hpp).
   system.spawn<core::TaskRouter>(core::kTaskRouterActor);
   return restored.info;
+}
+
+std::string prepare_head_stop(const HeadOptions& options) {
+  if (options.store && options.store->durable()) {
+    if (options.stop) options.stop->jobs_outlive_head = true;
+    return "running jobs and their trainers go on; a head started over " +
+           options.store->describe() + " resumes them";
+  }
+  return "running jobs are stopped (the state is in memory: no head can resume them)";
 }
 
 }  // namespace omnilearn::actors

@@ -7,6 +7,7 @@
 
 #include "wire/membership_protocol.hpp"
 #include "cluster/membership_table.hpp"
+#include "cluster/head_state.hpp"
 #include "runtime/actor_system.hpp"
 #include "state/state_store.hpp"
 
@@ -22,6 +23,8 @@ struct HeadOptions {
   // The head's dashboard, told to whoever asks the registry for the status ("" : none).
   std::string dashboard_url;
   bool dashboard_token = false;
+  // How the head's actors learn that it stops gracefully (prepare_head_stop sets it).
+  std::shared_ptr<HeadStop> stop = std::make_shared<HeadStop>();
 };
 
 // Reads the head's state from options.store (a previous head's nodes and jobs), raises its
@@ -29,5 +32,11 @@ struct HeadOptions {
 // that state. Throws state::StateStoreError when the state cannot be read; then nothing is
 // spawned and nothing is written. Returns what the start restored.
 HeadInfo spawn_head_actors(runtime::ActorSystem& system, const HeadOptions& options);
+
+// Before a graceful stop (SIGTERM, SIGINT), ahead of the actor system's shutdown: with a durable
+// store the running jobs are left to the next head, which resumes them (their trainers keep
+// running, as through a kill -9); with none (in memory) their trainers are told to stop. Returns
+// what happens to them, for the head's log line.
+std::string prepare_head_stop(const HeadOptions& options);
 
 }  // namespace omnilearn::actors

@@ -261,7 +261,11 @@ bool AspSchedulerActor::persist_run() {
 }
 
 void AspSchedulerActor::on_stop() {
-  if (!job_.finished()) {
+  if (!job_.finished() && options_.head_stop && options_.head_stop->jobs_outlive_head) {
+    // The head stops with the machine's snapshot in its store: servers and workers keep
+    // running and go on under the next head, as through a kill -9 (restore_run).
+    spdlog::info("job {}: left running for the next head", options_.job_id);
+  } else if (!job_.finished()) {
     for (const auto& name : job_.live_trainers()) {
       tell_trainer(name, StopTrainer{options_.job_id, "head shutting down"});
     }

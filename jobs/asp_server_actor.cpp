@@ -263,10 +263,12 @@ void AspServerActor::on_hand_over(const runtime::Envelope& message) {
 void AspServerActor::report(const std::string& checkpoint) {
   reported_lost_ = core_.updates_lost();
   reported_fenced_ = core_.fenced_pushes();
-  if (config_.scheduler.actor.empty()) return;
+  if (!config_.scheduler) return;
+  const runtime::ActorAddress scheduler = config_.scheduler();
+  if (scheduler.actor.empty()) return;
   const auto c = core_.checkpoint();
   auto envelope = system().make_envelope(
-      config_.scheduler, runtime::kind_of<AspServerReport>(),
+      scheduler, runtime::kind_of<AspServerReport>(),
       runtime::pack_payload(AspServerReport{config_.job, config_.trainer, config_.shard,
                                             c.incarnation, c.version, c.applied, c.dropped,
                                             c.rejected, reported_lost_, checkpoint,

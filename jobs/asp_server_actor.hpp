@@ -47,7 +47,9 @@ struct AspServerConfig {
   asp::StalenessConfig staleness;
   // Set: a restarted shard (asp::ServerCore::resume: its version and counters, incarnation + 1).
   std::optional<asp::ServerCheckpoint> resume;
-  runtime::ActorAddress scheduler;  // where AspServerReports go; an empty actor name: nowhere
+  // Where AspServerReports go, asked at each report (the trainer follows the active head: a
+  // standby that took over gets them); unset, or an empty actor name: nowhere.
+  std::function<runtime::ActorAddress()> scheduler;
   // Shard 0 of a model with buffers (BatchNorm statistics, counters as floats): their storage,
   // which must outlive the actor; empty otherwise. Pulls send them, and an applied push adds
   // the difference its worker's forward made to them (the buffers' analogue of a gradient),

@@ -125,6 +125,7 @@ void JobManager::restore_jobs() {
       scheduler.restore_state = stored.run_state;
       scheduler.head_epoch = head.epoch;
       scheduler.head_outage_s = head.outage_s;
+      scheduler.head_stop = options_.head_stop;
       if (scheduler.spec.mode == "asp") {
         // Its servers and workers kept running too: its scheduler restores asp::AspJob.
         monitor(system().spawn<AspSchedulerActor>(scheduler_actor_name(id), scheduler));
@@ -249,6 +250,7 @@ void JobManager::submit(const runtime::Envelope& message, const SubmitJob& reque
   scheduler.jobs = self();
   scheduler.heartbeat_timeout = options_.heartbeat_timeout;
   scheduler.store = options_.store;
+  scheduler.head_stop = options_.head_stop;
   Job job;
   job.info.id = id;
   job.info.name = spec.name;
@@ -345,6 +347,10 @@ void JobManager::on_scheduler_down(const runtime::Down& down) {
   const std::string prefix = scheduler_actor_name("");
   if (down.system != system().id() || down.actor.rfind(prefix, 0) != 0) return;
   const std::string job_id = down.actor.substr(prefix.size());
+  if (options_.head_stop && options_.head_stop->jobs_outlive_head) {
+    // The head is stopping and leaves the job, as its store has it, to the next head.
+    return;
+  }
   release_store_keys(job_id);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end() || it->second.finished) return;  // stopped as it should be

@@ -34,12 +34,14 @@ struct JobManagerOptions {
   std::chrono::milliseconds finished_scheduler_grace{1000};
   // Where jobs are written before they are acknowledged (null: nowhere, as in unit tests).
   std::shared_ptr<state::StateStore> store;
-  // The jobs a previous head over the same store kept, and this head's start. A restored
-  // synchronous job that had not finished goes on: its scheduler restores the protocol state
-  // the previous one wrote (or starts it, if it had placed no trainer yet). An asynchronous one
-  // ends as failed, with the outage in its reason and a head_restarted event.
+  // The jobs a previous head over the same store kept, and this head's start. A restored job
+  // that had not finished goes on, synchronous or asynchronous: its scheduler restores the
+  // protocol state the previous one wrote (or starts it, if it had placed no trainer yet).
   std::vector<StoredJob> restored;
   HeadInfo head;
+  // Passed to every scheduler (SchedulerOptions::head_stop); set, a scheduler that stops before
+  // its job ended leaves the job to the next head instead of the JobManager ending it as failed.
+  std::shared_ptr<const HeadStop> head_stop;
 };
 
 // Whether a restarted head resumes this unfinished job (synchronous or asynchronous) or ends it

@@ -258,8 +258,12 @@ void SchedulerActor::on_start() {
 }
 
 void SchedulerActor::on_stop() {
-  if (!finished_) {
-    // The head is going away: the trainers cannot continue without their scheduler.
+  if (!finished_ && options_.head_stop && options_.head_stop->jobs_outlive_head) {
+    // The head stops with the job's state in its store: the trainers keep their models and go
+    // on under the next head, as through a kill -9 (restore_run).
+    spdlog::info("job {}: left running for the next head", options_.job_id);
+  } else if (!finished_) {
+    // The head is going away for good: the trainers cannot continue without their scheduler.
     for (const auto& [name, io] : io_) {
       if (!io.system.empty()) {
         tell(runtime::ActorAddress{io.system, "trainer"},

@@ -17,6 +17,7 @@
 #include "wire/job_protocol.hpp"
 #include "jobs/job_recorder.hpp"
 #include "jobs/job_spec.hpp"
+#include "cluster/head_state.hpp"
 #include "runtime/actor_system.hpp"
 #include "controller/batch_controller.hpp"
 #include "controller/control_rounds.hpp"
@@ -48,6 +49,9 @@ struct SchedulerOptions {
   std::string restore_state;
   std::uint64_t head_epoch = 0;
   double head_outage_s = -1;
+  // Read when the scheduler stops before its job ended: set, the head is stopping and leaves
+  // the job to the next head, so its trainers are told nothing; otherwise they are stopped.
+  std::shared_ptr<const HeadStop> head_stop;
 };
 
 // What both schedulers tell a trainer of the job they accept: the job file, where checkpoints

@@ -129,6 +129,8 @@ class EtcdStore final : public StateStore {
     return "etcd://" + hosts + options_.prefix;
   }
 
+  bool durable() const override { return true; }
+
   std::map<std::string, std::string> load(const std::string& prefix) override {
     std::map<std::string, std::string> out;
     const std::string first = state_prefix_ + prefix;

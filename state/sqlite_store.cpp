@@ -50,6 +50,7 @@ class SqliteStore final : public StateStore {
   }
 
   std::string describe() const override { return "sqlite:" + path_.string(); }
+  bool durable() const override { return true; }
 
   std::map<std::string, std::string> load(const std::string& prefix) override {
     std::lock_guard lock(mutex_);
@@ -263,6 +264,7 @@ class SqliteStore final : public StateStore {
 class MemoryStore final : public StateStore {
  public:
   std::string describe() const override { return "memory: (forgotten when the head stops)"; }
+  bool durable() const override { return false; }
 
   std::map<std::string, std::string> load(const std::string& prefix) override {
     std::lock_guard lock(mutex_);

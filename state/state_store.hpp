@@ -36,6 +36,10 @@ class StateStore {
   // What the store is, for status and logs ("sqlite:/var/lib/omnilearn/state.db").
   virtual std::string describe() const = 0;
 
+  // Whether what is committed outlives this process (a file or etcd; not the in-memory store):
+  // whether a later head can take over from it.
+  virtual bool durable() const = 0;
+
   // Every key starting with `prefix`, with its value, in key order.
   virtual std::map<std::string, std::string> load(const std::string& prefix) = 0;
 

@@ -39,11 +39,18 @@ constexpr auto kSchedulerAskTimeout = 10s;
 // again is harmless: the dealer takes a push once, and a batch whose answer was dropped is dealt
 // again because the next request does not name it.
 constexpr auto kDealAskTimeout = 2s;
-// How long a trainer keeps asking a scheduler that does not answer (a head restarting: its
-// scheduler resumes the job from its snapshot) before it gives up. An ask to a head that is
-// down can fail at once: asks go again every kSchedulerRetry until then.
+// How long a trainer keeps asking a scheduler that does not answer (a head restarting, or a
+// standby taking over: its scheduler resumes the job from its snapshot) before it gives up. An
+// ask to a head that is down can fail at once: asks go again every kSchedulerRetry until then,
+// each to the head followed at that moment (scheduler_of), so they reach a standby that took
+// over as soon as the agent says so.
 constexpr auto kSchedulerPatience = 60s;
 constexpr auto kSchedulerRetry = 500ms;
+
+// The job's scheduler on the head followed now (it moves when a standby takes over).
+runtime::ActorAddress scheduler_of(const AspRoleContext& c) {
+  return runtime::ActorAddress{c.head(), c.scheduler};
+}
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
@@ -158,14 +165,14 @@ int run_asp_server(AspRoleContext& c) {
   s.checkpoint_path = (std::filesystem::path(c.hello.checkpoint_dir) /
                        fmt::format("server-shard{}-i{}.pt", s.shard, c.hello.incarnation))
                           .string();
-  const runtime::ActorAddress scheduler{c.head, c.scheduler};
-
   AspServerConfig server;
   server.job = c.job;
   server.trainer = c.trainer;
   server.shard = s.shard;
   server.slice = s.slice;
-  server.scheduler = scheduler;
+  server.scheduler = [head = c.head, actor = c.scheduler] {
+    return runtime::ActorAddress{head(), actor};
+  };
   if (s.buffers.defined()) {
     // Like the parameters, written in place by load_shard and only in the actor's turns.
     server.buffers = std::span<float>(s.buffers.data_ptr<float>(), s.buffers.numel());
@@ -225,7 +232,9 @@ int run_asp_server(AspRoleContext& c) {
       sources.local_version = c.hello.resume_version;
     }
     const runtime::AskResult fetched =
-        c.system.ask(scheduler, AspFetchCheckpoint{c.job, c.trainer, s.shard}, kSchedulerAskTimeout)
+        c.system
+            .ask(scheduler_of(c), AspFetchCheckpoint{c.job, c.trainer, s.shard},
+                 kSchedulerAskTimeout)
             .get();
     const auto copy = fetched.as<AspCheckpointReply>();
     if (copy && copy->ok && fetched.reply.attachments.size() == 1) {
@@ -276,7 +285,7 @@ int run_asp_server(AspRoleContext& c) {
   bool told = false;
   for (const auto since = Clock::now(); !told && Clock::now() - since < kSchedulerPatience;) {
     if (c.wait_stop(0ms)) break;
-    told = c.system.ask(scheduler, ready, kSchedulerAskTimeout).get().ok();
+    told = c.system.ask(scheduler_of(c), ready, kSchedulerAskTimeout).get().ok();
     if (!told && c.wait_stop(kSchedulerRetry)) break;
   }
   int code = 0;
@@ -304,7 +313,6 @@ int run_asp_server(AspRoleContext& c) {
 }
 
 int run_asp_worker(AspRoleContext& c) {
-  const runtime::ActorAddress scheduler{c.head, c.scheduler};
   const std::int64_t worker = c.hello.worker_id;
   const std::int64_t total = c.replica.flat_parameter_count();
   auto fresh_request = [&c] {
@@ -320,7 +328,7 @@ int run_asp_worker(AspRoleContext& c) {
   while (true) {
     if (c.wait_stop(0ms)) return 0;
     c.apply_slowdown();
-    const runtime::AskResult result = c.system.ask(scheduler, request, kDealAskTimeout).get();
+    const runtime::AskResult result = c.system.ask(scheduler_of(c), request, kDealAskTimeout).get();
     auto deal = result.as<AspDealReply>();
     if (!deal) {
       // The outcome goes again with the next ask: the dealer takes a push once, and deals
@@ -381,7 +389,7 @@ int run_asp_worker(AspRoleContext& c) {
                      eval.accuracy, eval.loss);
       }
       for (const auto since = Clock::now(); Clock::now() - since < kSchedulerPatience;) {
-        if (c.system.ask(scheduler, finished, kSchedulerAskTimeout).get().ok()) break;
+        if (c.system.ask(scheduler_of(c), finished, kSchedulerAskTimeout).get().ok()) break;
         if (c.wait_stop(kSchedulerRetry)) return 0;
       }
       // The scheduler ends the job and stops every trainer; bounded in case it never does.

@@ -28,7 +28,9 @@ namespace omnilearn::actors {
 
 struct AspRoleContext {
   runtime::ActorSystem& system;
-  std::string head;       // the head's endpoint
+  // The head's address now: the one that started the trainer until its agent says the job
+  // goes on under another (cluster/head_follower.hpp). Every message to the scheduler reads it.
+  std::function<std::string()> head;
   std::string agent;      // this node's agent (its heartbeats carry the worker's timings)
   std::string scheduler;  // the job's scheduler actor there
   std::string job;

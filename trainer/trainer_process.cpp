@@ -38,6 +38,7 @@
 #include "trainer/asp_roles.hpp"
 #include "trainer/runtime_store.hpp"
 #include "trainer/trainer_config.hpp"
+#include "cluster/head_follower.hpp"
 #include "runtime/actor_system.hpp"
 #include "runtime/cluster_file.hpp"
 #include "runtime/shutdown.hpp"
@@ -83,36 +84,30 @@ struct Control {
   std::atomic<std::int64_t> abandon_below{0};
   std::atomic<std::int64_t> newest_generation{0};  // the newest rendezvous received
 
-  // The head whose scheduler speaks for the job: the one the trainer was started by, until
-  // the job's scheduler speaks from another about a newer generation (a standby head took
-  // over and resumed the job). Generations only go up across heads (each is written to the
-  // shared store before it is issued), so a deposed head thawed for a moment, speaking of an
-  // older one, is not followed back.
-  std::string head() const {
-    std::lock_guard lock(head_mutex);
-    return head_system;
-  }
-  // The job's agent says the job goes on under the head at `endpoint`.
-  void head_moved(const std::string& endpoint) {
-    std::lock_guard lock(head_mutex);
-    if (endpoint != head_system)
-      spdlog::info("trainer: the job goes on under the head at {}", endpoint);
-    head_system = endpoint;
+  // The head the trainer sends to (cluster/head_follower.hpp: the same rule for synchronous
+  // and asynchronous jobs).
+  std::string head() const { return follower.head(); }
+  // The job's agent says the job goes on under the head at `endpoint`, started as `epoch`.
+  bool head_moved(const std::string& endpoint, std::uint64_t epoch) {
+    const std::string before = follower.head();
+    if (!follower.moved(endpoint, epoch)) {
+      spdlog::warn(
+          "trainer: ignored a move to the head at {} (start {}): a newer head leads the job",
+          endpoint, epoch);
+      return false;
+    }
+    if (endpoint != before) {
+      spdlog::info("trainer: the job goes on under the head at {} (start {})", endpoint, epoch);
+    }
+    return true;
   }
   void heard_scheduler_at(const std::string& system, std::int64_t generation) {
-    std::lock_guard lock(head_mutex);
-    if (system == head_system) {
-      head_generation = std::max(head_generation, generation);
-    } else if (generation > head_generation) {
+    if (follower.heard_scheduler_at(system, generation)) {
       spdlog::info("trainer: the job's scheduler now speaks from {} (generation {})", system,
                    generation);
-      head_system = system;
-      head_generation = generation;
     }
   }
-  mutable std::mutex head_mutex;
-  std::string head_system;
-  std::int64_t head_generation = 0;
+  HeadFollower follower{""};
   std::string scheduler_actor;
   std::string job;
   std::string trainer;
@@ -177,10 +172,13 @@ class TrainerActor : public runtime::Actor {
         break;
       }
       case MessageKind::kHeadMoved:
-        if (auto moved = decode<HeadMoved>(message); moved && moved->job_id == control_.job) {
-          control_.head_moved(moved->head);
-          // A hello that the scheduler answers only by learning where this trainer is (and
-          // sending again what it sent last); the reply is not needed.
+        if (auto moved = decode<HeadMoved>(message);
+            moved && moved->job_id == control_.job &&
+            control_.head_moved(moved->head, moved->head_epoch)) {
+          // A hello that the scheduler answers only by learning where this trainer is (a
+          // synchronous job's scheduler also sends again the rendezvous it sent last; an
+          // asynchronous job's reaches its workers and servers from then on); the reply is not
+          // needed. An asynchronous role's next message goes to this head too (run_asp).
           tell(runtime::ActorAddress{control_.head(), control_.scheduler_actor},
                TrainerHello{control_.job, control_.trainer, control_.node,
                             static_cast<std::int32_t>(::getpid()), control_.gloo_host});
@@ -292,9 +290,19 @@ class TrainingLoop {
 
   // Asynchronous training (mode = "asp"): no generations, no collectives (asp_roles.hpp).
   int run_asp(const TrainerHelloReply& hello, const JobSpec& spec) {
-    AspRoleContext context{system_,  args_.head, args_.agent, args_.scheduler, args_.job, args_.trainer,
-                           args_.gloo_host, hello,      spec,            *trainer_, total_steps_,
-                           {},              {}};
+    AspRoleContext context{system_,
+                           [this] { return control_.head(); },
+                           args_.agent,
+                           args_.scheduler,
+                           args_.job,
+                           args_.trainer,
+                           args_.gloo_host,
+                           hello,
+                           spec,
+                           *trainer_,
+                           total_steps_,
+                           {},
+                           {}};
     std::optional<std::string> stopped;
     context.wait_stop = [this, &stopped](std::chrono::milliseconds timeout)
         -> std::optional<std::string> {
@@ -700,13 +708,18 @@ int main(int argc, char** argv) {
   runtime::ActorSystem system(system_options);
   actors::Control control;
   control.slowdown = args.slowdown;
-  control.head_system = args.head;
+  control.follower.moved(args.head, 0);
   control.scheduler_actor = args.scheduler;
   control.job = args.job;
   control.trainer = args.trainer;
   control.node = args.node;
   control.gloo_host = args.gloo_host;
   system.spawn<actors::TrainerActor>("trainer", control);
+  // The agent learns where this process is before any step (a server reports none): it points
+  // the trainer to a new head through it.
+  system.tell(runtime::ActorAddress{args.agent, actors::kAgentActor},
+              actors::TrainerStarted{args.job, args.trainer},
+              runtime::ActorAddress{system.id(), "trainer"});
 
   std::atomic<int> exit_code{-1};
   std::thread loop([&] {

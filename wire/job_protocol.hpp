@@ -14,6 +14,7 @@
 #include <msgpack.hpp>
 
 #include "wire/membership_protocol.hpp"
+#include "runtime/message_types.hpp"
 
 namespace omnilearn::actors {
 
@@ -255,13 +256,25 @@ struct StopTrainer {
 };
 
 // agent -> trainer: after a head restart or a standby's takeover, the job goes on under the
-// head at `head` (an endpoint): the trainer sends to it from now on, and says hello there so
-// that the head learns its route (a standby never heard from it).
+// head at `head` (an endpoint), which started as `head_epoch` (heads started over the shared
+// state, so a later head has a larger one): the trainer sends to it from now on, and says hello
+// there so that the head learns its route (a standby never heard from it). A trainer never
+// follows a HeadMoved of an older epoch than one it followed (a deposed head).
 struct HeadMoved {
   static constexpr MessageKind kKind = MessageKind::kHeadMoved;
   std::string job_id;
   std::string head;
-  MSGPACK_DEFINE(job_id, head);
+  std::uint64_t head_epoch = 0;
+  MSGPACK_DEFINE(job_id, head, head_epoch);
+};
+
+// trainer -> its agent, once the trainer's actor runs: where the trainer process is (its system
+// id), so that the agent can point it to a new head (HeadMoved) and change its speed before it
+// has reported a step; a parameter server never reports one. An open message type (below).
+struct TrainerStarted {
+  std::string job_id;
+  std::string trainer;
+  MSGPACK_DEFINE(job_id, trainer);
 };
 
 // agent -> trainer: the emulated slowdown changed.
@@ -313,3 +326,5 @@ struct StoreReply {
 };
 
 }  // namespace omnilearn::actors
+
+OMNILEARN_MESSAGE(omnilearn::actors::TrainerStarted, "omnilearn.job.TrainerStarted");

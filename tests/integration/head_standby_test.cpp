@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <regex>
+#include <set>
 
 #include "tests/support/cluster.hpp"
 #include "tests/support/etcd.hpp"
@@ -244,6 +245,92 @@ TEST_F(HeadStandby, AJobGoesOnUnderTheStandbyWithItsTrainers) {
         15s))
         << describe(left);
   }
+}
+
+// An asynchronous job (one parameter server, two workers) with the active head killed mid-job:
+// the standby takes over and resumes it from the dealer's snapshot; the server and the workers
+// follow the new head (their agents point them to it) and the job ends with every sample taken
+// once per epoch, by the same three processes.
+TEST_F(HeadStandby, AnAsynchronousJobGoesOnUnderTheStandbyWithItsServerAndWorkers) {
+  if (!std::filesystem::exists(omnilearn_binary().parent_path() / "omnilearn-trainer")) {
+    GTEST_SKIP() << "omnilearn-trainer is not built (OMNILEARN_WITH_TORCH=OFF)";
+  }
+  store_ = etcd_->store("asp-killed");
+  auto active = start_head(false, 200);
+  const auto active_address = address_in(*active, "listening on (\\S+)");
+  ASSERT_FALSE(active_address.empty()) << active->describe();
+  auto standby = start_head(true, 200);
+  const auto standby_address =
+      address_in(*standby, "standby on (\\S+): waiting for the active head at");
+  ASSERT_FALSE(standby_address.empty()) << standby->describe();
+  std::vector<std::unique_ptr<ChildProcess>> workers;
+  for (const auto* name : {"w1", "w2"}) {
+    // Slowed x4, so that the kill lands mid-job.
+    workers.push_back(std::make_unique<ChildProcess>(
+        std::vector<std::string>{omnilearn_binary().string(), "worker", "--address", active_address,
+                                 "--other-heads", standby_address, "--name", name, "--slowdown",
+                                 "4"},
+        omnilearn_process_options({.name = std::string("worker ") + name})));
+  }
+  for (auto& worker : workers) ASSERT_TRUE(worker->wait_for_output("joined", 15s));
+
+  constexpr int kEpochs = 40;
+  ScratchDir scratch("standby-asp");
+  JobRun run(active_address + "," + standby_address,
+             scratch.write("asp.toml", synthetic_asp_job("standby-asp", kEpochs)),
+             scratch.path() / "run");
+  ASSERT_TRUE(run.wait_for_event("asp_interval", 90s, [](const nlohmann::json& e) {
+    return e.at("step").get<int>() >= 20;
+  })) << run.describe();
+  const auto pids = [&] {
+    std::set<pid_t> out;
+    for (const auto& p : job_trainer_processes(run.id())) out.insert(p.pid);
+    return out;
+  };
+  const std::set<pid_t> before = pids();
+  ASSERT_EQ(before.size(), 3u) << describe(job_trainer_processes(run.id()));
+
+  active->kill_and_reap();
+  ASSERT_TRUE(standby->wait_for_output("listening on " + standby_address, 20s))
+      << standby->describe();
+  auto resumed = run.wait_for_event("head_restarted", 30s);
+  ASSERT_TRUE(resumed) << run.describe();
+  EXPECT_EQ(resumed->at("resumed"), true);
+  EXPECT_EQ(resumed->at("head_epoch"), 2);
+  // Training goes on under the new head: updates after it resumed the job.
+  const double back_at = resumed->at("time").get<double>();
+  ASSERT_TRUE(run.wait_for_event("asp_interval", 60s, [&](const nlohmann::json& e) {
+    return e.at("time").get<double>() > back_at && e.value("updates", 0) > 0;
+  })) << run.describe() << standby->describe();
+  EXPECT_EQ(pids(), before) << describe(job_trainer_processes(run.id()));
+
+  auto summary = run.wait_finished(150s);
+  ASSERT_TRUE(summary) << run.describe() << standby->describe();
+  SCOPED_TRACE(summary->dump(2));
+  expect_every_sample_once(*summary, kEpochs);
+  EXPECT_EQ(events_named(run.events(), "spawn").size(), 3u)
+      << "servers or workers were started again";
+  // Each of the three trainers moved to the new head (a worker's log holds its trainers').
+  std::size_t moved = 0;
+  const std::string moved_line = "the job goes on under the head at tcp://" + standby_address;
+  for (auto& worker : workers) {
+    const std::string log = worker->output(Stream::kStderr);
+    for (std::size_t at = log.find(moved_line); at != std::string::npos;
+         at = log.find(moved_line, at + 1)) {
+      ++moved;
+    }
+  }
+  EXPECT_EQ(moved, 3u) << workers[0]->describe() << workers[1]->describe();
+  for (auto& worker : workers) worker->kill_and_reap();
+  standby->kill_and_reap();
+  std::vector<ProcessInfo> left;
+  EXPECT_TRUE(wait_until(
+      [&] {
+        left = job_trainer_processes(run.id());
+        return left.empty();
+      },
+      15s))
+      << describe(left);
 }
 
 }  // namespace

@@ -1,11 +1,14 @@
-// kill -9 of the head while one job has finished and another is training, and a new head on the
-// same port and state: the finished job is still there with its outcome, the running one goes
-// on with the same trainer processes (they kept their state through the outage) from the
-// newest step they committed, under a new generation, to every step with none committed
-// twice; the workers keep their identity, and a follower of the job's log rides through. An
-// asynchronous job goes on the same way with its parameter server and workers.
+// kill -9 (or a graceful stop) of the head while one job has finished and another is
+// training, and a new head on the same port and state: the finished job is still there with its
+// outcome, the running one goes on with the same trainer processes (they kept their state
+// through the outage) from the newest step they committed, under a new generation, to every
+// step with none committed twice; the workers keep their identity, and a follower of the job's
+// log rides through. An asynchronous job goes on the same way with its parameter server and
+// workers.
 
 #include <gtest/gtest.h>
+
+#include <signal.h>
 
 #include <set>
 
@@ -108,6 +111,111 @@ TEST_F(JobHeadRestart, ARunningJobGoesOnWithItsTrainersAfterTheHeadRestarts) {
       15s))
       << "trainers of the finished job still run:\n"
       << describe(left);
+}
+
+// A graceful stop (SIGTERM, as systemd or Kubernetes send) of a head whose state is on disk
+// leaves the running job to the next head, as a kill -9 does: the head says so, its trainers
+// keep running without it, and a head started again on the same port and state resumes the
+// job with the same three trainer processes, every step committed once.
+TEST_F(JobHeadRestart, AGracefulStopLeavesTheRunningJobToTheNextHead) {
+  auto& cluster = start_cluster();
+  for (const auto* worker : {"w1", "w2", "w3"}) start_worker(worker);
+  for (const auto* worker : {"w1", "w2", "w3"}) {
+    ASSERT_TRUE(cluster.wait_worker_joined(worker, 15s)) << cluster.worker(worker).describe();
+  }
+  ScratchDir scratch("head-graceful");
+  constexpr std::int64_t kSteps = 300;
+  JobRun running(cluster, scratch.write("job.toml", synthetic_elastic_job("graceful", kSteps, 9)),
+                 scratch.path() / "run");
+  ASSERT_TRUE(running.wait_for_event("step", 60s, [](const Json& e) {
+    return e.at("step").get<int>() >= 5;
+  })) << running.describe();
+  const auto pids = [&] {
+    std::set<pid_t> out;
+    for (const auto& p : job_trainer_processes(running.id())) out.insert(p.pid);
+    return out;
+  };
+  const std::set<pid_t> before = pids();
+  ASSERT_EQ(before.size(), 3u) << describe(job_trainer_processes(running.id()));
+
+  auto& head = cluster.head().process();
+  auto stopped = cluster.stop_head(SIGTERM);
+  ASSERT_TRUE(stopped) << "the head did not stop on SIGTERM: " << head.describe();
+  EXPECT_EQ(stopped->to_string(), "exit 0") << head.describe();
+  EXPECT_NE(head.output(Stream::kStderr).find("running jobs and their trainers go on"),
+            std::string::npos)
+      << head.describe();
+  EXPECT_EQ(head.output(Stream::kStderr).find("head shutting down"), std::string::npos)
+      << head.describe();
+  // Nothing ended the job: no "finished" event, and its trainers outlive the head.
+  std::this_thread::sleep_for(1s);
+  EXPECT_TRUE(events_named(running.events(), "finished").empty()) << running.describe();
+  EXPECT_EQ(pids(), before) << describe(job_trainer_processes(running.id()));
+  cluster.restart_head();
+
+  auto summary = running.wait_finished(180s);
+  ASSERT_TRUE(summary) << running.describe();
+  SCOPED_TRACE(summary->dump(2));
+  EXPECT_EQ(summary->at("status"), "succeeded");
+  EXPECT_EQ(summary->at("steps"), kSteps);
+  EXPECT_EQ(expect_each_step_once(running.events(), kSteps), 3) << "trainers were started again";
+  auto restarted = running.wait_for_event("head_restarted", 1s);
+  ASSERT_TRUE(restarted) << running.describe();
+  EXPECT_EQ(restarted->at("head_epoch"), 2);
+  EXPECT_EQ(restarted->at("resumed"), true);
+  auto status =
+      cluster.wait_for_status([](const ClusterStatus& s) { return s.count("alive") == 3; }, 15s);
+  ASSERT_TRUE(status) << cluster.last_status_text();
+  EXPECT_EQ(status->json().at("head").at("resumed_jobs"), 1);
+  EXPECT_EQ(status->json().at("head").at("failed_jobs"), 0);
+  std::vector<ProcessInfo> left;
+  EXPECT_TRUE(wait_until(
+      [&] {
+        left = job_trainer_processes(running.id());
+        return left.empty();
+      },
+      15s))
+      << "trainers of the finished job still run:\n"
+      << describe(left);
+}
+
+// With the state in memory (`--store memory:`) no head can resume a job: a graceful stop stops
+// the running job's trainers, as it always did, and says so.
+TEST_F(JobHeadRestart, AGracefulStopOfAHeadWithoutDurableStateStopsTheTrainers) {
+  HeadOptions options = job_head_options();
+  options.extra_args = {"--store", "memory:"};
+  auto& cluster = start_cluster(options);
+  for (const auto* worker : {"w1", "w2"}) start_worker(worker);
+  for (const auto* worker : {"w1", "w2"}) {
+    ASSERT_TRUE(cluster.wait_worker_joined(worker, 15s)) << cluster.worker(worker).describe();
+  }
+  ScratchDir scratch("head-graceful-memory");
+  JobRun running(cluster, scratch.write("job.toml", synthetic_elastic_job("memory", 2000, 9)),
+                 scratch.path() / "run");
+  ASSERT_TRUE(running.wait_for_event("step", 60s, [](const Json& e) {
+    return e.at("step").get<int>() >= 5;
+  })) << running.describe();
+  ASSERT_EQ(job_trainer_processes(running.id()).size(), 2u);
+
+  auto& head = cluster.head().process();
+  auto stopped = cluster.stop_head(SIGTERM);
+  ASSERT_TRUE(stopped) << "the head did not stop on SIGTERM: " << head.describe();
+  EXPECT_EQ(stopped->to_string(), "exit 0") << head.describe();
+  EXPECT_NE(head.output(Stream::kStderr).find("running jobs are stopped"), std::string::npos)
+      << head.describe();
+  std::vector<ProcessInfo> left;
+  EXPECT_TRUE(wait_until(
+      [&] {
+        left = job_trainer_processes(running.id());
+        return left.empty();
+      },
+      15s))
+      << "trainers outlived a head that kept nothing:\n"
+      << describe(left);
+  for (const auto* worker : {"w1", "w2"}) {
+    EXPECT_TRUE(cluster.worker(worker).wait_for_output("head shutting down", 5s, Stream::kStderr))
+        << cluster.worker(worker).describe();
+  }
 }
 
 // The same for an asynchronous job: kill -9 of the head mid-job and a new head 0.5 s later.

@@ -54,6 +54,15 @@ class AspServer : public ::testing::TestWithParam<int> {
   void SetUp() override {
     scheduler = testing::spawn_probe(head, "scheduler");
     head_endpoint = head.listen("tcp://127.0.0.1:0");
+    standby_scheduler = testing::spawn_probe(standby, "scheduler");
+    standby_endpoint = standby.listen("tcp://127.0.0.1:0");
+    follow(head_endpoint);
+  }
+
+  // The head the servers' trainer follows from now on (their reports go there).
+  void follow(const std::string& endpoint) {
+    std::lock_guard lock(followed_mutex);
+    followed = endpoint;
   }
 
   // Starts shard s of `shards` (SGD at kLr in `apply`); `after` is its after-apply hook.
@@ -75,7 +84,10 @@ class AspServer : public ::testing::TestWithParam<int> {
       config.slice = shard.slice;
       config.staleness.lr_scaling = asp::LrScaling::kNone;
       config.resume = resume;
-      config.scheduler = ActorAddress{head_endpoint, "scheduler"};
+      config.scheduler = [this] {
+        std::lock_guard lock(followed_mutex);
+        return ActorAddress{followed, "scheduler"};
+      };
       config.last_message = shard.last_message;
       if (s == 0 && buffers) {
         config.buffers = std::span<float>(*buffers);
@@ -191,6 +203,11 @@ class AspServer : public ::testing::TestWithParam<int> {
   runtime::ActorSystem head;                // hosts the scheduler probe that takes AspServerReports
   testing::Probe scheduler;
   std::string head_endpoint;
+  runtime::ActorSystem standby;  // a head that took over: the scheduler probe there
+  testing::Probe standby_scheduler;
+  std::string standby_endpoint;
+  std::mutex followed_mutex;
+  std::string followed;        // guarded by followed_mutex; read by the servers' report callbacks
   std::vector<Shard> servers;  // after head: stopped (their reports' target) first
   runtime::ActorSystem worker;
   std::shared_ptr<std::vector<float>> gradient = [] {
@@ -370,6 +387,31 @@ TEST_P(AspServer, CheckpointsAndLostUpdatesAreReported) {
     EXPECT_EQ(report->version, 8);
     EXPECT_EQ(report->updates_lost, 4);
     EXPECT_EQ(report->checkpoint, "") << "a report of lost updates alone names no checkpoint";
+  }
+}
+
+// The trainer follows the active head: each report goes to the scheduler on the head followed
+// at that moment (a standby that took over), not to the one the server started under.
+TEST_P(AspServer, ReportsGoToTheHeadFollowedNow) {
+  const int shards = GetParam();
+  start(shards,
+        [](const asp::ServerCore& core) { return "ckpt-" + std::to_string(core.pull().number); });
+  for (int s = 0; s < shards; ++s) {
+    follow(head_endpoint);
+    ASSERT_EQ(push(s, asp::Version{0, 0}, {gradient_view(s)}).status, AspPushReply::kApplied);
+    auto report = scheduler.queue->pop_as<AspServerReport>(5s);
+    ASSERT_TRUE(report) << "shard " << s << ": the first head hears the checkpoint at 1";
+    EXPECT_EQ(report->checkpoint, "ckpt-1");
+
+    follow(standby_endpoint);
+    ASSERT_EQ(push(s, asp::Version{0, 1}, {gradient_view(s)}).status, AspPushReply::kApplied);
+    report = standby_scheduler.queue->pop_as<AspServerReport>(5s);
+    ASSERT_TRUE(report) << "shard " << s << ": the head that took over hears the checkpoint at 2";
+    EXPECT_EQ(report->shard, s);
+    EXPECT_EQ(report->version, 2);
+    EXPECT_EQ(report->checkpoint, "ckpt-2");
+    EXPECT_FALSE(scheduler.queue->pop_as<AspServerReport>(200ms))
+        << "the head left behind still got a report";
   }
 }
 

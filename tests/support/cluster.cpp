@@ -226,6 +226,13 @@ void TestCluster::kill_head() {
   if (head_) head_->process().kill_and_reap();
 }
 
+std::optional<ExitStatus> TestCluster::stop_head(int sig, std::chrono::milliseconds timeout) {
+  if (!head_ || !head_->process().send_signal(sig)) return std::nullopt;
+  auto status = head_->process().wait_exit(timeout);
+  if (!status) head_->process().kill_and_reap();
+  return status;
+}
+
 HeadProcess& TestCluster::restart_head() {
   kill_head();
   if (head_) old_heads_.push_back(std::move(head_));

@@ -123,6 +123,11 @@ class TestCluster {
 
   // SIGKILLs the head and reaps it.
   void kill_head();
+  // Stops the head gracefully, as systemd or Kubernetes would (`sig`: SIGTERM, or SIGINT), and
+  // waits up to `timeout` for it to exit. Returns its exit status; nullopt when it still ran
+  // (it is then killed). restart_head() may follow.
+  std::optional<ExitStatus> stop_head(int sig,
+                                      std::chrono::milliseconds timeout = std::chrono::seconds(15));
   // Starts a new head on the same port with the same options (retrying briefly while the port
   // is still being released). The previous head must be dead (kill_head).
   HeadProcess& restart_head();
