@@ -107,11 +107,13 @@ std::vector<double> ThroughputEstimator::deviations() const {
 }
 
 void ThroughputEstimator::check_for_change() {
-  if (changed(Level::kQuick, change_.quick_run, change_.quick_min_change, change_.quick_spread_z)) {
+  const std::vector<Entry> v = entries();
+  if (changed(v, Level::kQuick, change_.quick_run, change_.quick_min_change,
+              change_.quick_spread_z)) {
     return;
   }
-  if (changed(Level::kRun, change_.run, change_.min_change, change_.spread_z)) return;
-  changed(Level::kSlow, change_.slow_run, change_.slow_min_change, change_.slow_spread_z);
+  if (changed(v, Level::kRun, change_.run, change_.min_change, change_.spread_z)) return;
+  changed(v, Level::kSlow, change_.slow_run, change_.slow_min_change, change_.slow_spread_z);
 }
 
 // The slow level. A small change hides among the noise one observation at a time (at -7% with
@@ -176,23 +178,26 @@ bool ThroughputEstimator::all_beyond(const std::vector<Entry>& v, std::size_t ru
   // slowdown can never pass a tolerance of 100%, and under 20% step noise (a spread near 0.2,
   // a tolerance near 50%) a worker that halved its speed went unseen until the window's median
   // moved, half a window later.
-  const double tolerance =
-      std::max(std::log1p(min_change), spread_z * relative_spread(older).value_or(0.0));
-  int side = 0;
-  for (auto it = newest; it != v.end(); ++it) {
-    const double off = std::log(it->rate / center);
-    const int s = off > tolerance ? 1 : off < -tolerance ? -1 : 0;
-    if (s == 0 || (side != 0 && s != side)) return false;
-    side = s;
-  }
-  return true;
+  auto beyond = [&](double tolerance) {
+    int side = 0;
+    for (auto it = newest; it != v.end(); ++it) {
+      const double off = std::log(it->rate / center);
+      const int s = off > tolerance ? 1 : off < -tolerance ? -1 : 0;
+      if (s == 0 || (side != 0 && s != side)) return false;
+      side = s;
+    }
+    return true;
+  };
+  // The fixed tolerance first: it fails most observations without the spread's two medians
+  // (this runs for every level on every observation).
+  return beyond(std::log1p(min_change)) &&
+         beyond(std::max(std::log1p(min_change), spread_z * relative_spread(older).value_or(0.0)));
 }
 
-bool ThroughputEstimator::changed(Level level, std::size_t run, double min_change,
-                                  double spread_z) {
+bool ThroughputEstimator::changed(const std::vector<Entry>& v, Level level, std::size_t run,
+                                  double min_change, double spread_z) {
   // The newest `run` against at least two older ones (a median of one is any outlier).
-  if (run == 0 || count_ < run + 2) return false;
-  const std::vector<Entry> v = entries();
+  if (run == 0 || v.size() < run + 2) return false;
   const bool moved = level == Level::kSlow
                          ? median_shifted(v, run, min_change, spread_z)
                          : all_beyond(v, run, min_change, spread_z, level == Level::kQuick);

@@ -102,14 +102,15 @@ class ThroughputEstimator {
   void check_for_change();
   // The three levels of ChangeDetection.
   enum class Level { kQuick, kRun, kSlow };
-  // Whether the newest `run` observations moved off the older ones (all_beyond, or for the
-  // slow level median_shifted); then drops the older ones.
-  bool changed(Level level, std::size_t run, double min_change, double spread_z);
-
   struct Entry {
     int batch;
     double rate;  // samples per second
   };
+  // Whether the newest `run` of `v` (the window, oldest first) moved off the older ones
+  // (all_beyond, or for the slow level median_shifted); then drops the older ones.
+  bool changed(const std::vector<Entry>& v, Level level, std::size_t run, double min_change,
+               double spread_z);
+
   // The levels' tests on `v` (the window, oldest first). all_beyond: the newest `run` all
   // lie on one side of the older median beyond the threshold (with `same_batch_only`, the
   // older observations at their batch, at least 8 of them, or no change). median_shifted:
