@@ -83,8 +83,10 @@ bool BatchController::observe(const std::string& key, int batch, double compute_
   const auto it = index_.find(key);
   if (it == index_.end()) return false;
   Worker& w = workers_[it->second];
+  const std::size_t quick = w.throughput.quick_changes();
   w.throughput.observe(batch, compute_time_s);  // validates batch and time
   ++w.seen;
+  speed_changed_ = speed_changed_ || w.throughput.quick_changes() != quick;
   // Only the affine policy plans with the fit; the others skip its upkeep.
   if (config_.policy == Policy::kAffine) w.history.observe(batch, compute_time_s);
   return true;
@@ -197,6 +199,7 @@ BatchPlan BatchController::plan(PlanTrigger trigger) {
     held_rounds_ = 0;
   }
   if (d.changed) held_rounds_ = 0;
+
   BatchPlan p;
   p.keys.reserve(workers_.size());
   for (const Worker& w : workers_) p.keys.push_back(w.key);
@@ -211,6 +214,7 @@ BatchPlan BatchController::plan(PlanTrigger trigger) {
                             : last_.provisional && fewest < config_.provisional_observations;
   for (std::size_t i = 0; i < workers_.size(); ++i) workers_[i].batch = p.batches[i];
   membership_changed_ = false;
+  speed_changed_ = false;
   last_ = p;
   return p;
 }

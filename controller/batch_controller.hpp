@@ -127,6 +127,16 @@ class BatchController {
   // change) when the current workers cannot hold B; infeasibility() says so without throwing.
   BatchPlan plan(PlanTrigger trigger = PlanTrigger::kRound);
 
+  // Whether a worker's change detector found a large change of its speed (its quick level,
+  // ChangeDetection::quick_run) since the last plan(): the control rounds then run a round
+  // without waiting for the interval (ControlRounds::due), so that a plan follows the change a
+  // few steps sooner; every step until then runs at the old plan, the changed worker setting
+  // the step time. A change the other levels catch waits for the next round: at most a few
+  // tens of percent for a few steps, where extra rounds on every detection (a real drift of a
+  // shared machine, a noisy run) made plans from two or three observations and then changed
+  // them again: in the replays of tests/scheduler, more plan changes than the speeds justified.
+  bool speed_changed() const { return speed_changed_; }
+
   // Why the current workers cannot hold B, or nullopt when they can.
   std::optional<std::string> infeasibility() const;
 
@@ -163,6 +173,7 @@ class BatchController {
   std::unordered_map<std::string, std::size_t> index_;  // key -> position in workers_
   BatchPlan last_;
   bool membership_changed_ = false;
+  bool speed_changed_ = false;   // a quick-level change of speed since the last plan()
   std::size_t held_rounds_ = 0;  // rounds in a row the deadband held a real gain (persist_*)
 };
 

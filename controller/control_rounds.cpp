@@ -46,8 +46,8 @@ bool ControlRounds::fresh() const {
   return std::all_of(fresh_.begin(), fresh_.end(), [](const auto& m) { return m.second; });
 }
 
-bool ControlRounds::due(std::int64_t step) const {
-  return step - last_round_ >= config_.interval_steps && fresh();
+bool ControlRounds::due(std::int64_t step, bool speed_changed) const {
+  return (speed_changed || step - last_round_ >= config_.interval_steps) && fresh();
 }
 
 }  // namespace omnilearn::scheduler

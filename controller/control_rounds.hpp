@@ -9,7 +9,9 @@
 //   flight, and the agent's window restarts at the new batch).
 // - An observation counts only when every step it covers lies after that period.
 // - A round runs every `interval_steps` steps once every member has such an observation at the
-//   plan in force.
+//   plan in force, and sooner when a worker's speed was found to have changed (the controller's
+//   change detector): waiting for the interval would leave up to `interval_steps` more steps at
+//   a plan the changed worker slows down.
 
 #include <cstdint>
 #include <map>
@@ -47,8 +49,9 @@ class ControlRounds {
   // Every member has an accepted observation of the plan in force.
   bool fresh() const;
 
-  // A round is due at `step`: `interval_steps` since the last one, and fresh().
-  bool due(std::int64_t step) const;
+  // A round is due at `step`: fresh(), and `interval_steps` since the last one or
+  // `speed_changed` (BatchController::speed_changed: a detected change waits for no interval).
+  bool due(std::int64_t step, bool speed_changed = false) const;
 
   // The first step whose timings count (after warm-up or cool-down).
   std::int64_t counted_from() const { return counted_from_; }

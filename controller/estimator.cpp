@@ -37,6 +37,12 @@ void ChangeDetection::validate() const {
   auto fail = [](const char* what) {
     throw std::invalid_argument(std::string("change detection: ") + what);
   };
+  if (!(quick_min_change > 0.0) || !std::isfinite(quick_min_change)) {
+    fail("quick_min_change must be positive");
+  }
+  if (!(quick_spread_z >= 0.0) || !std::isfinite(quick_spread_z)) {
+    fail("quick_spread_z must be >= 0");
+  }
   if (run < 1) fail("run must be at least 1 observation");
   if (!(min_change > 0.0) || !std::isfinite(min_change)) fail("min_change must be positive");
   if (!(spread_z >= 0.0) || !std::isfinite(spread_z)) fail("spread_z must be >= 0");
@@ -101,8 +107,13 @@ std::vector<double> ThroughputEstimator::deviations() const {
 }
 
 void ThroughputEstimator::check_for_change() {
-  if (changed(change_.run, change_.min_change, change_.spread_z, false)) return;
-  changed(change_.slow_run, change_.slow_min_change, change_.slow_spread_z, true);
+  const std::vector<Entry> v = entries();
+  if (changed(v, Level::kQuick, change_.quick_run, change_.quick_min_change,
+              change_.quick_spread_z)) {
+    return;
+  }
+  if (changed(v, Level::kRun, change_.run, change_.min_change, change_.spread_z)) return;
+  changed(v, Level::kSlow, change_.slow_run, change_.slow_min_change, change_.slow_spread_z);
 }
 
 // The slow level. A small change hides among the noise one observation at a time (at -7% with
@@ -133,7 +144,13 @@ bool ThroughputEstimator::median_shifted(const std::vector<Entry>& v, std::size_
   const double se = std::hypot(median_relative_error(noise, run),
                                median_relative_error(noise, older.size()));
   const double recent_median = *median(recent);
-  if (std::abs(recent_median / center - 1.0) <= std::max(min_change, spread_z * se)) return false;
+  // In logarithms, as all_beyond: relative to the rate a halved speed is only 50% off, inside
+  // five standard errors of a window mixed under 20% noise (a neighbour's 2x went unseen until
+  // the window's median moved, 57 steps).
+  if (std::abs(std::log(recent_median / center)) <=
+      std::max(std::log1p(min_change), spread_z * se)) {
+    return false;
+  }
   // ... and outside the older observations' middle half, which a median of values half at one
   // level and half at another (MAD 0) can otherwise leave.
   std::sort(older.begin(), older.end());
@@ -143,7 +160,8 @@ bool ThroughputEstimator::median_shifted(const std::vector<Entry>& v, std::size_
 }
 
 bool ThroughputEstimator::all_beyond(const std::vector<Entry>& v, std::size_t run,
-                                     double min_change, double spread_z) const {
+                                     double min_change, double spread_z,
+                                     bool same_batch_only) const {
   const auto newest = v.end() - static_cast<std::ptrdiff_t>(run);
   std::vector<double> older, same_batch;
   const bool one_batch =
@@ -152,6 +170,7 @@ bool ThroughputEstimator::all_beyond(const std::vector<Entry>& v, std::size_t ru
     older.push_back(it->rate);
     if (one_batch && it->batch == newest->batch) same_batch.push_back(it->rate);
   }
+  if (same_batch_only && same_batch.size() < 8) return false;
   if (same_batch.size() >= 2) older = same_batch;
   const double center = *median(older);
   // In logarithms: step-time noise is multiplicative, so a worker twice as slow (rate -50%)
@@ -159,27 +178,30 @@ bool ThroughputEstimator::all_beyond(const std::vector<Entry>& v, std::size_t ru
   // slowdown can never pass a tolerance of 100%, and under 20% step noise (a spread near 0.2,
   // a tolerance near 50%) a worker that halved its speed went unseen until the window's median
   // moved, half a window later.
-  const double tolerance =
-      std::max(std::log1p(min_change), spread_z * relative_spread(older).value_or(0.0));
-  int side = 0;
-  for (auto it = newest; it != v.end(); ++it) {
-    const double off = std::log(it->rate / center);
-    const int s = off > tolerance ? 1 : off < -tolerance ? -1 : 0;
-    if (s == 0 || (side != 0 && s != side)) return false;
-    side = s;
-  }
-  return true;
+  auto beyond = [&](double tolerance) {
+    int side = 0;
+    for (auto it = newest; it != v.end(); ++it) {
+      const double off = std::log(it->rate / center);
+      const int s = off > tolerance ? 1 : off < -tolerance ? -1 : 0;
+      if (s == 0 || (side != 0 && s != side)) return false;
+      side = s;
+    }
+    return true;
+  };
+  // The fixed tolerance first: it fails most observations without the spread's two medians
+  // (this runs for every level on every observation).
+  return beyond(std::log1p(min_change)) &&
+         beyond(std::max(std::log1p(min_change), spread_z * relative_spread(older).value_or(0.0)));
 }
 
-bool ThroughputEstimator::changed(std::size_t run, double min_change, double spread_z,
-                                  bool by_median) {
+bool ThroughputEstimator::changed(const std::vector<Entry>& v, Level level, std::size_t run,
+                                  double min_change, double spread_z) {
   // The newest `run` against at least two older ones (a median of one is any outlier).
-  if (run == 0 || count_ < run + 2) return false;
-  const std::vector<Entry> v = entries();
-  if (by_median ? !median_shifted(v, run, min_change, spread_z)
-                : !all_beyond(v, run, min_change, spread_z)) {
-    return false;
-  }
+  if (run == 0 || v.size() < run + 2) return false;
+  const bool moved = level == Level::kSlow
+                         ? median_shifted(v, run, min_change, spread_z)
+                         : all_beyond(v, run, min_change, spread_z, level == Level::kQuick);
+  if (!moved) return false;
   // The worker's speed changed: the older observations describe a machine that is gone.
   const std::vector<Entry> recent(v.end() - static_cast<std::ptrdiff_t>(run), v.end());
   clear();
@@ -189,6 +211,7 @@ bool ThroughputEstimator::changed(std::size_t run, double min_change, double spr
     ++count_;
   }
   ++regime_changes_;
+  if (level == Level::kQuick) ++quick_changes_;
   return true;
 }
 

@@ -26,11 +26,22 @@ std::optional<double> relative_spread(std::span<const double> values);
 double median_relative_error(double spread, std::size_t n);
 
 // When a run of observations says the worker's speed changed for real.
-// Two levels: a large change is caught after a short run of observations all beyond a wide
-// threshold; a small one when the median of a longer run moves off the older median by more
-// than the noise explains (an all-beyond test misses a small change: one observation near the
-// threshold breaks the run, and the window's median then takes half a window to follow).
+// Three levels: a large change is caught after a short run of observations all beyond a wide
+// threshold (two observations beyond a very wide one, three beyond a wide one); a small one
+// when the median of a longer run moves off the older median by more than the noise explains
+// (an all-beyond test misses a small change: one observation near the threshold breaks the
+// run, and the window's median then takes half a window to follow).
 struct ChangeDetection {
+  // Large changes, quickly: the newest `quick_run` observations all off the older median by
+  // more than quick_min_change (relative, in logarithms) and quick_spread_z x the spread. A
+  // heartbeat window holds a few steps, so every observation a detection waits for is a few
+  // steps at the old plan: a worker 2x slower is caught after two windows instead of three.
+  // Two, not one: a single window can hold a pause (a step 10x slower than the rest). Compared
+  // only with at least eight older observations at the same batch: under a fixed per-step cost
+  // a plan change moves the throughput too, and a spread from fewer is a guess.
+  std::size_t quick_run = 2;
+  double quick_min_change = 0.4;
+  double quick_spread_z = 4.0;
   std::size_t run = 3;      // this many newest observations in a row, all on one side ...
   double min_change = 0.15; // ... each off the older median by more than this (relative) ...
   double spread_z = 2.5;    // ... and by more than spread_z x the older observations' spread
@@ -81,25 +92,31 @@ class ThroughputEstimator {
 
   // How many times a detected change of speed dropped the older observations.
   std::size_t regime_changes() const { return regime_changes_; }
+  // Of those, the ones the quick level caught (ChangeDetection::quick_run).
+  std::size_t quick_changes() const { return quick_changes_; }
 
   // Forgets every observation (a worker whose hardware changed).
   void clear();
 
  private:
   void check_for_change();
-  // Whether the newest `run` observations moved off the older ones (all_beyond, or by_median
-  // median_shifted); then drops the older ones.
-  bool changed(std::size_t run, double min_change, double spread_z, bool by_median);
-
+  // The three levels of ChangeDetection.
+  enum class Level { kQuick, kRun, kSlow };
   struct Entry {
     int batch;
     double rate;  // samples per second
   };
-  // The two levels' tests on `v` (the window, oldest first). all_beyond: the newest `run` all
-  // lie on one side of the older median beyond the threshold. median_shifted: their median
-  // lies off the older median beyond the threshold and the noise.
-  bool all_beyond(const std::vector<Entry>& v, std::size_t run, double min_change,
-                  double spread_z) const;
+  // Whether the newest `run` of `v` (the window, oldest first) moved off the older ones
+  // (all_beyond, or for the slow level median_shifted); then drops the older ones.
+  bool changed(const std::vector<Entry>& v, Level level, std::size_t run, double min_change,
+               double spread_z);
+
+  // The levels' tests on `v` (the window, oldest first). all_beyond: the newest `run` all
+  // lie on one side of the older median beyond the threshold (with `same_batch_only`, the
+  // older observations at their batch, at least 8 of them, or no change). median_shifted:
+  // their median lies off the older median beyond the threshold and the noise.
+  bool all_beyond(const std::vector<Entry>& v, std::size_t run, double min_change, double spread_z,
+                  bool same_batch_only) const;
   bool median_shifted(const std::vector<Entry>& v, std::size_t run, double min_change,
                       double spread_z) const;
   std::vector<Entry> entries() const;  // oldest first
@@ -109,6 +126,7 @@ class ThroughputEstimator {
   std::size_t next_ = 0;
   std::size_t count_ = 0;
   std::size_t regime_changes_ = 0;
+  std::size_t quick_changes_ = 0;
 };
 
 }  // namespace omnilearn::scheduler

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <set>
@@ -187,13 +188,15 @@ std::string ReplayResult::describe() const {
   o.precision(3);
   o << trace << ": " << steps << " steps, steady from step " << steady_from << ": efficiency "
     << efficiency << " (all steps " << efficiency_all << "), time lost once steady "
-    << 100.0 * time_lost << "%, speed-up over uniform "
+    << 100.0 * time_lost << "% (" << 100.0 * time_lost_to_reference
+    << "% against the reference that learns each change from its first window, itself "
+    << 100.0 * reference_time_lost << "% over the oracle), speed-up over uniform "
     << speedup_over_uniform << "x of ideal " << ideal_speedup << "x; " << rounds << " rounds, "
     << plan_changes << " plan changes, " << churn_changes << " outside settling ("
     << changes_per_100_steps << " per 100 steps over " << churn_steps << " steps, "
-    << persisted_changes << " by the smoothing across rounds, "
-    << unjustified_changes << " not justified by the recorded speeds: "
-    << unjustified_per_100_steps << " per 100 steps)\n";
+    << persisted_changes << " by the smoothing across rounds, " << unjustified_changes
+    << " not justified by the recorded speeds: " << unjustified_per_100_steps
+    << " per 100 steps)\n";
   for (const auto& r : regimes) {
     o << "  from step " << r.start_step << " (" << r.cause << "): speeds";
     for (double s : r.speeds) o << " " << std::lround(s);
@@ -285,7 +288,10 @@ ReplayResult replay(const Trace& trace, const ReplayConfig& config) {
   std::int64_t settle_until_round = 0;  // rounds with index <= this are settling
   int round_index = 0;
   double sum_ctrl = 0, sum_oracle = 0, sum_uniform = 0, all_ctrl = 0, all_oracle = 0;
-  double since_ctrl = 0, since_oracle = 0;
+  double since_ctrl = 0, since_oracle = 0, since_reference = 0;
+  std::vector<int> reference;       // the reference's batches in force, per member
+  std::vector<int> reference_next;  // ... and those it learns at reference_from
+  std::int64_t reference_from = -1;
   std::size_t next_boundary = 0;
   std::size_t next_obs = 0;
   bool steady = false;
@@ -366,6 +372,21 @@ ReplayResult replay(const Trace& trace, const ReplayConfig& config) {
         concerned = {b.change->worker};
       }
       start_regime(next_boundary, cause);
+      if (b.generation) {
+        reference = oracle;
+        reference_from = -1;
+      } else {
+        // Learnt from the changed worker's first window that starts after the change, applied
+        // two steps after that window's last step; without such a window, never.
+        std::int64_t seen = std::numeric_limits<std::int64_t>::max() - 2;
+        for (const auto& o : trace.observations) {
+          if (o.worker == b.change->worker && o.first_step > b.step) {
+            seen = std::min(seen, o.last_step);
+          }
+        }
+        reference_next = oracle;
+        reference_from = seen + 2;
+      }
       out.regimes.back().concerned = concerned;
       rounds_in_regime = 0;
       followed = false;
@@ -377,11 +398,15 @@ ReplayResult replay(const Trace& trace, const ReplayConfig& config) {
       set_batches(pending, step);
       pending_from = -1;
     }
+    if (reference_from == step) {
+      reference = reference_next;
+      reference_from = -1;
+    }
 
     // The step: every member's compute at its batch, the uniform split's and the oracle's,
     // under the same per-step noise.
     const std::vector<int> uniform = uniform_split(trace.global_batch, members.size());
-    double t_ctrl = 0, t_uniform = 0, t_oracle = 0;
+    double t_ctrl = 0, t_uniform = 0, t_oracle = 0, t_reference = 0;
     for (std::size_t i = 0; i < members.size(); ++i) {
       const double f = noise_factor(rng, config.step_noise);
       noise_log[members[i]][step] = f;
@@ -389,12 +414,14 @@ ReplayResult replay(const Trace& trace, const ReplayConfig& config) {
       t_ctrl = std::max(t_ctrl, m.time(batches[i]) * f);
       t_uniform = std::max(t_uniform, m.time(uniform[i]) * f);
       t_oracle = std::max(t_oracle, m.time(oracle[i]) * f);
+      t_reference = std::max(t_reference, m.time(reference[i]) * f);
     }
     all_ctrl += t_ctrl;
     all_oracle += t_oracle;
     if (steady) {
       since_ctrl += t_ctrl;
       since_oracle += t_oracle;
+      since_reference += t_reference;
     }
     if (steady && round_index > settle_until_round) {
       sum_ctrl += t_ctrl;
@@ -428,8 +455,8 @@ ReplayResult replay(const Trace& trace, const ReplayConfig& config) {
       }
     }
 
-    // The leader's report of this step: a round when due.
-    if (rounds.due(step)) {
+    // The leader's report of this step: a round when due (at once after a detected change).
+    if (rounds.due(step, controller.speed_changed())) {
       const BatchPlan p = controller.plan();
       ++round_index;
       ++rounds_in_regime;
@@ -463,6 +490,8 @@ ReplayResult replay(const Trace& trace, const ReplayConfig& config) {
   out.efficiency = sum_ctrl > 0 ? sum_oracle / sum_ctrl : 0.0;
   out.efficiency_all = all_ctrl > 0 ? all_oracle / all_ctrl : 0.0;
   out.time_lost = since_oracle > 0 ? since_ctrl / since_oracle - 1.0 : 0.0;
+  out.reference_time_lost = since_oracle > 0 ? since_reference / since_oracle - 1.0 : 0.0;
+  out.time_lost_to_reference = since_reference > 0 ? since_ctrl / since_reference - 1.0 : 0.0;
   out.speedup_over_uniform = sum_ctrl > 0 ? sum_uniform / sum_ctrl : 0.0;
   out.ideal_speedup = sum_oracle > 0 ? sum_uniform / sum_oracle : 0.0;
   out.changes_per_100_steps =

@@ -127,6 +127,13 @@ struct ReplayResult {
   double time_lost = 0;                // sum controller / sum oracle - 1 over every step from
                                        // steady_from on: every later transient included, the
                                        // job's start (no speeds known yet) left out
+  // The reference that learns a speed change as early as any controller fed by heartbeat
+  // windows can: it runs the oracle's batches, but after a change it keeps the previous
+  // regime's until the end of the changed worker's first window that starts after the change,
+  // plus the two steps a plan takes to apply (a generation's members and their speeds it knows
+  // at once, as the oracle does). What it loses against the oracle no such controller avoids.
+  double reference_time_lost = 0;      // sum reference / sum oracle - 1, the steps of time_lost
+  double time_lost_to_reference = 0;   // sum controller / sum reference - 1, the same steps
   double speedup_over_uniform = 0;     // sum uniform / sum controller, steady
   double ideal_speedup = 0;            // sum uniform / sum oracle, steady: the ideal this run's
                                        // measured speeds allow

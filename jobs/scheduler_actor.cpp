@@ -551,8 +551,12 @@ void SchedulerActor::fit_lease_to_steps(double step_time_s) {
 bool SchedulerActor::interval_due() const {
   if (job_.state() != "running" || job_.forming() || job_.members().empty()) return false;
   const auto& c = options_.spec.controller;
-  if (c.interval_s > 0) return seconds_since(last_replan_time_) >= c.interval_s && rounds_.fresh();
-  return rounds_.due(step_);
+  // A detected change of a worker's speed waits for no interval (ControlRounds::due).
+  if (c.interval_s > 0) {
+    return (controller_.speed_changed() || seconds_since(last_replan_time_) >= c.interval_s) &&
+           rounds_.fresh();
+  }
+  return rounds_.due(step_, controller_.speed_changed());
 }
 
 void SchedulerActor::maybe_replan() {

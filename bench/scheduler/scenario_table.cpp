@@ -2,12 +2,15 @@
 // replayed over the five speed scenarios of controller/speed_scenarios.hpp, each built from a
 // recorded steady trace (its real noise kept), with the recorded noise alone and with 20% extra
 // step noise over --seeds seeds. Per scenario: the time lost against the oracle that knows each
-// speed from the step it changes (median and worst), the steps each change took to be followed
+// speed from the step it changes (median and worst), against the reference that learns each
+// change from the changed worker's first heartbeat window after it (median and worst), and the
+// reference's own loss against the oracle (median), the steps each change took to be followed
 // (from the change to the first step run with a plan that follows it; worst over seeds, per
 // kind of change: two control rounds are 2 x --interval steps), and plan changes per 100
 // steady steps (mean, worst).
 //
-//   scheduler_scenario_table [--seeds 20] [--steps 1200] [--interval 10] BASE.csv
+//   scheduler_scenario_table [--seeds 20] [--steps 1200] [--interval 10] [--z NOISE_Z] BASE.csv
+// --z: the noise gate's z (ControllerConfig::noise_z), to see what a lower gate buys and costs.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -26,8 +29,11 @@ namespace {
 
 // The settings the traces were recorded with (bench/scheduler/traces.py): interval 10,
 // cool-down 3, warm-up 6, min batch 8; the controller otherwise at its defaults.
+double noise_z = ControllerConfig{}.noise_z;
+
 ReplayConfig make(double noise, int seed, int interval) {
   ReplayConfig c;
+  c.controller.noise_z = noise_z;
   c.controller.min_batch = 8;
   c.controller.deadband = 0.05;
   c.rounds = ControlRoundsConfig{interval, 3, 6};
@@ -92,6 +98,8 @@ int main(int argc, char** argv) {
       steps = std::atoll(argv[++i]);
     } else if (!std::strcmp(argv[i], "--interval") && i + 1 < argc) {
       interval = std::atoi(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--z") && i + 1 < argc) {
+      noise_z = std::atof(argv[++i]);
     } else if (file.empty() && argv[i][0] != '-') {
       file = argv[i];
     } else {
@@ -99,9 +107,10 @@ int main(int argc, char** argv) {
       break;
     }
   }
-  if (file.empty() || seeds < 1 || interval < 1) {
+  if (file.empty() || seeds < 1 || interval < 1 || !(noise_z >= 0.0)) {
     std::fprintf(stderr,
-                 "usage: %s [--seeds N] [--steps N] [--interval STEPS] BASE.csv (a recorded "
+                 "usage: %s [--seeds N] [--steps N] [--interval STEPS] [--z NOISE_Z >= 0] "
+                 "BASE.csv (a recorded "
                  "steady trace, e.g. tests/data/trace_clean.csv)\n",
                  argv[0]);
     return 2;
@@ -113,17 +122,20 @@ int main(int argc, char** argv) {
   }
   const Trace base = parse_trace(in, file.substr(file.rfind('/') + 1));
   std::printf(
-      "| scenario | extra step noise | time lost, median (worst) | steps to follow, worst "
-      "per kind of change | plan changes / 100 steady steps, mean (worst) |\n"
-      "|---|---|---|---|---|\n");
+      "| scenario | extra step noise | time lost, median (worst) | against the reference, "
+      "median (worst) | the reference's own | steps to follow, worst per kind of change | "
+      "plan changes / 100 steady steps, mean (worst) |\n"
+      "|---|---|---|---|---|---|---|\n");
   for (const ScenarioConfig& sc : scenarios(steps, base.generations.front().members)) {
     const Trace t = make_scenario(base, sc);
     for (double noise : {0.0, 0.2}) {
-      std::vector<double> lost, churn;
+      std::vector<double> lost, to_reference, reference, churn;
       std::map<std::string, int> follow;  // kind of change -> worst rounds (-1: never)
       for (int seed = 1; seed <= seeds; ++seed) {
         const ReplayResult r = replay(t, make(noise, seed, interval));
         lost.push_back(r.time_lost);
+        to_reference.push_back(r.time_lost_to_reference);
+        reference.push_back(r.reference_time_lost);
         churn.push_back(r.changes_per_100_steps);
         for (std::size_t k = 1; k < r.regimes.size(); ++k) {
           const std::string kind = kind_of(r.regimes[k].cause);
@@ -133,7 +145,7 @@ int main(int argc, char** argv) {
         }
         if (noise == 0.0) break;  // the recorded noise alone: one replay says it all
       }
-      std::sort(lost.begin(), lost.end());
+      for (auto* v : {&lost, &to_reference, &reference}) std::sort(v->begin(), v->end());
       double mean_churn = 0;
       for (double c : churn) mean_churn += c / static_cast<double>(churn.size());
       std::string rounds;
@@ -141,9 +153,11 @@ int main(int argc, char** argv) {
         rounds += (rounds.empty() ? "" : "; ") + kind + " " +
                   (f < 0 ? std::string("never") : std::to_string(f));
       }
-      std::printf("| %s | %s | %.2f%% (%.2f%%) | %s | %.2f (%.2f) |\n",
+      const std::size_t mid = lost.size() / 2;
+      std::printf("| %s | %s | %.2f%% (%.2f%%) | %.2f%% (%.2f%%) | %.2f%% | %s | %.2f (%.2f) |\n",
                   std::string(to_string(sc.kind)).c_str(), noise > 0 ? "20%" : "none",
-                  100 * lost[lost.size() / 2], 100 * lost.back(), rounds.c_str(), mean_churn,
+                  100 * lost[mid], 100 * lost.back(), 100 * to_reference[mid],
+                  100 * to_reference.back(), 100 * reference[mid], rounds.c_str(), mean_churn,
                   *std::max_element(churn.begin(), churn.end()));
     }
   }

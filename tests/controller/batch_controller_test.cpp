@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <numeric>
@@ -282,6 +283,34 @@ TEST(BatchController, AProvisionalPlanIsReplacedWithoutTheNoiseGate) {
   }
 }
 
+// A large change of a worker's speed (the estimator's quick level) asks for a round at once
+// (ControlRounds::due); the next plan follows it and clears the request. A small change, caught
+// by the slow level, waits for the next round.
+TEST(BatchController, ALargeSpeedChangeAsksForARoundAtOnce) {
+  BatchController c(config(200));
+  c.add_worker("a");
+  c.add_worker("b");
+  c.plan();
+  auto noisy = [](int k) { return 1.0 + 0.01 * std::sin(1.3 * k); };
+  for (int k = 0; k < 12; ++k) {
+    c.observe("a", 100, 0.1 * noisy(k));  // 1,000 samples/s each
+    c.observe("b", 100, 0.1 * noisy(k + 5));
+  }
+  EXPECT_FALSE(c.speed_changed());
+  EXPECT_EQ(c.plan().batches, (std::vector<int>{100, 100}));
+  c.observe("a", 100, 0.2 * noisy(12));  // a at half its speed
+  EXPECT_FALSE(c.speed_changed());       // one window could be a pause
+  c.observe("a", 100, 0.2 * noisy(13));
+  EXPECT_TRUE(c.speed_changed());
+  const BatchPlan p = c.plan();
+  EXPECT_FALSE(c.speed_changed());
+  EXPECT_TRUE(p.changed);
+  EXPECT_NEAR(p.batch_of("a"), 67, 3);
+  // b 8% slower: the slow level sees it (the window restarts) without asking for a round.
+  for (int k = 0; k < 12; ++k) c.observe("b", p.batch_of("b"), p.batch_of("b") / 920.0 * noisy(k));
+  EXPECT_EQ(c.estimates()[1].regime_changes, 1u);
+  EXPECT_FALSE(c.speed_changed());
+}
 
 // Smoothing across rounds (issue 12): a deadband of 0.1 holds a plan against any one round's
 // gain up to 10%; an imbalance the gate calls real, seen persist_rounds rounds in a row, is

@@ -49,6 +49,26 @@ TEST(ControlRounds, AnUnchangedRoundKeepsTheTimingsFresh) {
   EXPECT_TRUE(r.due(20));
 }
 
+// A detected change of a worker's speed (BatchController::speed_changed) waits for no
+// interval, but still for timings of the plan in force from every member.
+TEST(ControlRounds, ADetectedSpeedChangeWaitsForNoInterval) {
+  ControlRounds r = rounds();
+  r.generation_started(0, {"a", "b"});
+  ASSERT_TRUE(r.accept("a", 7, 9));
+  ASSERT_TRUE(r.accept("b", 7, 10));
+  r.round_ran(10, /*changed=*/false, 12);
+  EXPECT_FALSE(r.due(13));
+  EXPECT_TRUE(r.due(13, /*speed_changed=*/true));
+  r.round_ran(13, /*changed=*/true, 15);
+  EXPECT_FALSE(r.due(14, true));  // no timings of the new plan yet
+  ASSERT_TRUE(r.accept("a", 18, 19));
+  EXPECT_FALSE(r.due(19, true));  // b has none
+  ASSERT_TRUE(r.accept("b", 18, 20));
+  EXPECT_TRUE(r.due(20, true));
+  EXPECT_FALSE(r.due(20));  // the interval counts from the round at 13
+  EXPECT_TRUE(r.due(23));
+}
+
 TEST(ControlRounds, APlanDoesNotShortenTheWarmUp) {
   ControlRounds r(ControlRoundsConfig{1, 1, 20});
   r.generation_started(0, {"a"});

@@ -115,6 +115,38 @@ TEST(ThroughputEstimator, TwentyPercentNoiseIsRarelyAChange) {
   EXPECT_LE(alarms, 60u);  // 1.5 in 1,000 observations
 }
 
+// The quick level: a worker at half its speed is caught after two observations (a heartbeat
+// window each, a few steps), where the run level waits for a third; one pause is no change.
+TEST(ThroughputEstimator, QuickLevelCatchesAHalvedSpeedAfterTwoObservations) {
+  for (const std::size_t quick_run : {std::size_t{2}, std::size_t{0}}) {
+    ChangeDetection d;
+    d.quick_run = quick_run;
+    ThroughputEstimator e(24, d);
+    auto noisy = [](int k) { return 1.0 + 0.05 * std::sin(1.3 * k); };
+    for (int k = 0; k < 20; ++k) e.observe(10, 1.0 * noisy(k));
+    e.observe(10, 10.0);  // a pause: 10x slower, once
+    e.observe(10, 1.0);
+    EXPECT_EQ(e.regime_changes(), 0u);
+    e.observe(10, 2.0 * noisy(21));
+    e.observe(10, 2.0 * noisy(22));
+    EXPECT_EQ(e.regime_changes(), quick_run > 0 ? 1u : 0u) << "quick_run " << quick_run;
+    EXPECT_EQ(e.quick_changes(), quick_run > 0 ? 1u : 0u);
+    e.observe(10, 2.0 * noisy(23));
+    EXPECT_EQ(e.regime_changes(), 1u);  // the run level, three observations in
+    EXPECT_NEAR(*e.throughput(), 5.0, 0.3);
+  }
+}
+
+// ... and it compares only with observations at the same batch: after a plan change under a
+// fixed per-step cost the throughput moves without any change of speed.
+TEST(ThroughputEstimator, QuickLevelComparesOnlyAtTheSameBatch) {
+  ThroughputEstimator e(24);
+  auto time = [](int b) { return 0.05 + b / 100.0; };   // 50 ms + 10 ms per sample
+  for (int k = 0; k < 6; ++k) e.observe(4, time(4));    // 44 samples/s
+  for (int k = 0; k < 2; ++k) e.observe(64, time(64));  // 93 samples/s: +110%, in logarithms 0.74
+  EXPECT_EQ(e.quick_changes(), 0u);
+}
+
 // A small change among small noise: a worker 7% slower, observations +-2%, one of the new ones
 // only 4.9% off (an all-beyond-5% run would break there and wait for the window's median, half
 // a window later). The median test sees it within the run.

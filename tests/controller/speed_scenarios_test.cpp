@@ -193,6 +193,15 @@ TEST(SpeedScenarios, ReplayOfAKnownStepChangeScoresAsComputedByHand) {
                         0.36 * static_cast<double>(t.last_step() - 200);
   EXPECT_NEAR(r.time_lost, lag * (0.6 - 0.36) / oracle, 1e-9) << r.describe();
   EXPECT_GT(r.time_lost, 0.0);
+  // The reference learns the change from a's first window after it (steps 201-204) and runs
+  // the new oracle plan two steps later: 5 steps at the old plan.
+  EXPECT_NEAR(r.reference_time_lost, 5 * (0.6 - 0.36) / oracle, 1e-9) << r.describe();
+  EXPECT_NEAR(r.time_lost_to_reference, (lag - 5) * (0.6 - 0.36) / (oracle + 5 * (0.6 - 0.36)),
+              1e-9)
+      << r.describe();
+  // The quick level sees a at a third of its speed after two windows (steps 201-208), the
+  // round runs at once and its plan applies two steps later: 9 steps at the old plan.
+  EXPECT_EQ(r.regimes[1].steps_to_follow, 9) << r.describe();
 }
 
 std::vector<ScenarioConfig> recorded_scenarios() {
@@ -226,8 +235,9 @@ std::vector<ScenarioConfig> recorded_scenarios() {
 }
 
 // On the recorded trace, with its own noise and with 20% step noise over 10 seeds: a step
-// change is followed within two control rounds, a join and a leave lose at most 2% of the
-// oracle's time, and no scenario changes the plan more than once per 100 steady steps.
+// change is followed within one control interval and loses at most 2% of the oracle's time over
+// the trace, a join and a leave lose at most 2% too, and no scenario changes the plan more than
+// once per 100 steady steps.
 TEST(SpeedScenarios, RecordedTraceFollowsStepChangesWithoutChurn) {
   const Trace base = recorded();
   for (const ScenarioConfig& sc : recorded_scenarios()) {
@@ -245,6 +255,10 @@ TEST(SpeedScenarios, RecordedTraceFollowsStepChangesWithoutChurn) {
           ASSERT_EQ(r.regimes.size(), 2u);
           EXPECT_GE(r.regimes[1].steps_to_follow, 0) << r.describe();
           EXPECT_LE(r.regimes[1].steps_to_follow, kTwoRounds) << r.describe();
+          // Followed within one interval (a detected change waits for no round), and at most
+          // 2% of the oracle's time lost over the trace.
+          EXPECT_LE(r.regimes[1].steps_to_follow, kTwoRounds / 2) << r.describe();
+          EXPECT_LE(r.time_lost, 0.02) << r.describe();
         }
         if (sc.kind == SpeedScenario::kJoin || sc.kind == SpeedScenario::kLeave) {
           EXPECT_LE(r.time_lost, 0.02) << r.describe();
@@ -253,6 +267,25 @@ TEST(SpeedScenarios, RecordedTraceFollowsStepChangesWithoutChurn) {
       EXPECT_LE(mean_churn, 1.0) << t.name;
     }
   }
+}
+
+// Following a large change quickly: without the quick level the recorded step change waits
+// for a third window and then for the next round (no detection asks for one at once), so it is
+// followed later and loses more.
+TEST(SpeedScenarios, QuickDetectionAndItsRoundFollowAStepChangeSooner) {
+  ScenarioConfig sc = recorded_scenarios().front();
+  ASSERT_EQ(sc.kind, SpeedScenario::kStep);
+  const Trace t = make_scenario(recorded(), sc);
+  const ReplayResult with = replay(t, config());
+  ReplayConfig slow = config();
+  slow.controller.change.quick_run = 0;
+  const ReplayResult without = replay(t, slow);
+  std::printf("with the quick level: %swithout: %s", with.describe().c_str(),
+              without.describe().c_str());
+  ASSERT_EQ(with.regimes.size(), 2u);
+  ASSERT_EQ(without.regimes.size(), 2u);
+  EXPECT_LT(with.regimes[1].steps_to_follow, without.regimes[1].steps_to_follow);
+  EXPECT_LT(with.time_lost, without.time_lost);
 }
 
 }  // namespace
