@@ -134,7 +134,7 @@ class BatchController {
   // the step time. A change the other levels catch waits for the next round: at most a few
   // tens of percent for a few steps, where extra rounds on every detection (a real drift of a
   // shared machine, a noisy run) made plans from two or three observations and then changed
-  // them again: in the replays of tests/scheduler, more plan changes than the speeds justified.
+  // them again: in the replays of tests/controller, more plan changes than the speeds justified.
   bool speed_changed() const { return speed_changed_; }
 
   // Why the current workers cannot hold B, or nullopt when they can.
