@@ -22,13 +22,17 @@ constexpr int kSteps = 30;
 constexpr double kFloat64Tol = 1e-9;
 
 // The float32 bounds, norm-wise per tensor (||a - b|| / ||b||), measured on the same machine:
-// the mlp stays at 5.6e-7 under every ISA; the cnn at 1.4e-5 with oneDNN's default kernels but
-// 2.2e-3 when held to AVX2 or SSE41: its early steps amplify the float32 rounding of
-// differently ordered conv kernels. Each bound is about ten times the largest measured value;
+// the mlp stays at 5.6e-7 under every ISA with its gradients in one bucket, but ranges from
+// 3.8e-7 to 2.3e-5 with the bucket layout (one bucket, the first layer alone as by default,
+// 1 KiB buckets): the ring all-reduce sums each element in an order set by its place in its
+// bucket, and the training amplifies those float32 roundings; the cnn at 1.4e-5 with oneDNN's
+// default kernels but 2.2e-3 when held to AVX2 or SSE41: its early steps amplify the float32
+// rounding of differently ordered conv kernels. Each bound is about ten times the largest
+// measured value;
 // the check below that training moved the parameters by >= 0.1 norm-wise keeps them meaningful.
 // (An elementwise relative bound, the old check, fails here: parameters near zero have
 // relative errors of 1e-2 that mean nothing.)
-constexpr double kFloat32MlpTol = 1e-5;
+constexpr double kFloat32MlpTol = 2e-4;
 constexpr double kFloat32CnnTol = 2e-2;
 
 std::vector<int> plan_for(int step, bool changing) {
