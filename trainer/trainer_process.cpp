@@ -398,6 +398,12 @@ class TrainingLoop {
                  const WordsCheck& confirms, const WordsCheck& gate, std::int64_t* step) override {
       loop_.apply_slowdown();
       loop_.boundary_ = Clock::now();
+      // From the previous step's end (committed or not) to this one's start: what the loop
+      // spends between steps (reports, the machine, the next action).
+      const double gap_s = loop_.step_end_ == Clock::time_point{}
+                               ? 0.0
+                               : std::chrono::duration<double>(loop_.boundary_ - loop_.step_end_)
+                                     .count();
       loop_.control_time_s_ = 0;
       training::StepControl carried;
       carried.words = words;  // rank 0's words; empty on the others
@@ -409,18 +415,20 @@ class TrainingLoop {
       loop_.gate_ = nullptr;
       loop_.gate_words_ = nullptr;
       words = carried.words;
-      loop_.last_step_time_ = std::chrono::duration<double>(Clock::now() - loop_.boundary_).count();
+      loop_.step_end_ = Clock::now();
+      loop_.last_step_time_ =
+          std::chrono::duration<double>(loop_.step_end_ - loop_.boundary_).count();
       *step = loop_.last_.step;
       const auto& r = loop_.last_;
       if (r.committed) {
         spdlog::debug(
             "trainer {}: step {} b={} {:.1f} ms: data {:.1f} fwd {:.1f} bwd {:.1f} "
             "slowdown {:.1f} exposed all-reduce {:.1f} ({}/{} buckets launched in "
-            "backward) optimizer {:.1f}",
+            "backward) optimizer {:.1f} gap before {:.1f}",
             loop_.args_.trainer, r.step, r.samples, 1000 * loop_.last_step_time_,
             1000 * r.data_time_s, 1000 * r.forward_time_s, 1000 * r.backward_time_s,
             1000 * r.slowdown_time_s, 1000 * r.allreduce_time_s, r.buckets_launched_in_backward,
-            r.buckets, 1000 * r.optimizer_time_s);
+            r.buckets, 1000 * r.optimizer_time_s, 1000 * gap_s);
       }
       // Words that did not confirm the step: dropped alike on every rank, not a failure.
       if (r.committed || r.control_rejected) return {};
@@ -653,6 +661,7 @@ class TrainingLoop {
   training::StepResult last_;
   std::vector<int> last_batches_;
   Clock::time_point boundary_;
+  Clock::time_point step_end_;  // when the last step returned (none yet: the epoch)
   double last_step_time_ = 0;
   double eval_accuracy_ = -1, eval_loss_ = -1;
   std::string step_checkpoint_;  // the checkpoint the last step wrote, if any

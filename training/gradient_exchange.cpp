@@ -25,19 +25,15 @@ GradientExchange::GradientExchange(const std::vector<NamedTensor>& trainable,
   extras_size_ = used + 1;
   bucket_sizes_ = {extras_size_};
   const int64_t capacity = std::max<int64_t>(1, layout_.bucket_bytes / layout_.real_bytes);
+  grad_members_ = plan_buckets(trainable, capacity, layout_.first_layer_alone);
   grad_slots_.resize(trainable.size());
-  int64_t fill = 0;
-  for (size_t k = trainable.size(); k-- > 0;) {
-    const at::Tensor& p = trainable[k].second;
-    if (grad_members_.empty() || (fill > 0 && fill + p.numel() > capacity)) {
-      grad_members_.emplace_back();
-      bucket_sizes_.push_back(0);
-      fill = 0;
+  for (size_t j = 0; j < grad_members_.size(); ++j) {
+    int64_t fill = 0;
+    for (size_t k : grad_members_[j]) {
+      grad_slots_[k] = Slot{trainable[k].second, j + 1, fill};
+      fill += trainable[k].second.numel();
     }
-    grad_slots_[k] = Slot{p, grad_members_.size(), fill};
-    grad_members_.back().push_back(k);
-    fill += p.numel();
-    bucket_sizes_.back() = fill;
+    bucket_sizes_.push_back(fill);
   }
   for (size_t k = 0; k < trainable.size(); ++k) {
     std::shared_ptr<torch::autograd::Node> acc =
@@ -55,6 +51,42 @@ GradientExchange::GradientExchange(const std::vector<NamedTensor>& trainable,
 }
 
 GradientExchange::~GradientExchange() = default;
+
+namespace {
+
+// "0" of "0.weight", "layer1.0.conv1" of "layer1.0.conv1.weight", "" of "weight".
+std::string module_of(const std::string& name) {
+  const size_t dot = name.rfind('.');
+  return dot == std::string::npos ? std::string() : name.substr(0, dot);
+}
+
+}  // namespace
+
+std::vector<std::vector<size_t>> GradientExchange::plan_buckets(
+    const std::vector<NamedTensor>& trainable, int64_t capacity, bool first_layer_alone) {
+  capacity = std::max<int64_t>(1, capacity);
+  // The first layer: parameters [0, first) share the first parameter's module.
+  size_t first = 0;
+  if (first_layer_alone && !trainable.empty()) {
+    const std::string module = module_of(trainable[0].first);
+    while (first < trainable.size() && module_of(trainable[first].first) == module) ++first;
+    // A model that is one layer has nothing to launch before it.
+    if (first == trainable.size()) first = 0;
+  }
+  std::vector<std::vector<size_t>> buckets;
+  int64_t fill = 0;
+  for (size_t k = trainable.size(); k-- > 0;) {
+    const int64_t n = trainable[k].second.numel();
+    const bool first_layer_starts = first > 0 && k == first - 1;
+    if (buckets.empty() || first_layer_starts || (fill > 0 && fill + n > capacity)) {
+      buckets.emplace_back();
+      fill = 0;
+    }
+    buckets.back().push_back(k);
+    fill += n;
+  }
+  return buckets;
+}
 
 void GradientExchange::attach(c10d::ProcessGroup* group, int rank, int world,
                               const at::TensorOptions& like) {

@@ -1,13 +1,14 @@
 #pragma once
 // Gradient exchange: the DDP-style reducer that sums a step's gradients over the group while
 // backward still runs. Gradients are grouped into flat buckets of about bucket_bytes in reverse
-// parameter order (backward produces the last layers' gradients first); each bucket's
-// all-reduce is launched from the gradient accumulators' hooks once its last gradient is ready,
-// in bucket order on every rank. Bucket 0 holds the BatchNorm statistics, the loss and rank 0's
-// control words (training/step_control.hpp); with extras_with_gradients it is the tail of the
-// last gradient bucket's tensor and travels in its all-reduce (a small all-reduce of its own is
-// far from free on a small machine: latency, wake-ups of every rank, and one launched after
-// forward runs during backward, its threads preempting the compute).
+// parameter order (backward produces the last layers' gradients first), the first layer's in a
+// bucket of its own (plan_buckets); each bucket's all-reduce is launched from the gradient
+// accumulators' hooks once its last gradient is ready, in bucket order on every rank. Bucket 0
+// holds the BatchNorm statistics, the loss and rank 0's control words (training/step_control.hpp);
+// with extras_with_gradients it is the tail of the last gradient bucket's tensor and travels in its
+// all-reduce (a small all-reduce of its own is far from free on a small machine: latency, wake-ups
+// of every rank, and one launched after forward runs during backward, its threads preempting the
+// compute).
 //
 // The exchange only launches collectives on a group; which group (Gloo, NCCL) is the caller's
 // (training/collectives.hpp, training/process_group.hpp). Internal to training/.
@@ -41,7 +42,19 @@ class GradientExchange {
     int64_t real_bytes = 4;             // bytes per element of the replica's precision
     bool overlap = true;                // launch from the hooks (else all after backward)
     bool extras_with_gradients = true;  // bucket 0 rides in the last gradient bucket
+    bool first_layer_alone = true;      // see plan_buckets
   };
+
+  // Which gradient bucket each trainable parameter lands in, the buckets in launch order, each a
+  // list of indices into `trainable`. Backward makes the gradients ready in reverse parameter
+  // order (the last layer's first), so the buckets are filled in that order, up to `capacity`
+  // elements each (a parameter larger than that fills one alone). With `first_layer_alone` the
+  // first layer's parameters (the run at the start of `trainable` whose names share the first
+  // one's module prefix, "0" of "0.weight") close the last bucket alone: backward makes them
+  // ready last, so the buckets before it are launched while their backward still runs and
+  // only the first layer's all-reduce follows the compute. Pure: the same on every rank.
+  static std::vector<std::vector<size_t>> plan_buckets(const std::vector<NamedTensor>& trainable,
+                                                       int64_t capacity, bool first_layer_alone);
 
   // Lays the buckets out over `trainable` (what the optimizer updates) and `float_buffers`
   // (averaged each step), and registers a hook on each trainable parameter's gradient

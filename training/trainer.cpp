@@ -166,6 +166,7 @@ void Trainer::Impl::build() {
   layout.real_bytes = real_bytes();
   layout.overlap = config.overlap_allreduce;
   layout.extras_with_gradients = config.extras_with_gradients;
+  layout.first_layer_alone = config.first_layer_bucket;
   exchange = std::make_unique<internal::GradientExchange>(trainable, float_buffers, layout);
 }
 

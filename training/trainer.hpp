@@ -77,6 +77,11 @@ struct TrainerConfig {
   // false: in a bucket of their own, launched right after forward (before issue 12's last
   // change), for side-by-side measurements. The sums are the same either way.
   bool extras_with_gradients = true;
+  // true: the first layer's gradients, which backward makes ready last, are all-reduced in a
+  // bucket of their own, so the buckets before it are launched while backward still runs;
+  // false: buckets filled up to bucket_bytes whatever the layers (one for a model whose
+  // gradients fit), for side-by-side measurements. The sums are the same either way.
+  bool first_layer_bucket = false;
   std::string device = "cpu";      // a torch device string: "cpu", "cuda:0", ...
   // kFloat64 makes kernel choice (oneDNN picks per CPU and per slice size) change results by
   // ~1e-15 instead of ~1e-7: what the equivalence tests use to test the math, not the CPU.
@@ -201,8 +206,9 @@ class Trainer {
   // the wrong length or a negative entry or sums to zero.
   //
   // The exchange overlaps backward as PyTorch DDP's does: gradients are grouped into buckets of
-  // about config.bucket_bytes in reverse parameter order, and each bucket's all-reduce is
-  // launched from the gradient accumulators' hooks as soon as its last gradient is ready; the
+  // about config.bucket_bytes in reverse parameter order, the first layer's alone
+  // (config.first_layer_bucket), and each bucket's all-reduce is launched from the gradient
+  // accumulators' hooks as soon as its last gradient is ready; the
   // BatchNorm statistics, the loss and the control words travel at the end of the last bucket
   // (config.extras_with_gradients; else in a small bucket of their own launched after
   // forward). Every rank launches the buckets in the same order (a rank with an empty slice

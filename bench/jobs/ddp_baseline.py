@@ -19,7 +19,9 @@ Ranks are started as torchrun starts them (see run() for why not by torchrun its
 heterogeneity.py or from the command line:
   /usr/bin/python3 bench/jobs/ddp_baseline.py --model mlp --global-batch 256 --steps 300 \\
       --slowdown 1,1,2,4 --quota 0.4 --json /tmp/ddp.json
-Rank 0 writes the end time of every step (time.time()) to the JSON file.
+Rank 0 writes the end time of every step (time.time()) and every rank's compute time per step
+(data, forward and backward up to the last gradient: the trainer's compute_time_s) to the JSON
+file.
 """
 import argparse
 import atexit
@@ -238,9 +240,21 @@ def worker(args):
     torch.manual_seed(args.seed)
     model = DDP(make_model(torch, args.model))
     pace = Pace(speeds[rank])
+    # When this step's compute ended: the last parameter's gradient computed (a tensor hook runs
+    # as autograd computes it, before DDP's hook launches its bucket), or for a slowed rank the
+    # end of the emulated slowdown before its bucket's all-reduce. What a step takes beyond the
+    # slowest rank's compute is DDP's fixed cost, measured as the trainer's (compute_time_s).
+    compute_end = [0.0]
+
+    def ready(grad):
+        compute_end[0] = time.perf_counter()
+        return grad
+    for p in model.parameters():
+        p.register_hook(ready)
     if speeds[rank] > 1:
         def hook(state, bucket):
             pace()
+            compute_end[0] = time.perf_counter()
             return default_hooks.allreduce_hook(None, bucket)
         model.register_comm_hook(None, hook)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
@@ -248,9 +262,10 @@ def worker(args):
     B = args.global_batch
     mine = B // world + (1 if rank < B % world else 0)
     offset = sum(B // world + (1 if r < B % world else 0) for r in range(rank))
-    ends = []
+    ends, computes = [], []
     for step in range(args.steps):
         pace.start()
+        start = pace.mark
         idx = torch.tensor(sampler.indices(step * B + offset, mine))
         x, y = x_all.index_select(0, idx), y_all.index_select(0, idx)
         opt.zero_grad(set_to_none=False)
@@ -262,10 +277,14 @@ def worker(args):
         loss.backward()
         opt.step()
         ends.append(time.time())
+        computes.append(compute_end[0] - start)
+    every_compute = [None] * world
+    dist.all_gather_object(every_compute, computes)
     dist.barrier()
     if rank == 0 and args.json:
         with open(args.json, "w") as f:
-            json.dump({"step_end_times": ends, "loss": float(loss), "world": world,
+            json.dump({"step_end_times": ends, "compute_times": every_compute,
+                       "loss": float(loss), "world": world,
                        "global_batch": B, "model": args.model, "slowdown": speeds,
                        "quotas": quotas}, f)
     dist.destroy_process_group()
@@ -366,6 +385,17 @@ def steady_step_time(result, first=50):
     return (t[-1] - t[first]) / (len(t) - 1 - first)
 
 
+def fixed_cost(result, first=50):
+    """Seconds a steady step takes beyond its slowest rank's compute (median over the steps),
+    as heterogeneity.py measures OmniLearn's balanced reference."""
+    import statistics
+    t = result["step_end_times"]
+    first = min(first, len(t) // 2)
+    slowest = statistics.median(max(c[i] for c in result["compute_times"])
+                                for i in range(first + 1, len(t)))
+    return steady_step_time(result, first) - slowest, slowest
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -390,7 +420,9 @@ def main():
                  args.quota, [float(q) for q in args.quotas.split(",")] if args.quotas else None,
                  args.lr, args.momentum, args.seed, args.data, args.json or None)
     print(f"DDP {args.model} B={args.global_batch} slowdown {args.slowdown or 'none'}: "
-          f"{1000 * steady_step_time(result):.1f} ms per step (steady state, wall clock)")
+          f"{1000 * steady_step_time(result):.1f} ms per step (steady state, wall clock), "
+          f"slowest compute {1000 * fixed_cost(result)[1]:.1f} ms, fixed cost "
+          f"{1000 * fixed_cost(result)[0]:.1f} ms")
 
 
 if __name__ == "__main__":

@@ -26,9 +26,16 @@ perfect split gives every worker (global batch B x n / sum(1/slowdown), the slow
 measured in that uniform run: under the caps they differ from those asked, and both are
 printed). It is what a controller that split perfectly could at best reach; each policy is
 reported as a fraction of it (balanced step / policy step, paired by repeat: the controller's
-quality), and its step time minus its slowest compute is the fixed cost every step pays. The
-load average before and after each set is recorded: other work on the machine moves every
-figure, ratios less.
+quality), and its step time minus its slowest compute is the fixed cost every step pays. With
+"ddp" among the policies, DDP runs on the same equal workers at the same global batch right
+after it ("ddp-balanced"), its fixed cost measured the same way (bench/jobs/ddp_baseline.py
+times each rank's compute up to its last gradient), and the difference is printed paired by
+repeat. The load average before and after each set is recorded: other work on the machine
+moves every figure, ratios less.
+
+--omnilearn-b BUILD compares two builds in one run: every OmniLearn run, the balanced reference
+included, is made with each build back to back, the second reported as POLICY@b (paired with
+the same repeat's DDP runs).
 
 Usage (the reference job of docs/benchmarks.md, "Speed-up over PyTorch DDP", and a larger batch):
   bench/jobs/heterogeneity.py --omnilearn build/bin/omnilearn --model mlp --repeats 3 \
@@ -212,7 +219,9 @@ def run_ddp(model, speeds, quotas, steps, batch, seed):
     result = ddp_baseline.run(model, batch, steps, n, slowdown=speeds, quotas=quotas, seed=seed)
     t = result["step_end_times"]
     first = min(STEADY_FROM, len(t) // 2)
+    fixed, slowest = ddp_baseline.fixed_cost(result, first)
     return {"step_time_s": (t[-1] - t[first]) / (len(t) - 1 - first),
+            "fixed_cost_s": fixed, "slowest_compute_s": slowest, "global_batch": batch,
             "batches": [batch // n] * n, "plan_changes_per_100": 0.0}
 
 
@@ -260,6 +269,10 @@ def main():
     ap.add_argument("--order", default="rotate", choices=["rotate", "fixed"],
                     help="rotate: repeat r runs the policies starting at the r-th (mod their "
                          "count); fixed: every repeat in the order given")
+    ap.add_argument("--omnilearn-b", default="",
+                    help="a second build to compare: every OmniLearn run (the balanced reference "
+                         "included) is made with it too, right after the first build's, and "
+                         "reported as POLICY@b")
     ap.add_argument("--json", default="")
     ap.add_argument("--keep-runs", default="",
                     help="write the runs' directories (events.jsonl, summary.json) here and keep them")
@@ -267,6 +280,12 @@ def main():
     policies = args.policies.split(",")
     balanced = "balanced" in policies
     policies = [p for p in policies if p != "balanced"]
+    if args.omnilearn_b:  # each OmniLearn policy right before its run with the second build
+        policies = [v for p in policies for v in ([p] if p == "ddp" else [p, p + "@b"])]
+    # With DDP and the balanced reference: DDP on the same equal workers at the same global
+    # batch ("ddp-balanced"), whose fixed cost is measured as the balanced reference's.
+    references = (["balanced"] + (["balanced@b"] if args.omnilearn_b else []) +
+                  (["ddp-balanced"] if "ddp" in policies else [])) if balanced else []
     results = {}
     if args.keep_runs:
         os.makedirs(args.keep_runs, exist_ok=True)
@@ -288,27 +307,35 @@ def main():
                     slowdowns = list(speeds)
                 nominal = sum(rel) / (len(rel) * min(rel))  # sum of speeds / (n x slowest)
                 runs = {p: [] for p in policies}
-                balanced_runs, loads = [], [load_average()]
+                reference_runs = {b: [] for b in references}
+                loads = [load_average()]
                 for r in range(args.repeats):
                     shift = r % len(policies) if args.order == "rotate" else 0
                     order = policies[shift:] + policies[:shift]
-                    if balanced:  # right after this repeat's uniform run, whose speeds it uses
-                        order.insert(order.index("uniform") + 1 if "uniform" in order
-                                     else len(order), "balanced")
+                    if balanced:  # right after this repeat's uniform runs, whose speeds they use
+                        after = max((i for i, p in enumerate(order) if p.startswith("uniform")),
+                                    default=len(order) - 1)
+                        order[after + 1:after + 1] = references
                     for p in order:
-                        if p == "balanced":
+                        binary = args.omnilearn_b if p.endswith("@b") else args.omnilearn
+                        if p in references:
                             f = (measured_slowdowns(runs["uniform"][-1]["speeds"], slowdowns)
                                  if "uniform" in runs else slowdowns)
-                            balanced_runs.append(run_balanced(
-                                args.omnilearn, args.model, f, quotas, args.steps, batch,
-                                args.seed, workdir, args.deadband))
+                            if p == "ddp-balanced":
+                                x = run_ddp(args.model, None, [max(quotas)] * len(quotas),
+                                            args.steps, balanced_batch(batch, f), args.seed)
+                                x["slowdowns"] = list(f)
+                            else:
+                                x = run_balanced(binary, args.model, f, quotas, args.steps, batch,
+                                                 args.seed, workdir, args.deadband)
+                            reference_runs[p].append(x)
                         elif p == "ddp":
                             runs[p].append(run_ddp(args.model, speeds, quotas, args.steps, batch,
                                                    args.seed))
                         else:
-                            runs[p].append(run_omnilearn(args.omnilearn, args.model, p, speeds,
-                                                         quotas, args.steps, batch, args.seed,
-                                                         workdir, args.deadband))
+                            runs[p].append(run_omnilearn(binary, args.model, p.removesuffix("@b"),
+                                                         speeds, quotas, args.steps, batch,
+                                                         args.seed, workdir, args.deadband))
                 # The ideal from the per-worker speeds measured in this session's uniform runs.
                 measured = [sum(u["speeds"]) / (len(u["speeds"]) * min(u["speeds"]))
                             for u in runs.get("uniform", [])]
@@ -327,9 +354,10 @@ def main():
                     if "ddp" in runs:
                         q["vs_ddp"] = span([d["step_time_s"] / x["step_time_s"]
                                             for d, x in zip(runs["ddp"], runs[p])])
-                    if "uniform" in runs:
+                    uniform = "uniform@b" if p.endswith("@b") and "uniform@b" in runs else "uniform"
+                    if uniform in runs:
                         sp = span([u["step_time_s"] / x["step_time_s"]
-                                   for u, x in zip(runs["uniform"], runs[p])])
+                                   for u, x in zip(runs[uniform], runs[p])])
                         q["vs_uniform"] = sp
                         q["of_ideal"] = sp[0] / ideal
                         q["compute_only_efficiency"] = ideal_step / (q["step_ms"] / 1000)
@@ -355,22 +383,30 @@ def main():
                     res["policies"][p] = q
                 loads.append(load_average())
                 res["load_average"] = loads
-                if balanced_runs:
-                    bal = {"step_ms": [1000 * x["step_time_s"] for x in balanced_runs],
+                for ref, ref_runs in reference_runs.items():
+                    bal = {"step_ms": [1000 * x["step_time_s"] for x in ref_runs],
                            "slowest_compute_ms": [1000 * x["slowest_compute_s"]
-                                                  for x in balanced_runs],
-                           "global_batch": [x["global_batch"] for x in balanced_runs],
+                                                  for x in ref_runs],
+                           "global_batch": [x["global_batch"] for x in ref_runs],
                            "nominal_slowdowns": slowdowns,
-                           "measured_slowdowns": [x["slowdowns"] for x in balanced_runs]}
+                           "measured_slowdowns": [x["slowdowns"] for x in ref_runs]}
                     # The fixed cost: what a step takes beyond its slowest compute when every
                     # worker computes the same (the exchange, the optimizer, between steps).
                     bal["fixed_cost_ms"] = span([1000 * (x["step_time_s"] - x["slowest_compute_s"])
-                                                 for x in balanced_runs])
-                    res["balanced"] = bal
-                    for p in policies:  # balanced step / policy step, paired by repeat
+                                                 for x in ref_runs])
+                    if ref != "ddp-balanced" and "ddp-balanced" in reference_runs:
+                        # Paired by repeat: this fixed cost minus DDP's on the same workers.
+                        bal["fixed_cost_minus_ddp_ms"] = span(
+                            [1000 * ((x["step_time_s"] - x["slowest_compute_s"]) -
+                                     (d["step_time_s"] - d["slowest_compute_s"]))
+                             for x, d in zip(ref_runs, reference_runs["ddp-balanced"])])
+                    res[ref] = bal
+                for p in policies:  # balanced step / policy step, paired by repeat
+                    ref = "balanced@b" if p.endswith("@b") else "balanced"
+                    if reference_runs.get(ref):
                         res["policies"][p]["of_balanced"] = span(
                             [b["step_time_s"] / x["step_time_s"]
-                             for b, x in zip(balanced_runs, runs[p])])
+                             for b, x in zip(reference_runs[ref], runs[p])])
                 results[f"{name}/B{batch}"] = res
                 print(f"{args.model} {name} B={batch}: ideal {nominal:.2f}x nominal, {ideal:.2f}x "
                       f"from the speeds measured in the uniform runs; compute-only step "
@@ -402,16 +438,20 @@ def main():
                         line += f"  persisted changes per run {q['persisted_changes']}"
                     line += f"  batches {q['final_batches']}"
                     print(line, flush=True)
-                if balanced_runs:
-                    bal = res["balanced"]
+                for ref in reference_runs:
+                    bal = res[ref]
                     asked = ",".join(f"{f:g}" for f in slowdowns)
                     got = "; ".join(",".join(f"{f:.2f}" for f in m)
                                     for m in bal["measured_slowdowns"])
-                    print(f"  balanced      step {statistics.median(bal['step_ms']):7.1f} ms "
-                          f"(B = {'/'.join(str(b) for b in bal['global_batch'])} on equal "
-                          f"workers; slowdowns asked {asked}, measured {got}), slowest compute "
-                          f"{statistics.median(bal['slowest_compute_ms']):.1f} ms, fixed cost "
-                          "{:.1f} ms [{:.1f}..{:.1f}]".format(*bal["fixed_cost_ms"]), flush=True)
+                    line = (f"  {ref:13s} step {statistics.median(bal['step_ms']):7.1f} ms "
+                            f"(B = {'/'.join(str(b) for b in bal['global_batch'])} on equal "
+                            f"workers; slowdowns asked {asked}, measured {got}), slowest compute "
+                            f"{statistics.median(bal['slowest_compute_ms']):.1f} ms, fixed cost "
+                            "{:.1f} ms [{:.1f}..{:.1f}]".format(*bal["fixed_cost_ms"]))
+                    if "fixed_cost_minus_ddp_ms" in bal:
+                        line += " (minus DDP's, paired: {:+.1f} ms [{:+.1f}..{:+.1f}])".format(
+                            *bal["fixed_cost_minus_ddp_ms"])
+                    print(line, flush=True)
                 print("  load average (1, 5, 15 min) before and after: " +
                       " / ".join(" ".join(f"{x:.2f}" for x in l) for l in loads), flush=True)
     if args.json:

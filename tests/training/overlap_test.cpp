@@ -5,6 +5,7 @@
 #include <ATen/Parallel.h>
 
 #include "tests/training/test_support.hpp"
+#include "training/gradient_exchange.hpp"
 
 namespace omnilearn::training {
 namespace {
@@ -113,6 +114,7 @@ TEST(Overlap, AnInjectedThrottlePacesEachStretchOfCompute) {
 TEST(Overlap, OneBucketIsLaunchedInBackwardToo) {
   at::set_num_threads(1);
   TrainerConfig config = testing::synthetic_config(2000);  // 4 MiB: one gradient bucket
+  config.first_layer_bucket = false;
   const DatasetPair data = load_datasets(config.data);
   testing::LoopbackStore store;
   testing::run_ranks(2, [&](int rank) {
@@ -123,6 +125,93 @@ TEST(Overlap, OneBucketIsLaunchedInBackwardToo) {
     EXPECT_EQ(r.buckets, 1);
     EXPECT_EQ(r.buckets_launched_in_backward, 1);
   });
+}
+
+// Which bucket a parameter lands in: reverse parameter order (the order backward makes the
+// gradients ready), up to the capacity, and the first layer's parameters closing the last
+// bucket alone.
+TEST(Overlap, TheFirstLayerClosesTheLastBucketAlone) {
+  using Exchange = internal::GradientExchange;
+  using Buckets = std::vector<std::vector<size_t>>;
+  auto named = [](const std::vector<std::pair<std::string, int64_t>>& sizes) {
+    std::vector<NamedTensor> out;
+    for (const auto& [name, n] : sizes) out.emplace_back(name, at::zeros({n}));
+    return out;
+  };
+  const std::vector<NamedTensor> mlp = named({{"0.weight", 100},
+                                              {"0.bias", 10},
+                                              {"2.weight", 50},
+                                              {"2.bias", 5},
+                                              {"4.weight", 20},
+                                              {"4.bias", 2}});
+  EXPECT_EQ(Exchange::plan_buckets(mlp, 1000, true), (Buckets{{5, 4, 3, 2}, {1, 0}}));
+  EXPECT_EQ(Exchange::plan_buckets(mlp, 1000, false), (Buckets{{5, 4, 3, 2, 1, 0}}));
+  // The capacity still splits, the first layer's buckets included.
+  EXPECT_EQ(Exchange::plan_buckets(mlp, 60, true), (Buckets{{5, 4, 3}, {2}, {1}, {0}}));
+  EXPECT_EQ(Exchange::plan_buckets(mlp, 60, false), (Buckets{{5, 4, 3}, {2, 1}, {0}}));
+  // The first layer is the run of parameters of the first one's module, however deep.
+  const std::vector<NamedTensor> nested = named({{"stem.conv.weight", 30},
+                                                 {"stem.bn.weight", 3},
+                                                 {"stem.bn.bias", 3},
+                                                 {"fc.weight", 40},
+                                                 {"fc.bias", 4}});
+  EXPECT_EQ(Exchange::plan_buckets(nested, 1000, true), (Buckets{{4, 3, 2, 1}, {0}}));
+  // A model of one layer has nothing to launch before it: one bucket either way.
+  const std::vector<NamedTensor> one = named({{"weight", 30}, {"bias", 3}});
+  EXPECT_EQ(Exchange::plan_buckets(one, 1000, true), (Buckets{{1, 0}}));
+  EXPECT_EQ(Exchange::plan_buckets(one, 1000, false), (Buckets{{1, 0}}));
+}
+
+// With the first layer alone, a model whose gradients fit one bucket makes two all-reduces,
+// both launched inside backward, and the update is one process's with the whole batch and the
+// single-bucket layout's, in float64 (the extras, loss and control words, ride in the last).
+TEST(Overlap, TheFirstLayerBucketGivesTheSameSteps) {
+  at::set_num_threads(1);
+  const std::vector<std::vector<int>> plans = {{30, 34}, {64, 0}, {0, 64}, {17, 47}};
+  std::vector<std::vector<NamedTensor>> layouts;
+  std::vector<std::vector<double>> layout_losses;
+  for (const bool alone : {true, false}) {
+    SCOPED_TRACE(std::string("first_layer_bucket ") + (alone ? "true" : "false"));
+    TrainerConfig config = testing::synthetic_config(2000);  // 4 MiB: the mlp fits one bucket
+    config.precision = Precision::kFloat64;
+    config.first_layer_bucket = alone;
+    const DatasetPair data = load_datasets(config.data);
+    Trainer reference(config, data);
+    std::vector<double> losses;
+    ASSERT_NO_FATAL_FAILURE(whole_batch_steps(reference, 64, plans.size(), &losses));
+    testing::LoopbackStore store;
+    std::vector<std::vector<NamedTensor>> params(2);
+    std::vector<double> step_losses(plans.size());
+    testing::run_ranks(2, [&](int rank) {
+      Trainer t(config, data);
+      ASSERT_TRUE(t.join_group(store.client(), 0, rank, 2, 20s, testing::loopback()).ok);
+      ASSERT_TRUE(t.sync_state_from_rank0().ok);
+      for (size_t s = 0; s < plans.size(); ++s) {
+        const StepResult r = t.step(plans[s]);
+        ASSERT_TRUE(r.committed) << r.error;
+        EXPECT_EQ(r.buckets, alone ? 2 : 1);
+        if (plans[s][static_cast<size_t>(rank)] > 0) {
+          EXPECT_EQ(r.buckets_launched_in_backward, r.buckets);
+        }
+        EXPECT_NEAR(r.loss, losses[s], 1e-12 * std::abs(losses[s])) << "step " << s;
+        if (rank == 0) step_losses[s] = r.loss;
+      }
+      params[static_cast<size_t>(rank)] = t.named_parameters();
+    });
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_LE(
+          testing::max_relative_l2(params[static_cast<size_t>(r)], reference.named_parameters()),
+          1e-12)
+          << "rank " << r;
+    }
+    layouts.push_back(params[0]);
+    layout_losses.push_back(step_losses);
+  }
+  ASSERT_EQ(layouts.size(), 2u);
+  EXPECT_LE(testing::max_relative_l2(layouts[0], layouts[1]), 1e-12);
+  for (size_t s = 0; s < plans.size(); ++s) {
+    EXPECT_NEAR(layout_losses[0][s], layout_losses[1][s], 1e-12 * std::abs(layout_losses[1][s]));
+  }
 }
 
 TEST(Overlap, AloneThereIsNoExchange) {
