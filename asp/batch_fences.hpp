@@ -1,5 +1,5 @@
 #pragma once
-// Taking a batch back from the parameter servers before it is dealt again (issue 13).
+// Taking a batch back from the parameter servers before it is dealt again.
 //
 // A worker pushes to every shard directly; the scheduler hears of the push only in the worker's
 // next deal request. So when the scheduler gives a batch up, the shards may have taken it

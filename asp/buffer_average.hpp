@@ -1,6 +1,6 @@
 #pragma once
 // How a parameter server adds a worker's change to the model's buffers (BatchNorm running
-// statistics and counters) in asynchronous training (issue 13). The worker pulls the buffers
+// statistics and counters) in asynchronous training. The worker pulls the buffers
 // x[t-s], its forward moves them to (1 - m) x[t-s] + m b (b: its batch's statistic) and pushes
 // the difference m (b - x[t-s]); the server adds it to what they are now, x[t].
 //

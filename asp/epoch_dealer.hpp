@@ -1,5 +1,5 @@
 #pragma once
-// Exactly-once sampling for asynchronous training (issue 13). Workers do not own shards of the
+// Exactly-once sampling for asynchronous training. Workers do not own shards of the
 // data: each pull hands out the next b indices of the epoch's global permutation (the same
 // seeded permutation as BSP's training::EpochSampler), so every sample is used once per epoch
 // however fast each worker is.

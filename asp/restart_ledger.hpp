@@ -1,5 +1,5 @@
 #pragma once
-// What a parameter-server shard's restarts lost, as far as the scheduler can tell (issue 13).
+// What a parameter-server shard's restarts lost, as far as the scheduler can tell.
 // A server killed with -9 takes its count of applied updates with it; what survives is what the
 // workers' push replies said (incarnation k reached version v) and which pushes got no reply.
 // A restart resumes incarnation k + 1 at its checkpoint's version; the updates lost there are

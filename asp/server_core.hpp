@@ -1,5 +1,5 @@
 #pragma once
-// A parameter-server shard as a pure state machine (issue 13): it holds the shard's version,
+// A parameter-server shard as a pure state machine: it holds the shard's version,
 // weighs each push with the staleness policy, hands accepted steps to an injected `apply`
 // callback (the optimizer and the parameters live elsewhere), and records staleness. No I/O,
 // clock or thread; an actor will own one per shard.

@@ -1,5 +1,5 @@
 #pragma once
-// How a stale push is weighed, and what is recorded about staleness (issue 13).
+// How a stale push is weighed, and what is recorded about staleness.
 //
 // staleness = the server's version when it applies a push - the version the worker pulled.
 // Modes: "none" applies every push as is; "inverse" weighs its gradient by 1 / (1 + staleness);

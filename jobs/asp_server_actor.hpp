@@ -1,5 +1,5 @@
 #pragma once
-// The parameter server's actor (ASP, issue 13): actor "server" (kAspServerActor), one shard of
+// The parameter server's actor (ASP): actor "server" (kAspServerActor), one shard of
 // the flat parameter vector. It owns the messaging and nothing of LibTorch, so the trainer's
 // server role and the benchmarks run the same handlers:
 // - AspPull: AspPullReply (version, slice) with the shard's float32 bytes as the one attachment

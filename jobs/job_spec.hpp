@@ -52,7 +52,7 @@ struct CheckpointSection {
   bool shared = false;
 };
 
-// [asp]: asynchronous training's settings (issue 13); only a job with mode = "asp" may carry
+// [asp]: asynchronous training's settings; only a job with mode = "asp" may carry
 // the table.
 struct AspSection {
   int servers = 1;                     // parameter-server shards of the flat parameter vector

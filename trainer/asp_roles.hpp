@@ -1,5 +1,5 @@
 #pragma once
-// The trainer process's two asynchronous-training roles (issue 13), chosen by the scheduler's
+// The trainer process's two asynchronous-training roles, chosen by the scheduler's
 // hello reply (mode = "asp"):
 // - server: owns one contiguous shard (asp::ShardLayout) of the flat parameter vector, a
 //   ServerCore and the job's optimizer and learning-rate schedule on that shard; an actor

@@ -70,11 +70,11 @@ struct TrainerConfig {
   std::string loss = kDefaultLoss;  // "cross_entropy" | "mse" (validate_loss)
   int64_t bucket_bytes = 4 << 20;  // gradients are all-reduced in flat buckets of at most this
   // false: every bucket's all-reduce starts after backward instead of from the gradient hooks
-  // (the exchange as it was before issue 12), for side-by-side measurements.
+  // (the older exchange), for side-by-side measurements.
   bool overlap_allreduce = true;
   // true: BatchNorm statistics, the loss and the control words travel at the end of the last
   // gradient bucket, so a model whose gradients fit one bucket makes one all-reduce per step;
-  // false: in a bucket of their own, launched right after forward (before issue 12's last
+  // false: in a bucket of their own, launched right after forward (before the last
   // change), for side-by-side measurements. The sums are the same either way.
   bool extras_with_gradients = true;
   // true: the first layer's gradients, which backward makes ready last, are all-reduced in a
@@ -126,7 +126,7 @@ struct StepResult {
 };
 
 // Rank 0's control words carried in a step's gradient exchange instead of a broadcast of their
-// own before the step (issue 12). Every rank computes the step with the batches it expects (the
+// own before the step. Every rank computes the step with the batches it expects (the
 // last plan); rank 0 adds its words to the same all-reduce; once it completed, every rank asks
 // `accept` whether the words confirm those batches, and commits only then. A step whose words
 // do not confirm it (a new plan, regroup, abandon) is dropped by every rank alike and the
@@ -268,7 +268,7 @@ class Trainer {
   std::vector<NamedTensor> named_optimizer_state() const;
   int64_t parameter_bytes() const;  // bytes of all parameters (= gradient bytes per step)
 
-  // Asynchronous training (issue 13): the trainable parameters as one flat float32 vector, in
+  // Asynchronous training: the trainable parameters as one flat float32 vector, in
   // model order (what the parameter servers shard; buffers: flat_buffer_count() below).
   int64_t flat_parameter_count() const;
   // Writes the flat vector into `out` (flat_parameter_count() floats).

@@ -1,5 +1,5 @@
 #pragma once
-// What the asynchronous-training (ASP, issue 13) scheduler, its parameter servers and its
+// What the asynchronous-training (ASP) scheduler, its parameter servers and its
 // workers say. Open message types (runtime/message_types.hpp: kinds derived from the names), so
 // no runtime kind is taken. Parameters and gradients never travel in these payloads: they are
 // the envelope's one attachment (float32, little-endian, the shard's slice), handed to and taken

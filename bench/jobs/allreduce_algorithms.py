@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Gloo's ring all-reduce against reduce-to-rank-0 plus broadcast, and all-gather plus a local
-sum, for one MLP gradient (235,146 floats, 0.94 MB) among local ranks (issue 12).
+sum, for one MLP gradient (235,146 floats, 0.94 MB) among local ranks.
 
 Each rank is pinned to CPU r mod #cpus and capped as the heterogeneity benchmark caps its
 workers (ddp_baseline.cap_and_pin: a cgroup of its own, 10 ms period; --quota 0 leaves it

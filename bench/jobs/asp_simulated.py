@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """ASP on a simulated clock with real gradients: what decides whether proportional batches make
-asynchronous training more accurate than uniform ones (issue 13).
+asynchronous training more accurate than uniform ones.
 
 The job runs (`asp_staleness.py`) measure it on real processes, where the VM's noise moves
 accuracy by points between repeats. Here the same training math runs in one process on a

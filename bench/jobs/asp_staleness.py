@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Asynchronous training side by side (issue 13): uniform-ASP, proportional-ASP and
+"""Asynchronous training side by side: uniform-ASP, proportional-ASP and
 proportional-BSP on the same job, workers slowed by --slowdown (default 1,1,2,4), each worker
 under the same CPU quota and pinned. The three runs of a repeat go back to back (their order
 rotates from one repeat to the next), and every run evaluates the test set at the same sample

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""PyTorch DDP baseline for the heterogeneity benchmark (issue 12): the job OmniLearn trains,
+"""PyTorch DDP baseline for the heterogeneity benchmark: the job OmniLearn trains,
 trained by stock DistributedDataParallel with equal batches, under the same emulation.
 
 Same as `omnilearn run JOB --local N --pin --cpu-quota Q --slowdown F`:

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Heterogeneity benchmark: wall-clock time per step of PyTorch DDP (equal batches) and of
-OmniLearn's uniform, proportional and affine batches, side by side (issue 12).
+OmniLearn's uniform, proportional and affine batches, side by side.
 
 For every slowdown set (HL1 1,1,1,1 / HL2 1,1,1,2 / HL4 1,1,2,4 / HL8 1,1,1,8, and a cgroup-quota
 set), every global batch and every policy, trains the same job: `omnilearn run JOB --local N`

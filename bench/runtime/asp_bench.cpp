@@ -1,4 +1,4 @@
-// ASP parameter-server push/pull throughput (issue 13) against raw ZeroMQ moving the same
+// ASP parameter-server push/pull throughput against raw ZeroMQ moving the same
 // bytes, side by side in one run, with CURVE on and off, for 1 and 2 shards.
 //
 // One update is what an ASP worker does per batch with the gradient compute left out: pull

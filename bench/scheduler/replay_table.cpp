@@ -1,6 +1,6 @@
 // The controller replayed over recorded traces (tests/data/trace_*.csv): the figures of
 // docs/benchmarks.md, "Controller cost". For each trace, each controller (before
-// issue 12: a 5-observation median, no noise gate, no change detection; after: the defaults),
+// a 5-observation median, no noise gate, no change detection; after: the defaults),
 // each policy and each extra step noise, over --seeds seeds: efficiency against the oracle
 // (median and worst), plan changes per 100 steps once steady (mean and worst), and the rounds
 // each regime (start, real speed change, join) took to be followed (worst).

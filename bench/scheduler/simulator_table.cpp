@@ -1,5 +1,5 @@
 // Prints, as Markdown, the efficiency per round (ideal / achieved step time) of the uniform,
-// proportional and affine policies on the reference clusters of issue 3: speeds 1:1:2:4,
+// proportional and affine policies on the reference clusters: speeds 1:1:2:4,
 // 1:1:1:8 and 64 random workers (1..16x), each without and with a fixed per-step overhead of
 // 20% of the ideal step; then the same with 5% step-time noise and deadband 0.1.
 //

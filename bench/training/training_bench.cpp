@@ -4,7 +4,7 @@
 //   2. all-reduce time per step vs bytes at 2 and 4 ranks (real processes, Gloo on loopback);
 //   3. the mlp at 4 ranks: per-step compute time, all-reduce time inside the step, and the
 //      all-reduce of exactly the model's gradient bytes after a barrier, as % of compute;
-//   4. where each millisecond of a step goes (issue 12), the mlp at 4 ranks with slowdowns
+//   4. where each millisecond of a step goes, the mlp at 4 ranks with slowdowns
 //      1,1,2,4 and the controller's proportional plan, B = 256: data, forward, backward,
 //      emulated slowdown, the exposed all-reduce (split into waiting for slower peers and the
 //      rest), optimizer, control, per rank; before (all-reduce after backward, a control

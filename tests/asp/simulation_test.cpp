@@ -1,5 +1,5 @@
 // Workers of different speeds in virtual time, each looping pull -> compute -> push through the
-// EpochDealer and a ServerCore (issue 13's claim, in pure code): with batches proportional to
+// EpochDealer and a ServerCore (in pure code): with batches proportional to
 // speed every worker pushes at about the same rate and staleness falls; with uniform batches a
 // slow worker's pushes are the stale ones. Seeded; an event queue orders the pushes.
 

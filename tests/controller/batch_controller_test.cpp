@@ -252,7 +252,7 @@ TEST(BatchControllerProperty, ConservationAndBoundsUnderChurn) {
   EXPECT_GT(plans, 2000);  // most steps plan; some memberships cannot hold B
 }
 
-// Issue 12: a plan made from one window per worker is provisional. The next round replaces it
+// A plan made from one window per worker is provisional. The next round replaces it
 // under the deadband alone; without provisional plans the noise gate holds it, since two windows
 // cannot prove a 10% gain (the gate here is about 19%).
 TEST(BatchController, AProvisionalPlanIsReplacedWithoutTheNoiseGate) {
@@ -312,7 +312,7 @@ TEST(BatchController, ALargeSpeedChangeAsksForARoundAtOnce) {
   EXPECT_FALSE(c.speed_changed());
 }
 
-// Smoothing across rounds (issue 12): a deadband of 0.1 holds a plan against any one round's
+// Smoothing across rounds: a deadband of 0.1 holds a plan against any one round's
 // gain up to 10%; an imbalance the gate calls real, seen persist_rounds rounds in a row, is
 // corrected all the same, once; with persist_rounds = 0 it is held for good.
 TEST(BatchController, AnImbalanceTheDeadbandHoldsIsCorrectedAfterPersistRounds) {

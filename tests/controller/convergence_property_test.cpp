@@ -1,4 +1,4 @@
-// The controller's properties from issue 3 over many random clusters (2..64 workers, speeds up
+// The controller's properties over many random clusters (2..64 workers, speeds up
 // to 16:1, noise 0..10%), run through the simulator: conservation and bounds every round, fast
 // convergence (proportional on linear cost, affine with 20% overhead), no oscillation.
 #include <gtest/gtest.h>

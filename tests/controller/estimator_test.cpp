@@ -72,7 +72,7 @@ TEST(RelativeSpread, IsTheStandardDeviationForGaussianNoiseAndIgnoresOutliers) {
   EXPECT_NEAR(median_relative_error(0.1, 4), 0.1 * 1.2533 / 2, 1e-12);
 }
 
-// Issue 12: a long window smooths across rounds, and the change detector forgets it when the
+// A long window smooths across rounds, and the change detector forgets it when the
 // worker's speed really changes, so following a change does not wait for the window to turn.
 TEST(ThroughputEstimator, ChangeDetectorFollowsARealChangeWithinThreeObservations) {
   ThroughputEstimator e(24);

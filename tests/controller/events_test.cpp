@@ -127,7 +127,7 @@ void expect_recovery(Policy policy, double overhead_share, double noise, std::ui
       const RoundRecord& rec = r.rounds[6 + d];
       worst[d] = std::min(worst[d], noise > 0 ? rec.plan_efficiency : rec.efficiency);
     }
-    // With noise too: the gate (issue 12) once kept a plan 7% off for three rounds after a
+    // With noise too: the gate once kept a plan 7% off for three rounds after a
     // worker slowed by 5-7% (0.933 worst at 2% noise), until the slow change detector compared
     // medians instead of asking every observation of a run to lie beyond 5%.
     const double bound = 0.95;

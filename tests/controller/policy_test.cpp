@@ -102,7 +102,7 @@ TEST(DecidePlan, DeadbandKeepsAPlanWhoseStepIsCloseEnough) {
   EXPECT_EQ(d.batches, (std::vector<int>{32, 96}));
 }
 
-// Issue 12: the noise gate keeps a plan whose predicted gain the estimates' errors could
+// The noise gate keeps a plan whose predicted gain the estimates' errors could
 // explain, and lets through one they cannot.
 TEST(DecidePlan, NoiseGateKeepsAPlanUnlessTheGainExceedsTheNoise) {
   auto views = [](double error) {

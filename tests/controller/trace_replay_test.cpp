@@ -1,4 +1,4 @@
-// Issue 12: the controller replayed over step-time traces recorded from real runs
+// The controller replayed over step-time traces recorded from real runs
 // (tests/data/trace_*.csv, each with the command that recorded it). Deterministic: time is the
 // recorded steps, the extra noise is seeded. These replace the timing assertion the end-to-end
 // heterogeneous test used to make: what the controller does with real timings is checked here,
@@ -45,7 +45,7 @@ ReplayConfig config(double step_noise = 0.0, std::uint64_t seed = 1) {
   return c;
 }
 
-// The controller before issue 12: a 5-observation median, no noise gate, no change detector.
+// The older controller: a 5-observation median, no noise gate, no change detector.
 ReplayConfig without_noise_filter(double step_noise, std::uint64_t seed) {
   ReplayConfig c = config(step_noise, seed);
   c.controller.throughput_window = 5;

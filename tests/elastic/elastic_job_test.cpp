@@ -139,7 +139,7 @@ TEST(ElasticJob, TooFewNodesFailsTheJobSayingHowManyWereUsable) {
 }
 
 // Only the current generation's leader reporting its last step ends a job as succeeded: a
-// drained leader's done is not the end (issue 11: drain of rank 0 ended a job early).
+// drained leader's done is not the end (drain of rank 0 ended a job early).
 TEST(ElasticJob, ADrainedLeadersDoneDoesNotEndTheJob) {
   ElasticJobOptions o;
   o.min_workers = 1;

@@ -1,4 +1,4 @@
-// Issue 16: a trainer's failure travels to whoever watches the job. A job whose trainers fail
+// A trainer's failure travels to whoever watches the job. A job whose trainers fail
 // at start: events.jsonl has a "trainer_exited" line per exit with the code and the trainer's
 // last stderr lines, the summary's reason carries that text, `submit --follow` prints it and
 // exits 1, and `omnilearn logs JOB [--follow]` re-attaches to the job, running or finished,

@@ -1,4 +1,4 @@
-// Issue 16, the chores of a multi-machine cluster, with real processes:
+// The chores of a multi-machine cluster, with real processes:
 // - the head listens on every interface and advertises an address other machines reach
 //   (--advertise-address); a worker on "another machine" (a network namespace this test
 //   creates, skipped with the reason where that is impossible) joins with the cluster file

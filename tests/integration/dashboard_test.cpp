@@ -1,4 +1,4 @@
-// Issue 15: the head's dashboard, seen from outside. A real head with three workers runs a job;
+// The head's dashboard, seen from outside. A real head with three workers runs a job;
 // a real headless Chromium (Debian's chromium) opens the cluster page and the job page while it
 // trains, finds every node and a batch chart with points, and saves a screenshot; Prometheus's
 // promtool checks /metrics; the JSON API says what `omnilearn status --json` and events.jsonl
@@ -655,7 +655,7 @@ TEST(DashboardRun, ProgressRedrawsOnATerminalAndTheSummaryNamesTheReportAndItsCh
   if (!missing.empty()) GTEST_SKIP() << missing;
 }
 
-// An asynchronous job's report (issue 13): besides the common charts, the staleness of each
+// An asynchronous job's report: besides the common charts, the staleness of each
 // interval's pushes and each worker's updates per second, drawn by a real headless Chromium
 // from the report alone; its evaluations are on the loss chart.
 TEST(DashboardRun, AnAsynchronousRunsReportDrawsStalenessAndUpdatesPerWorker) {

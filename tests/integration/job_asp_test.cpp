@@ -1,4 +1,4 @@
-// Issue 13: asynchronous training (mode = "asp") end to end, with real processes on loopback:
+// Asynchronous training (mode = "asp") end to end, with real processes on loopback:
 // parameter-server trainers holding shards of the flat parameter vector, worker trainers
 // pulling, computing and pushing, the head's scheduler dealing every batch.
 //

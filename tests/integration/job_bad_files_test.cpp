@@ -1,4 +1,4 @@
-// Issue 5, "Bad job files": `omnilearn submit` of a job file that is malformed, has an unknown
+// Bad job files: `omnilearn submit` of a job file that is malformed, has an unknown
 // key, a wrong type or impossible values exits 2 with one line on stderr naming
 // file:line:column, and the cluster is unaffected: the head still answers, no job is listed,
 // no trainer is started, no run directory appears.

@@ -1,4 +1,4 @@
-// Issue 5, "Scale-down" (graceful): `omnilearn drain NODE` in the middle of a job moves the
+// "Scale-down" (graceful): `omnilearn drain NODE` in the middle of a job moves the
 // node's trainer out at a step boundary: a new generation without it, no committed step lost,
 // nothing abandoned, and the job completes with all its steps, its final parameters those of a
 // calm run (float64, to kExactTolerance). The node itself stays.

@@ -1,4 +1,4 @@
-// Issue 6, fault tests with a job: a worker node frozen with SIGSTOP (agent and trainer both, as a
+// Fault tests with a job: a worker node frozen with SIGSTOP (agent and trainer both, as a
 // hung machine would be) for longer than the heartbeat timeout. The node is declared dead, the
 // job goes on without it, and when the node thaws it rejoins as a new incarnation; its stale
 // trainer must not disturb the job, which completes every step and loses none: its final

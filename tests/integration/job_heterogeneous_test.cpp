@@ -1,10 +1,10 @@
-// Issue 5, "Heterogeneous": three workers with slowdown 1, 1, 3 under the proportional policy.
+// Heterogeneous: three workers with slowdown 1, 1, 3 under the proportional policy.
 // Functional checks only: within three controller rounds the slow worker's batch is at most 45%
 // of each fast worker's (a 3x slowdown leaves a wide margin), every step event carries the
 // heartbeat window its timings belong to (what bench/scheduler/traces.py records), and the
 // summary reports the measured speeds and calls its speed-up over uniform an estimate.
 //
-// Issue 12 removed the timing assertion this test used to make (compute times within 15% of
+// There is no timing assertion this test used to make (compute times within 15% of
 // each other over 12 s after the balanced plan): on a loaded two-core machine it failed about
 // one run in four, whatever the controller did. How well the controller balances real timings
 // is now checked deterministically by replaying traces recorded from real runs

@@ -1,4 +1,4 @@
-// Issue 5, "Scale-down" (failure): `kill -9` of a worker process in the middle of a job. Its
+// "Scale-down" (failure): `kill -9` of a worker process in the middle of a job. Its
 // trainer dies with it (PDEATHSIG), the survivors' collective breaks, and the job resumes in a
 // new generation within heartbeat timeout + 2 s of the kill, losing at most the step that was
 // in flight, and completes with all its steps, its final parameters those of a calm run.

@@ -1,4 +1,4 @@
-// Issue 11, with real processes: faults that hit the leader (rank 0) or only part of a node, and
+// With real processes: faults that hit the leader (rank 0) or only part of a node, and
 // a head that runs jobs back to back. Each case here once broke a job:
 // - drain of rank 0's node ended the job early as "succeeded";
 // - rank 0's agent frozen while its trainer ran gave two generations committing at once (split

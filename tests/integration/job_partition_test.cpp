@@ -1,4 +1,4 @@
-// Issue 6, fault tests with a job: a node cut off from the head and from the other trainers by a
+// Fault tests with a job: a node cut off from the head and from the other trainers by a
 // network partition (the veth link between two network namespaces this test creates goes
 // down). The node is declared dead, the job goes on with the two nodes on the head's side, and
 // when the link returns the node rejoins as a new incarnation; the job completes every step, its

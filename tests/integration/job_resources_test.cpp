@@ -1,4 +1,4 @@
-// Issue 5, "Resources come and go": `omnilearn node set NODE --slowdown 4` while a job runs
+// Resources come and go: `omnilearn node set NODE --slowdown 4` while a job runs
 // makes that node's trainer slower, its heartbeats say so, and a later plan gives it a clearly
 // smaller batch than before and than the others.
 //

@@ -1,4 +1,4 @@
-// Issue 5, "Scale-up": a fourth worker joins a running job -> a new generation with four members;
+// Scale-up: a fourth worker joins a running job -> a new generation with four members;
 // the joiner receives the state (every rank of that generation reports the same parameter
 // checksum at the same step when it has synced) and trains (steps with four batches, its own
 // non-zero), and a checkpoint written after the joiner trained holds a calm run's parameters

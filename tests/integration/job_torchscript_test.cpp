@@ -1,4 +1,4 @@
-// Issue 16, "Bring your own model": a PyTorch model saved with TorchScript and data saved as
+// Bring your own model: a PyTorch model saved with TorchScript and data saved as
 // tensor files, by examples/torchscript/make_example.py (python3-torch), trained by a job on
 // three heterogeneous workers (slowdown 1, 1, 3), submitted from the job file's directory with
 // relative paths; then Python loads the final checkpoint into the scripted module

@@ -1,4 +1,4 @@
-// Issue 11, "Soak": a head that lives for months must keep nothing per finished job. A head and
+// Soak: a head that lives for months must keep nothing per finished job. A head and
 // two workers run short jobs back to back (OMNILEARN_SOAK_JOBS, default 40); each must succeed.
 // Once the first OMNILEARN_SOAK_CHECKPOINT jobs (default 10) and once all of them have finished,
 // with no job running, the head's own counters (`omnilearn status --json`: threads, open_fds,

@@ -54,7 +54,7 @@ TEST(JobSpecNumbers, AnIntegerBeyondTwoToThe53IsARangeErrorForAFloatField) {
   EXPECT_NE(error.find("lr"), std::string::npos) << error;
 }
 
-// Smoothing across rounds (issue 12): on by default, set or turned off from the job file, and a
+// Smoothing across rounds: on by default, set or turned off from the job file, and a
 // value out of range is located.
 TEST(JobSpecController, PersistKeysParseDefaultAndAreLocatedWhenBad) {
   auto spec = parse_job_spec(kBase, "job.toml");
@@ -262,7 +262,7 @@ TEST_F(JobSpecUserFiles, SubmitChecksNpyPairsInFull) {
   EXPECT_NE(error.find("truncated"), std::string::npos) << error;
 }
 
-// [asp] (issue 13): validated in full, every error located at its key; a bsp job may not carry
+// [asp]: validated in full, every error located at its key; a bsp job may not carry
 // the table.
 std::string asp_job(const std::string& table) {
   std::string text = kBase;

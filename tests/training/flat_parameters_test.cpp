@@ -1,4 +1,4 @@
-// The flat view asynchronous training exchanges (issue 13): the trainable parameters as one
+// The flat view asynchronous training exchanges: the trainable parameters as one
 // float32 vector, a range of it set in place, and the flat gradient of a batch with no step.
 // A flat gradient applied by hand with plain SGD is the step a lone Trainer takes.
 #include <ATen/Parallel.h>

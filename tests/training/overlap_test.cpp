@@ -1,4 +1,4 @@
-// The step's exchange (issue 12): gradient buckets all-reduced from the gradient accumulators'
+// The step's exchange: gradient buckets all-reduced from the gradient accumulators'
 // hooks while backward still runs, ranks with empty slices taking part with zeros, rank 0's
 // control words carried in the same exchange, and evaluation sharded across the ranks. Counts,
 // not timings: what ran before backward returned is recorded by the trainer itself.
