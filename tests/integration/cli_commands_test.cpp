@@ -306,8 +306,9 @@ TEST(CliCommands, EveryEnvironmentVariableTheProgramsReadIsInTheReadmeTable) {
   const auto table = readme.substr(table_at, readme.find("\n## ", table_at + 1) - table_at);
   const std::regex getenv_call(R"re(getenv\("([A-Z_]+)"\))re");
   std::set<std::string> read;
-  for (const char* dir : {"actors", "asp", "cli", "core", "dashboard", "include", "runtime",
-                          "scheduler", "training"}) {
+  for (const char* dir : {"asp", "cli", "cluster", "controller", "core", "dashboard", "elastic",
+                          "head", "include", "jobs", "runtime", "state", "trainer", "training",
+                          "wire"}) {
     for (const auto& entry : std::filesystem::recursive_directory_iterator(root / dir)) {
       const auto ext = entry.path().extension();
       if (ext != ".cpp" && ext != ".hpp") continue;
