@@ -460,7 +460,6 @@ void JobManager::on_message(const runtime::Envelope& message) {
       // For every job, later ones included: the registry marks the node, and schedulers
       // (running ones here, and every one from its node snapshot) place nothing there.
       drained_.insert(node->name);
-      tell(runtime::ActorAddress{"", kRegistryActor}, SetNodeDrained{node->name, true});
       int jobs = 0;
       for (const auto& [id, job] : jobs_) {
         if (job.finished || (job.info.state != "pending" && job.info.state != "running")) continue;
@@ -468,11 +467,29 @@ void JobManager::on_message(const runtime::Envelope& message) {
         ++jobs;
       }
       spdlog::info("jobs: draining node {} ({}) from {} jobs", node->name, node->id, jobs);
-      reply(message,
-            SimpleReply{true, fmt::format("draining node {} ({}) from {} running jobs; no job "
-                                          "places trainers there until `omnilearn node undrain "
-                                          "{}`",
-                                          node->name, node->id, jobs, node->name)});
+      // Answered once the registry has the drain in the head's store: a head killed right
+      // after the answer restarts with the node drained, and its restored jobs carry the
+      // drain through even if their schedulers had not written it yet.
+      const runtime::Envelope original = message;
+      const std::string text = fmt::format(
+          "draining node {} ({}) from {} running jobs; no job places trainers there until "
+          "`omnilearn node undrain {}`",
+          node->name, node->id, jobs, node->name);
+      ask(runtime::ActorAddress{"", kRegistryActor}, SetNodeDrained{node->name, true},
+          std::chrono::seconds(10), [this, original, text](runtime::AskResult result) {
+            auto written = result.as<SimpleReply>();
+            if (written && written->ok) {
+              reply(original, SimpleReply{true, text});
+              return;
+            }
+            reply(original,
+                  SimpleReply{false,
+                              "the running jobs were told to drain the node, but the head "
+                              "could not record the drain in its state store (" +
+                                  (written ? written->message : result.error) +
+                                  "): after a restart of the head the node would take "
+                                  "trainers again; see the head's log and drain it again"});
+          });
       return;
     }
     case MessageKind::kUndrainNode: {
@@ -486,9 +503,22 @@ void JobManager::on_message(const runtime::Envelope& message) {
                                               "which are)"});
         return;
       }
-      tell(runtime::ActorAddress{"", kRegistryActor}, SetNodeDrained{name, false});
       spdlog::info("jobs: node {} usable again", name);
-      reply(message, SimpleReply{true, fmt::format("node {} is usable again by every job", name)});
+      // Answered once the registry has it in the head's store, as a drain is.
+      const runtime::Envelope original = message;
+      ask(runtime::ActorAddress{"", kRegistryActor}, SetNodeDrained{name, false},
+          std::chrono::seconds(10), [this, original, name](runtime::AskResult result) {
+            auto written = result.as<SimpleReply>();
+            if (written && written->ok) {
+              reply(original,
+                    SimpleReply{true, fmt::format("node {} is usable again by every job", name)});
+              return;
+            }
+            reply(original, SimpleReply{false, "the head could not record that node " + name +
+                                                   " is usable again in its state store (" +
+                                                   (written ? written->message : result.error) +
+                                                   "); see the head's log and undrain it again"});
+          });
       return;
     }
     case MessageKind::kSetNodeResources: {

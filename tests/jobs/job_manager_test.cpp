@@ -392,5 +392,39 @@ TEST_F(Jobs, ARestartedHeadKeepsItsJobsResumesThemAndEndsOnesItCannotRead) {
   second.shutdown();
 }
 
+// `omnilearn drain` and `undrain` are answered once the head's store has them: a head killed
+// right after the answer restarts with the node drained (or usable again) as the user was told.
+TEST_F(Jobs, ADrainIsAnsweredOnceTheHeadsStoreHasIt) {
+  std::shared_ptr<state::StateStore> store = state::open_memory_store();
+  RegistryState registry;
+  registry.store = store;
+  head.spawn<NodeRegistry>(kRegistryActor, MembershipConfig{}, HeadCounterSource{},
+                           DashboardAddress{}, registry);
+  head.spawn<StoreActor>(kStoreActor);
+  JobManagerOptions options;
+  options.runs_root = (dir / "runs").string();
+  options.store = store;
+  head.spawn<JobManager>(kJobsActor, options);
+  RegisterNode node;
+  node.name = "w1";
+  auto registered = ask<RegisterNodeReply>(kRegistryActor, node);
+  ASSERT_TRUE(registered && registered->accepted) << (registered ? registered->error : "");
+
+  // The JobManager knows the node once the registry's "joined" event reached it.
+  std::optional<SimpleReply> drained;
+  ASSERT_TRUE(testing::wait_until(
+      [&] {
+        drained = ask<SimpleReply>(kJobsActor, DrainNode{"w1"});
+        return drained && drained->ok;
+      },
+      10s))
+      << (drained ? drained->message : "no answer");
+  EXPECT_TRUE(store->get(drained_key("w1"))) << "the drain was answered before it was written";
+
+  auto usable = ask<SimpleReply>(kJobsActor, UndrainNode{"w1"});
+  ASSERT_TRUE(usable && usable->ok) << (usable ? usable->message : "no answer");
+  EXPECT_FALSE(store->get(drained_key("w1"))) << "the undrain was answered before it was written";
+}
+
 }  // namespace
 }  // namespace omnilearn::actors
