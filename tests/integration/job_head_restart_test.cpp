@@ -22,6 +22,26 @@ using Json = nlohmann::json;
 
 class JobHeadRestart : public JobTest {};
 
+// After a job the restarted head resumed has ended: `alive` workers, the head's status counts
+// the job resumed and none failed, and none of the job's processes (`what`) is left.
+void expect_resumed_and_gone(TestCluster& cluster, std::size_t alive, const std::string& job,
+                             const char* what) {
+  auto status = cluster.wait_for_status(
+      [alive](const ClusterStatus& s) { return s.count("alive") == alive; }, 15s);
+  ASSERT_TRUE(status) << cluster.last_status_text();
+  EXPECT_EQ(status->json().at("head").at("resumed_jobs"), 1);
+  EXPECT_EQ(status->json().at("head").at("failed_jobs"), 0);
+  std::vector<ProcessInfo> left;
+  EXPECT_TRUE(wait_until(
+      [&] {
+        left = job_trainer_processes(job);
+        return left.empty();
+      },
+      15s))
+      << what << " of the finished job still run:\n"
+      << describe(left);
+}
+
 TEST_F(JobHeadRestart, ARunningJobGoesOnWithItsTrainersAfterTheHeadRestarts) {
   auto& cluster = start_cluster();
   for (const auto* worker : {"w1", "w2", "w3"}) start_worker(worker);
@@ -163,20 +183,7 @@ TEST_F(JobHeadRestart, AGracefulStopLeavesTheRunningJobToTheNextHead) {
   ASSERT_TRUE(restarted) << running.describe();
   EXPECT_EQ(restarted->at("head_epoch"), 2);
   EXPECT_EQ(restarted->at("resumed"), true);
-  auto status =
-      cluster.wait_for_status([](const ClusterStatus& s) { return s.count("alive") == 3; }, 15s);
-  ASSERT_TRUE(status) << cluster.last_status_text();
-  EXPECT_EQ(status->json().at("head").at("resumed_jobs"), 1);
-  EXPECT_EQ(status->json().at("head").at("failed_jobs"), 0);
-  std::vector<ProcessInfo> left;
-  EXPECT_TRUE(wait_until(
-      [&] {
-        left = job_trainer_processes(running.id());
-        return left.empty();
-      },
-      15s))
-      << "trainers of the finished job still run:\n"
-      << describe(left);
+  expect_resumed_and_gone(cluster, 3, running.id(), "trainers");
 }
 
 // With the state in memory (`--store memory:`) no head can resume a job: a graceful stop stops
@@ -287,20 +294,7 @@ TEST_F(JobHeadRestart, AnAsynchronousJobGoesOnWithItsServersAndWorkers) {
       first_update_after, undelivered,
       static_cast<long long>(sampling.at("duplicates").get<std::int64_t>()));
 
-  auto status =
-      cluster.wait_for_status([](const ClusterStatus& s) { return s.count("alive") == 2; }, 15s);
-  ASSERT_TRUE(status) << cluster.last_status_text();
-  EXPECT_EQ(status->json().at("head").at("resumed_jobs"), 1);
-  EXPECT_EQ(status->json().at("head").at("failed_jobs"), 0);
-  std::vector<ProcessInfo> left;
-  EXPECT_TRUE(wait_until(
-      [&] {
-        left = job_trainer_processes(run.id());
-        return left.empty();
-      },
-      15s))
-      << "servers or workers of the finished job still run:\n"
-      << describe(left);
+  expect_resumed_and_gone(cluster, 2, run.id(), "servers or workers");
 }
 
 }  // namespace
