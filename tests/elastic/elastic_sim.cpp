@@ -1396,14 +1396,7 @@ class Simulation {
     g.broken = true;
     g.broken_reason = reason;
     SLOG("group g", g.generation, " broken: ", reason);
-    auto pending = std::move(g.pending);
-    g.pending.clear();
-    for (auto& [rank, post] : pending) {
-      Proc* p = proc(post.pid);
-      if (!p) continue;
-      p->in_collective = -1;
-      if (p->alive) fail_post(*p, g.kind, reason);
-    }
+    fail_pending(g, reason);
   }
 
   void leave_group(Proc& p, const std::string& why) {
