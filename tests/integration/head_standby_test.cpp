@@ -236,14 +236,8 @@ TEST_F(HeadStandby, AJobGoesOnUnderTheStandbyWithItsTrainers) {
     for (auto& worker : workers) worker->kill_and_reap();
     standby->kill_and_reap();
     active->kill_and_reap();
-    std::vector<ProcessInfo> left;
-    EXPECT_TRUE(wait_until(
-        [&] {
-          left = job_trainer_processes(run.id());
-          return left.empty();
-        },
-        15s))
-        << describe(left);
+    const std::vector<ProcessInfo> left = job_processes_left(run.id(), 15s);
+    EXPECT_TRUE(left.empty()) << describe(left);
   }
 }
 
@@ -323,14 +317,8 @@ TEST_F(HeadStandby, AnAsynchronousJobGoesOnUnderTheStandbyWithItsServerAndWorker
   EXPECT_EQ(moved, 3u) << workers[0]->describe() << workers[1]->describe();
   for (auto& worker : workers) worker->kill_and_reap();
   standby->kill_and_reap();
-  std::vector<ProcessInfo> left;
-  EXPECT_TRUE(wait_until(
-      [&] {
-        left = job_trainer_processes(run.id());
-        return left.empty();
-      },
-      15s))
-      << describe(left);
+  const std::vector<ProcessInfo> left = job_processes_left(run.id(), 15s);
+  EXPECT_TRUE(left.empty()) << describe(left);
 }
 
 }  // namespace

@@ -122,14 +122,9 @@ class JobAsp : public JobTest {
   // No trainer of the job is left once it ended (`which` says who could have been).
   static void expect_trainers_gone(const JobRun& run, const char* which,
                                    std::chrono::seconds within) {
-    std::vector<ProcessInfo> left;
-    EXPECT_TRUE(wait_until(
-        [&] {
-          left = job_trainer_processes(run.id());
-          return left.empty();
-        },
-        within))
-        << "trainers (" << which << ") still running after the job ended:\n" << describe(left);
+    const std::vector<ProcessInfo> left = job_processes_left(run.id(), within);
+    EXPECT_TRUE(left.empty()) << "trainers (" << which << ") still running after the job ended:\n"
+                              << describe(left);
   }
   static std::int64_t latest_step(const JobRun& run) {
     std::int64_t step = 0;

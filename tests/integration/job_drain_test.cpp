@@ -93,14 +93,8 @@ TEST_F(JobDrain, ADrainedNodeLeavesAtAStepBoundaryAndNoStepIsLost) {
   }
 
   // The drained trainer left on its own; the node did not: it is still alive in the cluster.
-  std::vector<ProcessInfo> left;
-  EXPECT_TRUE(wait_until(
-      [&] {
-        left = job_trainer_processes(run.id());
-        return left.empty();
-      },
-      15s))
-      << "trainers still running after the job ended:\n" << describe(left);
+  const std::vector<ProcessInfo> left = job_processes_left(run.id(), 15s);
+  EXPECT_TRUE(left.empty()) << "trainers still running after the job ended:\n" << describe(left);
   EXPECT_TRUE(cluster.worker(victim).running());
   auto status = cluster.status(10s);
   ASSERT_TRUE(status) << cluster.last_status_text();

@@ -72,13 +72,8 @@ TEST_F(JobFreeze, AFrozenNodeIsLeftBehindAndRejoinsAsANewIncarnation) {
     previous = step;
   }
   EXPECT_EQ(previous, kSteps);
-  std::vector<ProcessInfo> left;
-  EXPECT_TRUE(wait_until(
-      [&] {
-        left = job_trainer_processes(run.id());
-        return left.empty();
-      },
-      15s))
+  const std::vector<ProcessInfo> left = job_processes_left(run.id(), 15s);
+  EXPECT_TRUE(left.empty())
       << "trainers (the stale one included) still running after the job ended:\n"
       << describe(left);
 }

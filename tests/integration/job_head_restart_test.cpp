@@ -31,15 +31,8 @@ void expect_resumed_and_gone(TestCluster& cluster, std::size_t alive, const std:
   ASSERT_TRUE(status) << cluster.last_status_text();
   EXPECT_EQ(status->json().at("head").at("resumed_jobs"), 1);
   EXPECT_EQ(status->json().at("head").at("failed_jobs"), 0);
-  std::vector<ProcessInfo> left;
-  EXPECT_TRUE(wait_until(
-      [&] {
-        left = job_trainer_processes(job);
-        return left.empty();
-      },
-      15s))
-      << what << " of the finished job still run:\n"
-      << describe(left);
+  const std::vector<ProcessInfo> left = job_processes_left(job, 15s);
+  EXPECT_TRUE(left.empty()) << what << " of the finished job still run:\n" << describe(left);
 }
 
 TEST_F(JobHeadRestart, ARunningJobGoesOnWithItsTrainersAfterTheHeadRestarts) {
@@ -122,15 +115,8 @@ TEST_F(JobHeadRestart, ARunningJobGoesOnWithItsTrainersAfterTheHeadRestarts) {
   EXPECT_EQ(head.at("restored_jobs"), 2);
   EXPECT_EQ(head.at("resumed_jobs"), 1);
   EXPECT_EQ(head.at("failed_jobs"), 0);
-  std::vector<ProcessInfo> left;
-  EXPECT_TRUE(wait_until(
-      [&] {
-        left = job_trainer_processes(running.id());
-        return left.empty();
-      },
-      15s))
-      << "trainers of the finished job still run:\n"
-      << describe(left);
+  const std::vector<ProcessInfo> left = job_processes_left(running.id(), 15s);
+  EXPECT_TRUE(left.empty()) << "trainers of the finished job still run:\n" << describe(left);
 }
 
 // A graceful stop (SIGTERM, as systemd or Kubernetes send) of a head whose state is on disk
@@ -210,15 +196,8 @@ TEST_F(JobHeadRestart, AGracefulStopOfAHeadWithoutDurableStateStopsTheTrainers) 
   EXPECT_EQ(stopped->to_string(), "exit 0") << head.describe();
   EXPECT_NE(head.output(Stream::kStderr).find("running jobs are stopped"), std::string::npos)
       << head.describe();
-  std::vector<ProcessInfo> left;
-  EXPECT_TRUE(wait_until(
-      [&] {
-        left = job_trainer_processes(running.id());
-        return left.empty();
-      },
-      15s))
-      << "trainers outlived a head that kept nothing:\n"
-      << describe(left);
+  const std::vector<ProcessInfo> left = job_processes_left(running.id(), 15s);
+  EXPECT_TRUE(left.empty()) << "trainers outlived a head that kept nothing:\n" << describe(left);
   for (const auto* worker : {"w1", "w2"}) {
     EXPECT_TRUE(cluster.worker(worker).wait_for_output("head shutting down", 5s, Stream::kStderr))
         << cluster.worker(worker).describe();

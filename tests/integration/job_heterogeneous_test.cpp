@@ -147,14 +147,8 @@ TEST_F(JobHeterogeneous, ProportionalBalancesSlowdowns113WithinThreeRounds) {
   EXPECT_GT(summary->at("measured_speeds").at("ideal_speedup_over_uniform").get<double>(), 1.0);
   ASSERT_TRUE(summary->at("speedup_estimate").is_object()) << summary->dump(2);
   EXPECT_TRUE(summary->at("speedup_estimate").at("estimate").get<bool>());
-  std::vector<ProcessInfo> left;
-  EXPECT_TRUE(wait_until(
-      [&] {
-        left = job_trainer_processes(run.id());
-        return left.empty();
-      },
-      15s))
-      << "trainers still running after the job ended:\n" << describe(left);
+  const std::vector<ProcessInfo> left = job_processes_left(run.id(), 15s);
+  EXPECT_TRUE(left.empty()) << "trainers still running after the job ended:\n" << describe(left);
 }
 
 }  // namespace

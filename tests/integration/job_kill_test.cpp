@@ -128,14 +128,8 @@ void JobKill::kill_rank_and_check(int rank) {
   }
   EXPECT_EQ(previous, kSteps);
 
-  std::vector<ProcessInfo> left;
-  EXPECT_TRUE(wait_until(
-      [&] {
-        left = job_trainer_processes(run.id());
-        return left.empty();
-      },
-      15s))
-      << "trainers still running after the job ended:\n" << describe(left);
+  const std::vector<ProcessInfo> left = job_processes_left(run.id(), 15s);
+  EXPECT_TRUE(left.empty()) << "trainers still running after the job ended:\n" << describe(left);
   auto status = cluster.status(10s);
   ASSERT_TRUE(status) << cluster.last_status_text();
   EXPECT_EQ(status->state(victim), "dead");

@@ -77,14 +77,8 @@ class JobLeaderFaults : public JobTest {
 
   // No trainer of the job is left once it ended.
   void expect_trainers_gone() {
-    std::vector<ProcessInfo> left;
-    EXPECT_TRUE(wait_until(
-        [&] {
-          left = job_trainer_processes(run_->id());
-          return left.empty();
-        },
-        20s))
-        << "trainers still running after the job ended:\n" << describe(left);
+    const std::vector<ProcessInfo> left = job_processes_left(run_->id(), 20s);
+    EXPECT_TRUE(left.empty()) << "trainers still running after the job ended:\n" << describe(left);
   }
 };
 
@@ -206,14 +200,8 @@ TEST_F(JobLeaderFaults, ALeaderThatExitsWithoutItsDoneStillEndsTheJob) {
   }
   EXPECT_TRUE(found) << status.out;
   EXPECT_FALSE(events_named(run.events(), "trainer_gone").empty());
-  std::vector<ProcessInfo> left;
-  EXPECT_TRUE(wait_until(
-      [&] {
-        left = job_trainer_processes(run.id());
-        return left.empty();
-      },
-      20s))
-      << describe(left);
+  const std::vector<ProcessInfo> left = job_processes_left(run.id(), 20s);
+  EXPECT_TRUE(left.empty()) << describe(left);
 }
 
 }  // namespace

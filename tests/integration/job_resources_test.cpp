@@ -129,14 +129,8 @@ TEST_F(JobResources, ASlowedNodeGetsAClearlySmallerBatch) {
   auto summary = run.wait_finished(20s);
   ASSERT_TRUE(summary) << run.describe();
   EXPECT_EQ(summary->at("status"), "stopped");
-  std::vector<ProcessInfo> left;
-  EXPECT_TRUE(wait_until(
-      [&] {
-        left = job_trainer_processes(run.id());
-        return left.empty();
-      },
-      15s))
-      << "trainers still running after the job ended:\n" << describe(left);
+  const std::vector<ProcessInfo> left = job_processes_left(run.id(), 15s);
+  EXPECT_TRUE(left.empty()) << "trainers still running after the job ended:\n" << describe(left);
 }
 
 }  // namespace

@@ -165,14 +165,8 @@ TEST_F(JobScaleUp, AFourthWorkerJoinsReceivesTheStateAndTrains) {
   expect_calm_replay_equal(dir.path() / "job.toml",
                            checkpointed->at("checkpoint").get<std::string>(),
                            checkpointed->at("step").get<std::int64_t>());
-  std::vector<ProcessInfo> left;
-  EXPECT_TRUE(wait_until(
-      [&] {
-        left = job_trainer_processes(run.id());
-        return left.empty();
-      },
-      15s))
-      << "trainers still running after the job ended:\n" << describe(left);
+  const std::vector<ProcessInfo> left = job_processes_left(run.id(), 15s);
+  EXPECT_TRUE(left.empty()) << "trainers still running after the job ended:\n" << describe(left);
 }
 
 }  // namespace

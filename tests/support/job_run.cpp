@@ -261,6 +261,18 @@ std::vector<ProcessInfo> job_trainer_processes(const std::string& job_id) {
   return trainers;
 }
 
+std::vector<ProcessInfo> job_processes_left(const std::string& job_id,
+                                            std::chrono::milliseconds within) {
+  std::vector<ProcessInfo> left;
+  wait_until(
+      [&] {
+        left = job_trainer_processes(job_id);
+        return left.empty();
+      },
+      within);
+  return left;
+}
+
 std::string synthetic_elastic_job(const std::string& name, std::int64_t steps, std::uint64_t seed,
                                   const std::string& precision) {
   return R"(

@@ -121,6 +121,11 @@ std::optional<bool> ignores_signal(pid_t pid, int sig);
 // The trainer processes of job `job_id` (any cluster) that are still alive.
 std::vector<ProcessInfo> job_trainer_processes(const std::string& job_id);
 
+// Waits up to `within` for every trainer process of job `job_id` to end; returns the ones still
+// alive then (empty: none is left).
+std::vector<ProcessInfo> job_processes_left(const std::string& job_id,
+                                            std::chrono::milliseconds within);
+
 // The elastic-protocol tests' job: a small MLP on synthetic data (the protocol is tested, not
 // the learning), global batch 384, proportional control every 10 steps, 2..3 workers, in
 // `precision` ("float32" or "float64": [train] precision).
