@@ -11,9 +11,10 @@ Same as `omnilearn run JOB --local N --pin --cpu-quota Q --slowdown F`:
 - SGD with the job's lr and momentum, torch threads = 1;
 - rank r pinned to CPU r mod #cpus, and capped at the same CPU quota in a cgroup of its own
   (period 10 ms, as cluster/cpu_quota.cpp);
-- slowdown F: the trainer's emulation (training/trainer.cpp): sleep (F - 1) x the compute since
-  the last launch, after forward and before each bucket's all-reduce (a DDP comm hook), so a
-  slowed rank's buckets are ready as late as a slower CPU's would be.
+- slowdown F: the trainer's emulation (training/compute_throttle.cpp): sleep (F - 1) x the
+  compute since the last launch (or with --slowdown-spin burn (F - 1) x its CPU time), after
+  forward and before each bucket's all-reduce (a DDP comm hook), so a slowed rank's buckets are
+  ready as late as a slower CPU's would be.
 
 Ranks are started as torchrun starts them (see run() for why not by torchrun itself), from
 heterogeneity.py or from the command line:
@@ -207,18 +208,28 @@ def cap_and_pin(rank, quota):
 # --- one rank ------------------------------------------------------------------------------------
 
 class Pace:
-    """The trainer's slowdown emulation: sleep (factor - 1) x the compute since the last mark."""
+    """The trainer's slowdown emulation (training/compute_throttle.cpp): sleep (factor - 1) x the
+    wall time of the compute since the last mark or, with `spin`, burn the CPU until the process
+    has used (factor - 1) x that compute's CPU time more (process CPU time, every thread, as the
+    trainer measures it), so that under a quota the rank is a slower CPU."""
 
-    def __init__(self, factor):
-        self.factor, self.mark = factor, time.perf_counter()
+    def __init__(self, factor, spin=False):
+        self.factor, self.spin = factor, spin
+        self.start()
 
     def start(self):
-        self.mark = time.perf_counter()
+        self.mark, self.cpu_mark = time.perf_counter(), time.process_time()
 
     def __call__(self):
         if self.factor > 1:
-            time.sleep((self.factor - 1) * (time.perf_counter() - self.mark))
-        self.mark = time.perf_counter()
+            if self.spin:
+                until = time.process_time() + (self.factor - 1) * (time.process_time() -
+                                                                    self.cpu_mark)
+                while time.process_time() < until:
+                    pass
+            else:
+                time.sleep((self.factor - 1) * (time.perf_counter() - self.mark))
+        self.start()
 
 
 def worker(args):
@@ -239,7 +250,7 @@ def worker(args):
     sampler = Sampler(x_all.shape[0], args.seed)
     torch.manual_seed(args.seed)
     model = DDP(make_model(torch, args.model))
-    pace = Pace(speeds[rank])
+    pace = Pace(speeds[rank], args.slowdown_spin)
     # When this step's compute ended: the last parameter's gradient computed (a tensor hook runs
     # as autograd computes it, before DDP's hook launches its bucket), or for a slowed rank the
     # end of the emulated slowdown before its bucket's all-reduce. What a step takes beyond the
@@ -348,7 +359,8 @@ def launch_ranks(argv, workers, timeout, what):
 
 
 def run(model, global_batch, steps, workers, slowdown=None, quota=0.4, quotas=None, lr=0.05,
-        momentum=0.9, seed=1, data=DEFAULT_DATA, json_path=None, timeout=1800):
+        momentum=0.9, seed=1, data=DEFAULT_DATA, json_path=None, timeout=1800,
+        slowdown_spin=False):
     """Runs the baseline on `workers` local ranks; returns rank 0's JSON (step end times).
 
     The ranks are started as torchrun's static single-node launch starts them (one process per
@@ -370,6 +382,8 @@ def run(model, global_batch, steps, workers, slowdown=None, quota=0.4, quotas=No
         args += ["--slowdown", ",".join(str(s) for s in slowdown)]
     if quotas:
         args += ["--quotas", ",".join(str(q) for q in quotas)]
+    if slowdown_spin:
+        args += ["--slowdown-spin"]
     launch_ranks(["/usr/bin/python3"] + args, workers, timeout, "DDP baseline")
     with open(json_path) as f:
         result = json.load(f)
@@ -404,6 +418,9 @@ def main():
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--slowdown", default="")
+    ap.add_argument("--slowdown-spin", action="store_true",
+                    help="emulate a slowdown by burning CPU, not sleeping (omnilearn's "
+                         "--slowdown-spin)")
     ap.add_argument("--quota", type=float, default=0.4, help="CPU quota of every rank (0: none)")
     ap.add_argument("--quotas", default="", help="per-rank CPU quotas (instead of --quota)")
     ap.add_argument("--lr", type=float, default=0.05)
@@ -418,7 +435,8 @@ def main():
     result = run(args.model, args.global_batch, args.steps, args.workers,
                  [float(s) for s in args.slowdown.split(",")] if args.slowdown else None,
                  args.quota, [float(q) for q in args.quotas.split(",")] if args.quotas else None,
-                 args.lr, args.momentum, args.seed, args.data, args.json or None)
+                 args.lr, args.momentum, args.seed, args.data, args.json or None,
+                 slowdown_spin=args.slowdown_spin)
     print(f"DDP {args.model} B={args.global_batch} slowdown {args.slowdown or 'none'}: "
           f"{1000 * steady_step_time(result):.1f} ms per step (steady state, wall clock), "
           f"slowest compute {1000 * fixed_cost(result)[1]:.1f} ms, fixed cost "
