@@ -1,13 +1,13 @@
 #include "training/models.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <torch/csrc/jit/api/module.h>
+#include <torch/csrc/jit/serialization/import.h>
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/pooling.h>
-#include <torch/csrc/jit/api/module.h>
-#include <torch/csrc/jit/serialization/import.h>
 
 #include <cmath>
 #include <stdexcept>
@@ -237,6 +237,50 @@ Model build_model(const ModelSpec& spec, const std::vector<int64_t>& input_shape
   validate(spec);
   if (spec.kind == "torchscript") return load_torchscript(spec.path);
   return Model(make_model(spec, input_shape, num_classes));
+}
+
+void save_head_first_mlp(const std::string& path, int64_t inputs,
+                         const std::vector<int64_t>& widths, int64_t classes, uint64_t seed) {
+  if (inputs < 1 || classes < 1 || widths.empty()) {
+    throw std::invalid_argument("save_head_first_mlp: needs inputs >= 1, classes >= 1 and a width");
+  }
+  auto gen = at::detail::createCPUGenerator(seed);
+  auto cu = std::make_shared<torch::jit::CompilationUnit>();
+  auto linear = [&](const std::string& type, int64_t in, int64_t out) {
+    torch::jit::Module m(c10::QualifiedName("__torch__.head_first." + type), cu);
+    const double bound = 1.0 / std::sqrt(static_cast<double>(in));
+    m.register_parameter("weight",
+                         at::empty({out, in}).uniform_(-bound, bound, gen).requires_grad_(), false);
+    m.register_parameter("bias", at::empty({out}).uniform_(-bound, bound, gen).requires_grad_(),
+                         false);
+    m.define("def forward(self, x):\n    return torch.addmm(self.bias, x, self.weight.t())\n");
+    return m;
+  };
+  // Built in use order (fc1's weights drawn first), registered head first.
+  std::vector<torch::jit::Module> hidden;
+  int64_t in = inputs;
+  for (size_t i = 0; i < widths.size(); ++i) {
+    hidden.push_back(linear("Fc" + std::to_string(i + 1), in, widths[i]));
+    in = widths[i];
+  }
+  torch::jit::Module head = linear("Head", in, classes);
+  torch::jit::Module model(c10::QualifiedName("__torch__.head_first.HeadFirstMlp"), cu);
+  model.register_module("head", head);
+  for (size_t i = hidden.size(); i-- > 0;) {
+    model.register_module("fc" + std::to_string(i + 1), hidden[i]);
+  }
+  std::string forward = "def forward(self, x):\n    x = torch.flatten(x, 1)\n";
+  for (size_t i = 0; i < hidden.size(); ++i) {
+    forward += "    x = torch.relu(self.fc" + std::to_string(i + 1) + ".forward(x))\n";
+  }
+  forward += "    return self.head.forward(x)\n";
+  model.define(forward);
+  try {
+    model.save(path);
+  } catch (const std::exception& e) {
+    std::string why = e.what();
+    throw ModelError(path + ": cannot write the model (" + why.substr(0, why.find('\n')) + ")");
+  }
 }
 
 }  // namespace omnilearn::training

@@ -82,4 +82,14 @@ Model load_torchscript(const std::string& path);
 Model build_model(const ModelSpec& spec, const std::vector<int64_t>& input_shape,
                   int64_t num_classes);
 
+// Writes to `path` a TorchScript MLP whose modules are registered in the reverse of the order
+// forward uses them: "head" first, then "fc<n>" down to "fc1", while forward runs flatten, fc1,
+// ReLU, ..., fc<n>, ReLU, head (n = widths.size() >= 1, Linear layers, `inputs` features in,
+// `classes` out, weights uniform in +-1/sqrt(fan-in) from `seed`). Reverse registration order
+// is then the order forward runs, the opposite of the order backward makes the gradients
+// ready, as in a user's module that declares its head before its body: what the tests and the
+// benchmark of the gradient buckets' order train. Throws ModelError if it cannot be written.
+void save_head_first_mlp(const std::string& path, int64_t inputs,
+                         const std::vector<int64_t>& widths, int64_t classes, uint64_t seed);
+
 }  // namespace omnilearn::training

@@ -167,6 +167,7 @@ void Trainer::Impl::build() {
   layout.overlap = config.overlap_allreduce;
   layout.extras_with_gradients = config.extras_with_gradients;
   layout.first_layer_alone = config.first_layer_bucket;
+  layout.observed_order = config.observed_bucket_order;
   exchange = std::make_unique<internal::GradientExchange>(trainable, float_buffers, layout);
 }
 
@@ -174,6 +175,7 @@ bool Trainer::Impl::settle_exchange(StepControl* control, StepResult* result) {
   const internal::GradientExchange::Launched launched = exchange->launch_remaining();
   result->buckets = launched.buckets;
   result->buckets_launched_in_backward = launched.launched_in_backward;
+  result->buckets_launched_before_last_gradient = launched.launched_before_last_gradient;
   exchange->end();
   const Clock::time_point reduce_start = Clock::now();
   CollectiveStatus st;
@@ -200,6 +202,27 @@ bool Trainer::Impl::settle_exchange(StepControl* control, StepResult* result) {
     return false;
   }
   return true;
+}
+
+// Once per group, at its second step: by then rank 0 has run a backward in this group (unless it
+// computed nothing in the first: an empty slice, words that refused the step; then its order
+// from an earlier group or from training alone, if any) and recorded the order its gradients
+// became ready, so a group that keeps its members for a whole job re-plans too; at attach a
+// fresh job's rank 0 would have recorded nothing. Rank 0's order, not each rank's own: every
+// rank must lay its buckets out alike or the all-reduce would sum different parameters'
+// gradients. One broadcast of n + 1 words per group, never per step; a rank that joins later
+// is in a new group, which agrees the same way.
+CollectiveStatus Trainer::Impl::agree_bucket_order() {
+  const std::vector<int64_t> mine =
+      internal::GradientExchange::encode_order(exchange->recorded_order(), trainable.size());
+  at::Tensor words = at::tensor(mine, at::TensorOptions().dtype(at::kLong)).to(device);
+  if (CollectiveStatus st = group.broadcast(words, "gradient bucket order broadcast"); !st) {
+    return st;
+  }
+  words = words.to(at::kCPU).contiguous();
+  const int64_t* w = words.data_ptr<int64_t>();
+  exchange->agree_order(std::vector<int64_t>(w, w + words.numel()));
+  return {};
 }
 
 bool Trainer::Impl::may_commit_alone(StepResult* result) {
@@ -241,6 +264,7 @@ CollectiveStatus Trainer::join_group(c10::intrusive_ptr<c10d::Store> store, int 
   CollectiveStatus joined =
       s.group.join(store, generation, rank, world, timeout, options, s.device);
   if (!joined) return joined;
+  s.group_steps = 0;
   s.exchange->attach(&s.group.group(), rank, world,
                      at::TensorOptions().dtype(s.real()).device(s.device));
   return {};
@@ -291,6 +315,12 @@ StepResult Trainer::step(const std::vector<int>& batches, StepControl* control) 
     return result;
   }
   const bool exchange = !s.alone();
+  if (exchange && s.group_steps++ == 1 && s.config.observed_bucket_order) {
+    if (CollectiveStatus st = s.agree_bucket_order(); !st) {
+      result.error = st.error;
+      return result;
+    }
+  }
   // Rank 0 knows before computing whether its words will confirm the step: if not, every rank
   // will drop it, and rank 0 only carries the words.
   bool compute = mine > 0;

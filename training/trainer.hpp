@@ -77,11 +77,17 @@ struct TrainerConfig {
   // false: in a bucket of their own, launched right after forward (before the last
   // change), for side-by-side measurements. The sums are the same either way.
   bool extras_with_gradients = true;
-  // true: the first layer's gradients, which backward makes ready last, are all-reduced in a
+  // true: the gradients backward makes ready last (the first layer's) are all-reduced in a
   // bucket of their own, so the buckets before it are launched while backward still runs;
   // false: buckets filled up to bucket_bytes whatever the layers (one for a model whose
   // gradients fit), for side-by-side measurements. The sums are the same either way.
   bool first_layer_bucket = false;
+  // true: the buckets follow the order backward makes the gradients ready, recorded by the
+  // hooks and agreed on (rank 0's) at each group's second step, as PyTorch DDP rebuilds its
+  // buckets after the first iteration; with first_layer_bucket the module whose gradients
+  // arrive last is then the one alone in the last bucket. false: reverse registration order
+  // throughout, for side-by-side measurements. The sums are the same either way.
+  bool observed_bucket_order = true;
   std::string device = "cpu";      // a torch device string: "cpu", "cuda:0", ...
   // kFloat64 makes kernel choice (oneDNN picks per CPU and per slice size) change results by
   // ~1e-15 instead of ~1e-7: what the equivalence tests use to test the math, not the CPU.
@@ -119,6 +125,9 @@ struct StepResult {
   // Gradient buckets whose all-reduce was launched while backward was still running (from the
   // gradient accumulators' hooks): how much of the exchange could overlap compute.
   int64_t buckets_launched_in_backward = 0;
+  // Of those, the buckets launched before backward made its last gradient ready: their
+  // all-reduce ran while backward still computed (the rest follow the compute).
+  int64_t buckets_launched_before_last_gradient = 0;
   int64_t samples = 0;          // this rank's batch b_r
   int64_t global_samples = 0;   // B = sum(b)
   int64_t step = 0;             // committed steps after this call
@@ -206,9 +215,11 @@ class Trainer {
   // the wrong length or a negative entry or sums to zero.
   //
   // The exchange overlaps backward as PyTorch DDP's does: gradients are grouped into buckets of
-  // about config.bucket_bytes in reverse parameter order, the first layer's alone
-  // (config.first_layer_bucket), and each bucket's all-reduce is launched from the gradient
-  // accumulators' hooks as soon as its last gradient is ready; the
+  // about config.bucket_bytes in the order backward makes them ready (reverse parameter order
+  // until the group's second step, then the order rank 0 recorded:
+  // config.observed_bucket_order), the last-ready module's alone (config.first_layer_bucket),
+  // and each bucket's all-reduce is launched from the gradient accumulators' hooks as soon as
+  // its last gradient is ready; the
   // BatchNorm statistics, the loss and the control words travel at the end of the last bucket
   // (config.extras_with_gradients; else in a small bucket of their own launched after
   // forward). Every rank launches the buckets in the same order (a rank with an empty slice

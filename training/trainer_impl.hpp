@@ -52,6 +52,11 @@ struct Trainer::Impl {
 
   internal::Collectives group;  // the current generation's; alone without one
   std::unique_ptr<internal::GradientExchange> exchange;
+  int64_t group_steps = 0;  // step() calls in the current group (the same count on every rank)
+
+  // At the group's second step: rank 0's recorded gradient order to every rank, which re-plans
+  // its buckets from it (GradientExchange::agree_order).
+  CollectiveStatus agree_bucket_order();
 
   Impl(const TrainerConfig& cfg, DatasetPair d);
   void build();

@@ -11,9 +11,13 @@
 //      broadcast per step) and after (buckets from the gradient hooks, control words in the
 //      exchange), the four combinations interleaved round by round;
 //   5. the slowdown emulation: process CPU per slowed step (factor 3), sleeping against
-//      spinning (Trainer::set_slowdown_spins), interleaved round by round.
+//      spinning (Trainer::set_slowdown_spins), interleaved round by round;
+//   6. the gradient buckets' order: an MLP registered head first (save_head_first_mlp) at 2
+//      ranks, the exposed all-reduce per step with the buckets in reverse registration order
+//      against the order backward makes the gradients ready (TrainerConfig::
+//      observed_bucket_order), interleaved round by round.
 //
-// usage: training_bench [--quick] [--data DIR] [--only profile|slowdown]
+// usage: training_bench [--quick] [--data DIR] [--only profile|slowdown|bucket-order]
 // Ranks are this program re-executed with --worker; every rank is pinned to cpu (rank % cores).
 // glibc's malloc thresholds (MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_) are set for every
 // process (re-exec if needed).
@@ -40,6 +44,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <vector>
 
+#include "training/models.hpp"
 #include "training/trainer.hpp"
 
 extern char** environ;
@@ -218,6 +223,42 @@ int profile_worker(int rank, int world, int port, const std::map<std::string, st
   return 0;
 }
 
+// One configuration of section 6: `steps` steps (after 10 unmeasured ones, among them the
+// group's second step, where the order is agreed) of b = 64 per rank on the synthetic set.
+// Writes one line per measured step: exposed all-reduce, backward, step wall, data, forward,
+// optimizer (seconds), buckets, buckets launched before the last gradient.
+int order_worker(int rank, int world, int port, const std::map<std::string, std::string>& a,
+                 std::ostream& out) {
+  TrainerConfig config;
+  config.data.dataset = "synthetic";
+  config.data.synthetic.train_size = 8192;
+  config.data.synthetic.test_size = 100;
+  config.model.kind = "torchscript";
+  config.model.path = a.at("model-path");
+  config.optimizer.kind = "sgd";
+  config.optimizer.lr = 0.01;
+  config.bucket_bytes = 1 << 20;
+  config.observed_bucket_order = a.at("observed") == "1";
+  const int steps = std::stoi(a.at("steps"));
+  Trainer t(config);
+  GroupOptions g;
+  g.gloo_hostname = "127.0.0.1";
+  if (!t.join_group(connect(port), 0, rank, world, std::chrono::seconds(60), g).ok) return 2;
+  if (!t.sync_state_from_rank0().ok) return 3;
+  const std::vector<int> plan(static_cast<size_t>(world), 64);
+  for (int s = 0; s < steps + 10; ++s) {
+    const auto start = Clock::now();
+    const StepResult r = t.step(plan);
+    if (!r.committed) return 4;
+    if (s >= 10) {
+      out << r.allreduce_time_s << " " << r.backward_time_s << " " << seconds_since(start) << " "
+          << r.data_time_s << " " << r.forward_time_s << " " << r.optimizer_time_s << " "
+          << r.buckets << " " << r.buckets_launched_before_last_gradient << "\n";
+    }
+  }
+  return 0;
+}
+
 int worker_main(std::map<std::string, std::string>& args) {
   at::set_num_threads(1);
   const int rank = std::stoi(args["rank"]), world = std::stoi(args["world"]);
@@ -227,6 +268,7 @@ int worker_main(std::map<std::string, std::string>& args) {
   if (args["worker"] == "allreduce")
     return allreduce_worker(rank, world, port, std::stoi(args["reps"]), out);
   if (args["worker"] == "profile") return profile_worker(rank, world, port, args, out);
+  if (args["worker"] == "order") return order_worker(rank, world, port, args, out);
   return mlp_worker(rank, world, port, std::stoi(args["batch"]), std::stoi(args["steps"]),
                     args["data"], out);
 }
@@ -482,6 +524,90 @@ void step_profile(const std::string& data, bool quick) {
   }
 }
 
+// Section 6. fc1 (784 x 1024) is registered last and used first: in reverse registration order
+// its buckets come first, so every bucket waits for the gradient backward makes last; in the
+// observed order head, fc3 and fc2 are launched while fc1's backward runs.
+void bucket_order(bool quick) {
+  const std::vector<int64_t> widths = {1024, 512, 512};
+  const int steps = quick ? 30 : 100, rounds = quick ? 1 : 3, world = 2;
+  const fs::path dir = fs::temp_directory_path() / ("ol_bench_model_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string model = (dir / "head_first.pt").string();
+  save_head_first_mlp(model, 28 * 28, widths, 10, 1);
+  std::printf(
+      "\n## 6. Bucket order: MLP 784-1024-512-512-10 registered head first (TorchScript), %d "
+      "ranks, b = 64 each, synthetic 28x28, bucket_bytes 1 MiB, torch threads = 1, ranks pinned; "
+      "%d steps x %d interleaved rounds per order\n",
+      world, steps, rounds);
+  struct Variant {
+    const char* name;
+    bool observed;
+  };
+  const std::vector<Variant> variants = {{"reverse registration order", false},
+                                         {"observed ready order (default)", true}};
+  constexpr int kFields = 8;
+  // [variant][rank][field] -> samples
+  std::vector<std::vector<std::vector<std::vector<double>>>> samples(
+      variants.size(), std::vector<std::vector<std::vector<double>>>(
+                           world, std::vector<std::vector<double>>(kFields)));
+  std::vector<std::vector<double>> after_last(variants.size());
+  for (int round = 0; round < rounds; ++round) {
+    for (size_t v = 0; v < variants.size(); ++v) {
+      const auto outs =
+          run_ranks(world, {"--worker", "order", "--model-path", model, "--steps",
+                            std::to_string(steps), "--observed", variants[v].observed ? "1" : "0"});
+      std::vector<std::vector<double>> exposed(world);
+      for (int r = 0; r < world; ++r) {
+        std::istringstream in(outs[static_cast<size_t>(r)]);
+        std::vector<double> row(kFields);
+        while (true) {
+          for (auto& x : row) in >> x;
+          if (!in) break;
+          for (int f = 0; f < kFields; ++f) {
+            samples[v][static_cast<size_t>(r)][static_cast<size_t>(f)].push_back(
+                row[static_cast<size_t>(f)]);
+          }
+          exposed[static_cast<size_t>(r)].push_back(row[0]);
+        }
+      }
+      // Per step, the smallest exposed all-reduce over the ranks: the rank whose compute ended
+      // last waits for nobody, so its wait is the all-reduce that followed the compute.
+      for (size_t s = 0; s < exposed[0].size(); ++s) {
+        double least = exposed[0][s];
+        for (const auto& e : exposed) least = std::min(least, s < e.size() ? e[s] : least);
+        after_last[v].push_back(least);
+      }
+    }
+  }
+  fs::remove_all(dir);
+  std::printf(
+      "| order | rank | exposed all-reduce (ms, median) | mean | data | forward | backward | "
+      "optimizer | step wall (ms) | buckets | launched before the last gradient |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|\n");
+  for (size_t v = 0; v < variants.size(); ++v) {
+    for (int r = 0; r < world; ++r) {
+      const auto& f = samples[v][static_cast<size_t>(r)];
+      double mean = 0;
+      for (double x : f[0]) mean += x;
+      mean /= std::max<size_t>(1, f[0].size());
+      std::printf("| %s | %d | %.2f | %.2f | %.1f | %.1f | %.1f | %.1f | %.1f | %.0f | %.0f |\n",
+                  variants[v].name, r, 1e3 * median(f[0]), 1e3 * mean, 1e3 * median(f[3]),
+                  1e3 * median(f[4]), 1e3 * median(f[1]), 1e3 * median(f[5]), 1e3 * median(f[2]),
+                  median(f[6]), median(f[7]));
+    }
+  }
+  std::printf(
+      "| order | exposed all-reduce after the last rank's compute: per step the smallest over "
+      "the ranks (ms, median) | mean | steps |\n|---|---|---|---|\n");
+  for (size_t v = 0; v < variants.size(); ++v) {
+    double mean = 0;
+    for (double x : after_last[v]) mean += x;
+    mean /= std::max<size_t>(1, after_last[v].size());
+    std::printf("| %s | %.2f | %.2f | %zu |\n", variants[v].name, 1e3 * median(after_last[v]),
+                1e3 * mean, after_last[v].size());
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -505,10 +631,15 @@ int main(int argc, char** argv) {
     slowdown_cpu(data, quick);
     return 0;
   }
+  if (args.count("only") && args["only"] == "bucket-order") {
+    bucket_order(quick);
+    return 0;
+  }
   single_worker(data, quick);
   allreduce_sweep(quick);
   mlp_overhead(data, quick);
   step_profile(data, quick);
   slowdown_cpu(data, quick);
+  bucket_order(quick);
   return 0;
 }
