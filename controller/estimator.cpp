@@ -171,7 +171,18 @@ bool ThroughputEstimator::all_beyond(const std::vector<Entry>& v, std::size_t ru
     if (one_batch && it->batch == newest->batch) same_batch.push_back(it->rate);
   }
   if (same_batch_only && same_batch.size() < 8) return false;
-  if (same_batch.size() >= 2) older = same_batch;
+  // The noise: the spread of the observations at the newest batch once there are 8 of them;
+  // before that (right after a plan change) the larger of theirs and every older one's. Two
+  // or three windows have no spread worth the name (none for two, often zero for three), and
+  // with it zero three noisy windows 15% off their median passed for a change: under 20% step
+  // noise a slow worker's window reset again and again, each reset moving the plan by its few
+  // windows (5 plan changes in 228 steps of a recorded trace).
+  std::optional<double> spread = relative_spread(older);
+  if (same_batch.size() >= 2) {
+    const std::optional<double> own = relative_spread(same_batch);
+    spread = same_batch.size() >= 8 ? own : std::max(own, spread);
+    older = same_batch;
+  }
   const double center = *median(older);
   // In logarithms: step-time noise is multiplicative, so a worker twice as slow (rate -50%)
   // lies as far beyond the noise as one twice as fast (+100%). Relative to the rate, a
@@ -191,7 +202,7 @@ bool ThroughputEstimator::all_beyond(const std::vector<Entry>& v, std::size_t ru
   // The fixed tolerance first: it fails most observations without the spread's two medians
   // (this runs for every level on every observation).
   return beyond(std::log1p(min_change)) &&
-         beyond(std::max(std::log1p(min_change), spread_z * relative_spread(older).value_or(0.0)));
+         beyond(std::max(std::log1p(min_change), spread_z * spread.value_or(0.0)));
 }
 
 bool ThroughputEstimator::changed(const std::vector<Entry>& v, Level level, std::size_t run,

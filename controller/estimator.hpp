@@ -113,7 +113,9 @@ class ThroughputEstimator {
 
   // The levels' tests on `v` (the window, oldest first). all_beyond: the newest `run` all
   // lie on one side of the older median beyond the threshold (with `same_batch_only`, the
-  // older observations at their batch, at least 8 of them, or no change). median_shifted:
+  // older observations at their batch, at least 8 of them, or no change; the spread is that of
+  // the older observations at their batch with 8 or more, else the larger of theirs and all
+  // older ones'). median_shifted:
   // their median lies off the older median beyond the threshold and the noise.
   bool all_beyond(const std::vector<Entry>& v, std::size_t run, double min_change, double spread_z,
                   bool same_batch_only) const;

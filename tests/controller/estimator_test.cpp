@@ -193,6 +193,24 @@ TEST(ThroughputEstimator, APlanChangeUnderAFixedCostIsNeitherNoiseNorAChange) {
   EXPECT_EQ(e.regime_changes(), 0u);
 }
 
+// Right after a plan change the newest batch has two or three older observations: too few for
+// a spread of their own (none for two, about 3% for these three). The larger spread of every
+// older one (here 15%) stands in, so windows 16-21% below them are noise, not a change; a halved
+// speed still is.
+TEST(ThroughputEstimator, AFewWindowsAtANewBatchBorrowTheOlderSpread) {
+  ThroughputEstimator e(24);
+  auto at = [&](int batch, double rate) { e.observe(batch, batch / rate); };
+  for (double r : {800, 1200, 900, 1100, 1000, 780, 1220, 950, 1050, 1000}) at(40, r);
+  ASSERT_EQ(e.regime_changes(), 0u);
+  at(30, 1000);
+  at(30, 980);
+  for (double r : {800, 820, 790}) at(30, r);
+  EXPECT_EQ(e.regime_changes(), 0u);
+  for (double r : {480, 500, 490}) at(30, r);
+  EXPECT_EQ(e.regime_changes(), 1u);
+  EXPECT_NEAR(*e.throughput(), 490.0, 15.0);
+}
+
 TEST(ThroughputEstimator, RejectsNonsense) {
   ThroughputEstimator e(3);
   EXPECT_THROW(e.observe(0, 1.0), std::invalid_argument);

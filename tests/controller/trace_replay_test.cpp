@@ -137,9 +137,9 @@ TEST(TraceReplay, RecordedTracesMeetTheGoals) {
 // plan change per 100 steady steps that the recorded speeds did not justify (the recordings come
 // from a loaded shared machine whose speeds drift for real; following them is wanted). All plan
 // changes once steady, justified or not, average at most 1 per 100 steps. Over 60 seeds the
-// tails are wider (scheduler_replay_table --seeds 60, docs/benchmarks.md): one join in 60 took 10
-// rounds, one clean replay reached 0.948 of the ideal, and 3 replays of 240 made more than 1
-// unjustified change per 100 steps (2.19 at worst).
+// tails are wider (scheduler_replay_table --seeds 60, docs/benchmarks.md): the worst replay
+// reached 0.957 of the ideal, and 3 replays of 240 made more than 1 unjustified change per 100
+// steps (1.32 at worst).
 TEST(TraceReplay, TwentyPercentStepNoiseKeepsEfficiencyFollowAndChurn) {
   for (const char* name : kTraces) {
     double worst_eff = 1.0, worst_churn = 0.0, mean_churn = 0.0, worst_unjustified = 0.0;
