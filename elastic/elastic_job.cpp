@@ -465,14 +465,21 @@ void ElasticJob::trainer_exited(const std::string& trainer, int exit_code,
   // A process that is gone holds no lease: its successor need not wait for it to run out.
   if (trainer == lease_holder_) lease_released_ = true;
   if (finished_ || t->view.phase == Phase::kGone) return;
+  // A trainer of a draining node that exits cleanly was told to stop: its drain is over, not a
+  // failure (the drain event was written when it began). Normally it is gone before it exits;
+  // a head restored from a snapshot written before it was told to stop still holds it, and its
+  // exit, sent again by its agent, reaches that head.
+  auto node = nodes_.find(t->view.node);
+  const bool drained = exit_code == 0 && (t->view.phase == Phase::kLeaving ||
+                                          (node != nodes_.end() && node->second.draining));
   trainer_gone(trainer, reason.empty() ? "exited with code " + std::to_string(exit_code) : reason,
-               now, false);
+               now, false, !drained);
   maybe_regroup("trainer " + trainer + " exited", now);
   place_trainers(now);
 }
 
 void ElasticJob::trainer_gone(const std::string& trainer, const std::string& reason, Millis now,
-                              bool stop_it) {
+                              bool stop_it, bool failure) {
   Trainer* t = find(trainer);
   if (!t || t->view.phase == Phase::kGone) return;
   const bool was_member = t->view.phase == Phase::kMember || t->view.phase == Phase::kLeaving;
@@ -480,6 +487,10 @@ void ElasticJob::trainer_gone(const std::string& trainer, const std::string& rea
   t->view.rank = -1;
   persist();
   if (stop_it && !t->exited) emit(StopCommand{trainer, reason});
+  if (!failure) {
+    if (was_member) note_disruption(now);
+    return;
+  }
   JobEvent e = event_now("trainer_gone");
   e.trainer = trainer;
   e.reason = reason;
@@ -1012,7 +1023,11 @@ void ElasticJob::report(const std::string& trainer, const MemberReport& r, Milli
         continue;
       }
       // Not a failure: no trainer_gone event (the drain event was written when it began).
+      // Written before it is told to stop (a generation whose members trained before, after a
+      // head restart, wrote nothing above): a head restored from an older snapshot would
+      // otherwise take its clean exit for a failure.
       t.view.phase = Phase::kGone;
+      persist();
       if (!t.exited) emit(StopCommand{name, "drained"});
     }
     // Drained members kept to hand the state over (maybe_regroup) leave once a member on a

@@ -281,8 +281,9 @@ class ElasticJob {
   };
 
   void place_trainers(Millis now);
+  // `failure`: a trainer_gone event says so; false for a drained trainer's clean exit.
   void trainer_gone(const std::string& trainer, const std::string& reason, Millis now,
-                    bool stop_it);
+                    bool stop_it, bool failure = true);
   void maybe_regroup(const std::string& reason, Millis now);
   void form_generation(std::vector<std::string> members, const std::string& reason, Millis now,
                        const JobCheckpoint* resume = nullptr);

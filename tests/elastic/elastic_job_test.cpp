@@ -300,6 +300,43 @@ TEST(ElasticJob, ARestoredJobGoesOnFromItsSnapshot) {
   EXPECT_EQ(second.committed_step(), 7);
 }
 
+// A head told a drained trainer to stop and died before writing so: the next head restores it
+// as it was (leaving, or a member on a draining node), and its clean exit, sent again by its
+// agent, ends the drain. It is not written off: no trainer_gone, and the job goes on. An exit
+// with a failure code on the same node is one.
+TEST(ElasticJob, ADrainedTrainersCleanExitAfterARestoreIsNotAFailure) {
+  for (const int code : {0, 1}) {
+    ElasticJobOptions o;
+    o.min_workers = 1;
+    o.max_workers = 2;
+    o.total_steps = 100;
+    ElasticJob first = started_job(o, 2);
+    for (const auto& spawn : commands_of<SpawnCommand>(first)) first.hello(spawn.trainer, 10);
+    first.take_commands();
+    const auto members = first.members();
+    ASSERT_EQ(members.size(), 2u);
+    const std::int64_t g = first.generation();
+    first.report(members[0], {MemberReport::Kind::kSynced, g, 0, 0, "", 0}, 20);
+    first.report(members[1], {MemberReport::Kind::kSynced, g, 1, 0, "", 0}, 20);
+    first.report(members[0], {MemberReport::Kind::kStep, g, 0, 1, "", 0}, 30);
+    first.drain("w2", 40);
+    const ElasticJobSnapshot snap = first.snapshot();
+
+    ElasticJob second = make_job(o);
+    second.node_up("n1", "w1", 1000);
+    second.node_up("n2", "w2", 1000, true);
+    second.restore(snap, 1000);
+    second.take_commands();
+    second.trainer_exited(members[1], code, "", 1010);
+    int gone = 0;
+    for (const auto& c : second.take_commands()) {
+      if (auto* e = std::get_if<JobEvent>(&c); e && e->kind == "trainer_gone") ++gone;
+    }
+    EXPECT_EQ(gone, code == 0 ? 0 : 1) << "exit code " << code;
+    EXPECT_EQ(second.state(), "running") << "exit code " << code;
+  }
+}
+
 // A job of two trainers on w1 and w2 that trained to step 12 under a lease, with a checkpoint
 // of step 10 (written on w1) on record.
 struct TrainedJob {
