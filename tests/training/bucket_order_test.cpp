@@ -38,6 +38,34 @@ const std::vector<NamedTensor> kHeadFirst = named({{"head.weight", 20},
                                                    {"fc1.weight", 100},
                                                    {"fc1.bias", 10}});
 
+// Which bucket a parameter lands in: reverse parameter order (the order backward makes the
+// gradients ready), up to the capacity, and the first layer's parameters closing the last
+// bucket alone.
+TEST(BucketOrder, TheFirstLayerClosesTheLastBucketAlone) {
+  const std::vector<NamedTensor> mlp = named({{"0.weight", 100},
+                                              {"0.bias", 10},
+                                              {"2.weight", 50},
+                                              {"2.bias", 5},
+                                              {"4.weight", 20},
+                                              {"4.bias", 2}});
+  EXPECT_EQ(Exchange::plan_buckets(mlp, 1000, true), (Buckets{{5, 4, 3, 2}, {1, 0}}));
+  EXPECT_EQ(Exchange::plan_buckets(mlp, 1000, false), (Buckets{{5, 4, 3, 2, 1, 0}}));
+  // The capacity still splits, the first layer's buckets included.
+  EXPECT_EQ(Exchange::plan_buckets(mlp, 60, true), (Buckets{{5, 4, 3}, {2}, {1}, {0}}));
+  EXPECT_EQ(Exchange::plan_buckets(mlp, 60, false), (Buckets{{5, 4, 3}, {2, 1}, {0}}));
+  // The first layer is the run of parameters of the first one's module, however deep.
+  const std::vector<NamedTensor> nested = named({{"stem.conv.weight", 30},
+                                                 {"stem.bn.weight", 3},
+                                                 {"stem.bn.bias", 3},
+                                                 {"fc.weight", 40},
+                                                 {"fc.bias", 4}});
+  EXPECT_EQ(Exchange::plan_buckets(nested, 1000, true), (Buckets{{4, 3, 2, 1}, {0}}));
+  // A model of one layer has nothing to launch before it: one bucket either way.
+  const std::vector<NamedTensor> one = named({{"weight", 30}, {"bias", 3}});
+  EXPECT_EQ(Exchange::plan_buckets(one, 1000, true), (Buckets{{1, 0}}));
+  EXPECT_EQ(Exchange::plan_buckets(one, 1000, false), (Buckets{{1, 0}}));
+}
+
 TEST(BucketOrder, BucketsAreFilledInTheGivenOrder) {
   EXPECT_EQ(Exchange::registration_order(4), (Order{3, 2, 1, 0}));
   const Order ready = {1, 0, 3, 2, 5, 4};  // head, fc2, fc1
