@@ -2,7 +2,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -17,7 +19,20 @@
 namespace omnilearn::actors {
 namespace {
 
-constexpr int kPeriodUs = 10000;  // short period: throttled in small slices, not in 100 ms stalls
+// The CFS period for a quota of `cpus`: the shortest the kernel takes, whose quota is 1 ms.
+// The group's runtime refills every period, so a worker that waited (for the slowest, for the
+// all-reduce) starts its next compute with up to one period's quota in hand and runs it at
+// full speed: under a 10 ms period a 5 ms compute after a wait ran unthrottled at 0.4 CPU,
+// and the emulated machine was fast exactly when a real slow one would not be. At 0.4 CPU
+// this gives 2.5 ms (1 ms of full speed at most); the kernel's floor for a period is 1 ms.
+long period_us(double cpus) {
+  constexpr double kMinQuotaUs = 1000.0, kMinPeriodUs = 1000.0, kMaxPeriodUs = 1000000.0;
+  return static_cast<long>(std::clamp(std::ceil(kMinQuotaUs / cpus), kMinPeriodUs, kMaxPeriodUs));
+}
+
+long quota_us(double cpus, long period) {
+  return std::max(1000L, std::lround(cpus * static_cast<double>(period)));
+}
 
 void write_file(const std::string& path, const std::string& value) {
   std::ofstream out(path);
@@ -99,14 +114,18 @@ CpuQuota::~CpuQuota() {
 }
 
 void CpuQuota::set(double cpus) {
+  constexpr long kUnlimitedPeriodUs = 100000;  // the kernel's default
+  const long period = cpus > 0 ? period_us(cpus) : kUnlimitedPeriodUs;
   if (v2_) {
-    write_file(path_ + "/cpu.max",
-               cpus > 0 ? fmt::format("{} {}", static_cast<long>(cpus * kPeriodUs), kPeriodUs)
-                        : fmt::format("max {}", kPeriodUs));
+    write_file(path_ + "/cpu.max", cpus > 0
+                                       ? fmt::format("{} {}", quota_us(cpus, period), period)
+                                       : fmt::format("max {}", period));
   } else {
-    write_file(path_ + "/cpu.cfs_period_us", std::to_string(kPeriodUs));
-    write_file(path_ + "/cpu.cfs_quota_us",
-               cpus > 0 ? std::to_string(static_cast<long>(cpus * kPeriodUs)) : "-1");
+    // Unlimited for the moment the period changes: the old quota over a new, shorter period
+    // can exceed what the parent group allows, and the kernel refuses that write.
+    write_file(path_ + "/cpu.cfs_quota_us", "-1");
+    write_file(path_ + "/cpu.cfs_period_us", std::to_string(period));
+    if (cpus > 0) write_file(path_ + "/cpu.cfs_quota_us", std::to_string(quota_us(cpus, period)));
   }
   cpus_ = cpus;
 }

@@ -1,7 +1,9 @@
 #pragma once
 // A CPU quota for this process and the trainers it starts, as `docker --cpus` sets one: a
-// cgroup (v1 /sys/fs/cgroup/cpu or v2 cpu.max) with a short CFS period, so an emulated slow
-// machine is slow because it gets less CPU, not because it sleeps.
+// cgroup (v1 /sys/fs/cgroup/cpu or v2 cpu.max) with the shortest CFS period the kernel takes
+// (a quota of 1 ms: 2.5 ms at 0.4 CPU), so an emulated slow machine is slow because it gets
+// less CPU, not because it sleeps, and a worker that waited does not run its next compute at
+// full speed on a quota saved up while it waited.
 
 #include <sys/types.h>
 

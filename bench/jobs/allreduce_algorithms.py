@@ -3,10 +3,11 @@
 sum, for one MLP gradient (235,146 floats, 0.94 MB) among local ranks.
 
 Each rank is pinned to CPU r mod #cpus and capped as the heterogeneity benchmark caps its
-workers (ddp_baseline.cap_and_pin: a cgroup of its own, 10 ms period; --quota 0 leaves it
-uncapped). Every round does about 10 ms of matrix products (so an exchange starts as it does
-after a step's compute), a barrier, then times one exchange of each kind, interleaved; the
-first 10 rounds are warm-up. Rank 0 prints each kind's median and 90th percentile.
+workers (ddp_baseline.cap_and_pin: a cgroup of its own, the shortest period with a 1 ms
+quota, as `omnilearn worker --cpu-quota`; --quota 0 leaves it uncapped). Every round does
+about 10 ms of matrix products (so an exchange starts as it does after a step's compute), a
+barrier, then times one exchange of each kind, interleaved; the first 10 rounds are warm-up.
+Rank 0 prints each kind's median and 90th percentile.
 
   /usr/bin/python3 bench/jobs/allreduce_algorithms.py --ranks 2 --quota 0
   /usr/bin/python3 bench/jobs/allreduce_algorithms.py --ranks 4 --quota 0.4

@@ -28,6 +28,7 @@ import argparse
 import atexit
 import gzip
 import json
+import math
 import os
 import socket
 import struct
@@ -39,7 +40,6 @@ MASK64 = (1 << 64) - 1
 FASHION_MEAN = 0.2860
 FASHION_STD = 0.3530
 DEFAULT_DATA = "/usr/share/datasets/fashion-mnist"
-PERIOD_US = 10000
 
 
 # --- data order: training/sampler.cpp ------------------------------------------------------------
@@ -175,6 +175,14 @@ def cap_path(pid):
     return os.path.join(cap_parent(), f"omnilearn-ddp-{pid}")
 
 
+def cfs_period_and_quota(cpus):
+    """The period and quota (microseconds) `omnilearn worker --cpu-quota` uses
+    (cluster/cpu_quota.cpp): the shortest period whose quota is the kernel's minimum of 1 ms, so
+    a rank that waited does not run its next compute at full speed on saved-up quota."""
+    period = int(min(max(math.ceil(1000.0 / cpus), 1000), 1000000))
+    return period, max(1000, round(cpus * period))
+
+
 def cap_and_pin(rank, quota):
     cpus = sorted(os.sched_getaffinity(0))
     os.sched_setaffinity(0, {cpus[rank % len(cpus)]})
@@ -184,14 +192,15 @@ def cap_and_pin(rank, quota):
     parent = cap_parent()
     path = cap_path(os.getpid())
     os.makedirs(path, exist_ok=True)
+    period, quota_us = cfs_period_and_quota(quota)
     if v2:
         with open(os.path.join(path, "cpu.max"), "w") as f:
-            f.write(f"{int(quota * PERIOD_US)} {PERIOD_US}")
+            f.write(f"{quota_us} {period}")
     else:
         with open(os.path.join(path, "cpu.cfs_period_us"), "w") as f:
-            f.write(str(PERIOD_US))
+            f.write(str(period))
         with open(os.path.join(path, "cpu.cfs_quota_us"), "w") as f:
-            f.write(str(int(quota * PERIOD_US)))
+            f.write(str(quota_us))
     with open(os.path.join(path, "cgroup.procs"), "w") as f:
         f.write(str(os.getpid()))
 

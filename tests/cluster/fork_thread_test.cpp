@@ -83,12 +83,14 @@ TEST(ForkThread, AFailedForkReportsItsErrno) {
   EXPECT_EQ(errno, EAGAIN);
 }
 
-std::string cgroup_of(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/cgroup");
+std::string read_all(const std::string& path) {
+  std::ifstream in(path);
   std::string all, line;
   while (std::getline(in, line)) all += line + "\n";
   return all;
 }
+
+std::string cgroup_of(pid_t pid) { return read_all("/proc/" + std::to_string(pid) + "/cgroup"); }
 
 TEST(CpuQuota, RemovingTheGroupMovesItsMembersOutFirst) {
   std::unique_ptr<CpuQuota> quota;
@@ -99,6 +101,13 @@ TEST(CpuQuota, RemovingTheGroupMovesItsMembersOutFirst) {
   }
   const std::string path = quota->path();
   quota->set(0.5);
+  // The shortest period the kernel takes for the quota (1 ms of quota): a worker that waited
+  // must not run its next compute at full speed on a quota saved up meanwhile.
+  const std::string v1_period = path + "/cpu.cfs_period_us";
+  const std::string limits = std::filesystem::exists(v1_period)
+                                 ? read_all(v1_period) + read_all(path + "/cpu.cfs_quota_us")
+                                 : read_all(path + "/cpu.max");
+  EXPECT_TRUE(limits == "2000\n1000\n" || limits == "1000 2000\n") << limits;
   ForkThread launcher;
   pid_t child = fork_sleeper(launcher);
   ASSERT_GT(child, 0);

@@ -10,7 +10,7 @@
 // is now checked deterministically by replaying traces recorded from real runs
 // (tests/controller/trace_replay_test.cpp, tests/data/trace_*.csv).
 //
-// Every worker gets the same CPU quota (cgroup, 10 ms period; 3 x 0.5 CPU fits in two cores)
+// Every worker gets the same CPU quota (cgroup, 2 ms period; 3 x 0.5 CPU fits in two cores)
 // with a raised CPU weight, so the slowdown is the only difference between them (a sleeping
 // worker's CPU does not go to its neighbours), and heartbeats come once a second so each
 // carries a few steps.
