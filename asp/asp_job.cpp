@@ -829,7 +829,9 @@ void AspJob::trainer_exited(const std::string& trainer, int exit_code, bool bad_
                             const std::string& reason, const std::string& last_error, Millis now) {
   if (finished_) return;
   auto it = trainers_.find(trainer);
-  if (it == trainers_.end()) return;
+  if (it == trainers_.end() || it->second.exited) return;
+  it->second.exited = true;
+  changed();
   if (exit_code != 0 && !last_error.empty()) last_trainer_error_ = trainer + ": " + last_error;
   emit(Json{{"event", "trainer_exited"},
             {"trainer", trainer},
@@ -1290,6 +1292,7 @@ Json AspJob::snapshot(Millis now) const {
                           {"said_hello", t.said_hello},
                           {"ready", t.ready},
                           {"gone", t.gone},
+                          {"exited", t.exited},
                           {"pushed", t.first_push_at.has_value()},
                           {"updates", t.updates},
                           {"batch", t.batch},
@@ -1370,6 +1373,7 @@ void AspJob::restore(const Json& j, Millis now) {
       r.said_hello = t.at("said_hello").get<bool>();
       r.ready = t.at("ready").get<bool>();
       r.gone = t.at("gone").get<bool>();
+      r.exited = t.value("exited", false);  // absent from the snapshots of older heads
       // Times restart with this head: a trainer not started yet has a whole spawn timeout.
       r.spawned_at = now;
       if (r.said_hello) r.hello_at = now;

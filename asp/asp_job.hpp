@@ -354,6 +354,9 @@ class AspJob {
     bool said_hello = false;
     bool ready = false;  // said hello (workers) / listens (servers)
     bool gone = false;
+    // Its exit was reported: an agent sends the exit again to a head that restarted (it cannot
+    // tell whether the old head wrote it down), and the job records each exit once.
+    bool exited = false;
     Millis spawned_at = 0;
     std::optional<Millis> hello_at;
     std::optional<Millis> first_push_at;

@@ -267,6 +267,37 @@ TEST(AspJob, ABatchWhoseAnswerWasLostIsDealtAgainWhenItsWorkerAsksWithoutIt) {
   EXPECT_EQ(s.job.dealer()->outstanding_batches(1), 1);
 }
 
+// An agent sends a trainer's exit again to a head that restarted, not knowing whether the old
+// head wrote it down: the job records it once, before and after a restore.
+TEST(AspJob, AnExitReportedAgainIsRecordedOnceAcrossARestore) {
+  AspJobOptions o = options(1, 2);
+  o.steps = 100;
+  Started s(o, 2);
+  auto exits = [](const std::vector<AspCommand>& commands) {
+    int n = 0;
+    for (const auto& e : of<EventCommand>(commands)) n += e.event.at("event") == "trainer_exited";
+    return n;
+  };
+  s.job.trainer_exited(s.workers[0], 9, false, "killed", "", 60);
+  auto commands = s.job.take_commands();
+  EXPECT_EQ(exits(commands), 1);
+  EXPECT_EQ(of<SpawnCommand>(commands).size(), 1u);  // its replacement
+  s.job.trainer_exited(s.workers[0], 9, false, "killed", "", 70);
+  commands = s.job.take_commands();
+  EXPECT_EQ(exits(commands), 0);
+  EXPECT_TRUE(of<SpawnCommand>(commands).empty());
+
+  AspJob restored(o);
+  restored.restore(nlohmann::json::parse(s.job.snapshot(80).dump()), 90);
+  restored.take_commands();
+  restored.trainer_exited(s.workers[0], 9, false, "killed", "", 100);
+  commands = restored.take_commands();
+  EXPECT_EQ(exits(commands), 0);
+  EXPECT_TRUE(of<SpawnCommand>(commands).empty());
+  restored.trainer_exited(s.workers[1], 9, false, "killed", "", 110);
+  EXPECT_EQ(exits(restored.take_commands()), 1);
+}
+
 TEST(AspJob, ASnapshotThatCannotBeReadChangesNothing) {
   AspJobOptions o = options(1, 1);
   o.steps = 100;
