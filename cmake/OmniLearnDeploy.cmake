@@ -46,7 +46,10 @@ set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION science)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 # Chart.js: the head's dashboard and `omnilearn report` read it from /usr/share/javascript.
-set(CPACK_DEBIAN_PACKAGE_DEPENDS "libjs-chart.js")
+# OpenBLAS: Debian's LibTorch calls whichever libblas.so.3 the alternatives point to, and with
+# only libblas3 installed that is the reference BLAS: the MLP's forward and backward took 16x
+# longer (docs/benchmarks.md). The OpenMP build follows torch::set_num_threads ([train] threads).
+set(CPACK_DEBIAN_PACKAGE_DEPENDS "libjs-chart.js, libopenblas0-openmp | libopenblas0")
 # The examples' Fashion-MNIST jobs read Debian's copy of the dataset.
 set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "dataset-fashion-mnist")
 # cpack packages what scripts/package.sh has built (the programs and the library), not `all`

@@ -22,13 +22,19 @@ constexpr int kSteps = 30;
 constexpr double kFloat64Tol = 1e-9;
 
 // The float32 bounds, norm-wise per tensor (||a - b|| / ||b||), measured on the same machine:
-// the mlp stays at 5.6e-7 under every ISA; the cnn at 1.4e-5 with oneDNN's default kernels but
-// 2.2e-3 when held to AVX2 or SSE41: its early steps amplify the float32 rounding of
-// differently ordered conv kernels. Each bound is about ten times the largest measured value;
-// the check below that training moved the parameters by >= 0.1 norm-wise keeps them meaningful.
+// the mlp at 1.3e-5 to 2.6e-5 with OpenBLAS's AVX-512 kernels, 2.4e-5 with its AVX2 ones
+// (OPENBLAS_CORETYPE=Haswell: both sum a matrix product's batch dimension in blocks, with fused
+// multiply-adds, so a slice of the batch rounds otherwise than the whole), 4.8e-7 and 2.7e-7
+// with its AVX and SSE3 kernels and 5.6e-7 on the reference BLAS; the cnn at 1.4e-5 with
+// oneDNN's default kernels but 2.2e-3 when held to AVX2 or SSE41: its early steps amplify the
+// float32 rounding of differently ordered conv kernels. The cnn's bound is about ten times its
+// largest measured value, the mlp's four times: at the 1e-4 by which a wrong weighting, a
+// sample used twice or a skipped slice moves the parameters (the float64 tests above are what
+// proves the math). The check below that training moved the parameters by >= 0.1
+// norm-wise keeps them meaningful.
 // (An elementwise relative bound, the old check, fails here: parameters near zero have
 // relative errors of 1e-2 that mean nothing.)
-constexpr double kFloat32MlpTol = 1e-5;
+constexpr double kFloat32MlpTol = 1e-4;
 constexpr double kFloat32CnnTol = 2e-2;
 
 std::vector<int> plan_for(int step, bool changing) {
