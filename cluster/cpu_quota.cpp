@@ -25,13 +25,15 @@ namespace {
 // full speed: under a 10 ms period a 5 ms compute after a wait ran unthrottled at 0.4 CPU,
 // and the emulated machine was fast exactly when a real slow one would not be. At 0.4 CPU
 // this gives 2.5 ms (1 ms of full speed at most); the kernel's floor for a period is 1 ms.
+constexpr long kMinQuotaUs = 1000;  // the kernel refuses a smaller quota (EINVAL)
+
 long period_us(double cpus) {
-  constexpr double kMinQuotaUs = 1000.0, kMinPeriodUs = 1000.0, kMaxPeriodUs = 1000000.0;
+  constexpr double kMinPeriodUs = 1000.0, kMaxPeriodUs = 1000000.0;
   return static_cast<long>(std::clamp(std::ceil(kMinQuotaUs / cpus), kMinPeriodUs, kMaxPeriodUs));
 }
 
 long quota_us(double cpus, long period) {
-  return std::max(1000L, std::lround(cpus * static_cast<double>(period)));
+  return std::max(kMinQuotaUs, std::lround(cpus * static_cast<double>(period)));
 }
 
 void write_file(const std::string& path, const std::string& value) {
