@@ -368,7 +368,8 @@ int ElasticJob::drain(const std::string& node_or_name, Millis now) {
         // [fix: elastic simulation seed 13153]
         t.view.phase = Phase::kLeaving;
       } else {
-        trainer_gone(name, "drained", now, true);
+        // Stopped at once; not a failure (the drain event says why it goes).
+        trainer_gone(name, "drained", now, true, false);
       }
     }
   }
@@ -1121,8 +1122,10 @@ void ElasticJob::done(const std::string& trainer, const MemberDone& d, Millis no
     return;
   }
   if (d.outcome == MemberDone::Outcome::kDrained) {
+    // It left as the drain asked: not a failure (a head restored from a snapshot written
+    // before it was told to stop still holds it as leaving).
     if (trainer == lease_holder_) lease_released_ = true;
-    trainer_gone(trainer, "drained", now, false);
+    trainer_gone(trainer, "drained", now, false, false);
     return;
   }
   // A final checkpoint written at total_steps is a fact, whatever became of its generation

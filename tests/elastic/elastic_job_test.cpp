@@ -346,6 +346,55 @@ TEST(ElasticJob, ADrainedTrainersCleanExitAfterARestoreIsNotAFailure) {
   }
 }
 
+// A head restarted, and w2 was drained before its trainer reported where it stopped: the
+// trainer is stopped at once, without a trainer_gone (the drain event says why it goes). A
+// drained trainer that a restored head still holds as leaving and that says it left as
+// drained is no failure either.
+TEST(ElasticJob, ATrainerDrainedAfterARestoreIsNoFailure) {
+  OneStepJob t = one_step_job();
+  ASSERT_EQ(t.members.size(), 2u);
+  const std::string drained = t.members[1];
+  auto gone_events = [](const std::vector<JobCommand>& commands) {
+    int n = 0;
+    for (const auto& c : commands) {
+      if (auto* e = std::get_if<JobEvent>(&c); e && e->kind == "trainer_gone") ++n;
+    }
+    return n;
+  };
+  {
+    ElasticJob second = make_job(t.options);
+    second.node_up("n1", "w1", 1000);
+    second.node_up("n2", "w2", 1000);
+    second.restore(t.job.snapshot(), 1000);
+    second.take_commands();
+    second.drain("w2", 1010);
+    const auto commands = second.take_commands();
+    int stops = 0;
+    for (const auto& c : commands) {
+      if (auto* s = std::get_if<StopCommand>(&c); s && s->trainer == drained) ++stops;
+    }
+    EXPECT_EQ(stops, 1);
+    EXPECT_EQ(gone_events(commands), 0);
+  }
+  {
+    t.job.drain("w2", 40);  // leaving: it hands the state over in the next generation
+    ElasticJob second = make_job(t.options);
+    second.node_up("n1", "w1", 1000);
+    second.node_up("n2", "w2", 1000, true);
+    second.restore(t.job.snapshot(), 1000);
+    second.take_commands();
+    MemberDone left;
+    left.outcome = MemberDone::Outcome::kDrained;
+    left.ok = true;
+    left.generation = t.generation;
+    left.rank = 1;
+    left.step = 1;
+    second.done(drained, left, 1010);
+    EXPECT_EQ(gone_events(second.take_commands()), 0);
+    EXPECT_EQ(second.state(), "running");
+  }
+}
+
 // A job of two trainers on w1 and w2 that trained to step 12 under a lease, with a checkpoint
 // of step 10 (written on w1) on record.
 struct TrainedJob {
