@@ -108,6 +108,7 @@ ElasticJobSnapshot ElasticJob::snapshot() const {
     r.committed_step = t.view.committed_step;
     r.synced_generation = t.synced_generation;
     r.exited = t.exited;
+    r.stop_reason = t.stop_reason;
     s.trainers.push_back(std::move(r));
   }
   for (const auto& [id, node] : nodes_) {
@@ -153,6 +154,7 @@ void ElasticJob::restore(const ElasticJobSnapshot& s, Millis now) {
     t.view.phase = static_cast<Phase>(r.phase);
     t.synced_generation = r.synced_generation;
     t.exited = r.exited;
+    t.stop_reason = r.stop_reason;
     t.spawned_at = now;  // a trainer still starting has its spawn timeout again
     // Unknown until it reports: it may have committed any number of steps since.
     const bool trust = options_.mutation == Mutation::kRestoreTrustsSnapshot;
@@ -487,7 +489,10 @@ void ElasticJob::trainer_gone(const std::string& trainer, const std::string& rea
   t->view.phase = Phase::kGone;
   t->view.rank = -1;
   persist();
-  if (stop_it && !t->exited) emit(StopCommand{trainer, reason});
+  if (stop_it && !t->exited) {
+    t->stop_reason = reason;
+    emit(StopCommand{trainer, reason});
+  }
   if (!failure) {
     if (was_member) note_disruption(now);
     return;
@@ -897,6 +902,13 @@ void ElasticJob::probe(const std::string& trainer, Millis now) {
 }
 
 void ElasticJob::heard_from(Trainer& t, std::int64_t generation, Millis now) {
+  // A trainer the job stopped that still speaks did not get its stop: a head killed right after
+  // sending it took it along, and the next head restored the trainer as gone. Said again, or it
+  // would idle on its node to the job's end. Only a stop the job sent: a trainer written off for
+  // its silence was not told, and may hold the only copy of the state.
+  if (!finished_ && t.view.phase == Phase::kGone && !t.exited && !t.stop_reason.empty()) {
+    emit(StopCommand{t.view.name, t.stop_reason});
+  }
   // A message about the current generation answers for it as well as a probe would; it may be
   // what lets a trainer that missed its probe be written off (write_off_unreachable).
   if (finished_ || generation != generation_ || t.view.phase == Phase::kGone) return;
@@ -1029,7 +1041,10 @@ void ElasticJob::report(const std::string& trainer, const MemberReport& r, Milli
       // otherwise take its clean exit for a failure.
       t.view.phase = Phase::kGone;
       persist();
-      if (!t.exited) emit(StopCommand{name, "drained"});
+      if (!t.exited) {
+        t.stop_reason = "drained";
+        emit(StopCommand{name, "drained"});
+      }
     }
     // Drained members kept to hand the state over (maybe_regroup) leave once a member on a
     // node that is not draining trained with them. [fix: elastic simulation seed 190]

@@ -136,6 +136,7 @@ struct ElasticJobSnapshot {
     std::int64_t committed_step = 0;
     std::int64_t synced_generation = -1;
     bool exited = false;
+    std::string stop_reason;  // why the job told it to stop ("" if it did not)
   };
   std::string state;  // pending | running
   std::int64_t total_steps = 0;
@@ -269,6 +270,9 @@ class ElasticJob {
     Millis spawned_at = 0;
     std::int64_t synced_generation = -1;  // last generation it reported synced in
     bool exited = false;                  // its process is known to be gone
+    // Why the job told it to stop, "" if it did not: said again if it speaks while gone (the
+    // stop may have been lost with a head killed right after sending it).
+    std::string stop_reason;
     // Liveness evidence, ordered by evidence_seq_ (not by the clock: a probe answer on
     // loopback arrives within the millisecond it was sent): when its last probe went out,
     // when it was last heard from (a probe answer or a message about the current generation),

@@ -66,7 +66,8 @@ std::string encode_run_state(const scheduler::ElasticJobSnapshot& m,
                         {"phase", t.phase},
                         {"committed_step", t.committed_step},
                         {"synced_generation", t.synced_generation},
-                        {"exited", t.exited}});
+                        {"exited", t.exited},
+                        {"stop_reason", t.stop_reason}});
   }
   Json checkpoint_records = Json::array();
   for (const auto& c : m.checkpoints) {
@@ -133,6 +134,7 @@ RunState decode_run_state(const std::string& text) {
       r.committed_step = t.at("committed_step").get<std::int64_t>();
       r.synced_generation = t.at("synced_generation").get<std::int64_t>();
       r.exited = t.at("exited").get<bool>();
+      r.stop_reason = t.value("stop_reason", "");  // absent from older heads' records
       s.trainers.push_back(std::move(r));
     }
     s.draining_nodes = m.at("draining_nodes").get<std::vector<std::string>>();

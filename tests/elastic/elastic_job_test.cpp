@@ -395,6 +395,57 @@ TEST(ElasticJob, ATrainerDrainedAfterARestoreIsNoFailure) {
   }
 }
 
+// The head that drained w2 right after a restart died before the stop left. The next head
+// restores the trainer as gone and, when it speaks, tells it to stop again instead of leaving
+// it idle on w2 to the job's end; once it exited, nothing more. A trainer written off for its
+// silence was never told, and is not now: it may hold the only copy of the state.
+TEST(ElasticJob, AStopLostWithTheHeadIsSaidAgain) {
+  OneStepJob t = one_step_job();
+  ASSERT_EQ(t.members.size(), 2u);
+  const std::string drained = t.members[1];
+  auto stops_of = [](const std::vector<JobCommand>& commands, const std::string& trainer) {
+    int n = 0;
+    for (const auto& c : commands) {
+      if (auto* s = std::get_if<StopCommand>(&c); s && s->trainer == trainer) ++n;
+    }
+    return n;
+  };
+  ElasticJob second = make_job(t.options);
+  second.node_up("n1", "w1", 1000);
+  second.node_up("n2", "w2", 1000);
+  second.restore(t.job.snapshot(), 1000);
+  second.take_commands();
+  second.drain("w2", 1010);
+  EXPECT_EQ(stops_of(second.take_commands(), drained), 1);  // lost with this head
+
+  ElasticJob third = make_job(t.options);
+  third.node_up("n1", "w1", 2000);
+  third.node_up("n2", "w2", 2000, true);
+  third.restore(second.snapshot(), 2000);
+  EXPECT_EQ(stops_of(third.take_commands(), drained), 0) << "it may have exited meanwhile";
+  third.report(drained, {MemberReport::Kind::kLeft, t.generation, 1, 1, "", 0}, 2010);
+  EXPECT_EQ(stops_of(third.take_commands(), drained), 1);
+  third.trainer_exited(drained, 0, "", 2020);
+  third.report(drained, {MemberReport::Kind::kLeft, t.generation, 1, 1, "", 0}, 2030);
+  EXPECT_EQ(stops_of(third.take_commands(), drained), 0) << "it exited";
+
+  // Written off for silence (its node's heartbeats stopped): not told, then or now.
+  OneStepJob u = one_step_job();
+  ASSERT_EQ(u.members.size(), 2u);
+  u.job.node_down("n2", "dead", 100);
+  const auto down = u.job.take_commands();
+  EXPECT_EQ(stops_of(down, u.members[1]), 0);
+  int written_off = 0;
+  for (const auto& c : down) {
+    if (auto* e = std::get_if<JobEvent>(&c); e && e->kind == "trainer_gone") {
+      written_off += e->trainer == u.members[1];
+    }
+  }
+  ASSERT_EQ(written_off, 1);
+  u.job.report(u.members[1], {MemberReport::Kind::kStep, u.generation, 1, 1, "", 0}, 110);
+  EXPECT_EQ(stops_of(u.job.take_commands(), u.members[1]), 0);
+}
+
 // A job of two trainers on w1 and w2 that trained to step 12 under a lease, with a checkpoint
 // of step 10 (written on w1) on record.
 struct TrainedJob {
