@@ -346,6 +346,27 @@ TEST(ElasticJob, ADrainedTrainersCleanExitAfterARestoreIsNotAFailure) {
   }
 }
 
+// StopCommands for `trainer` among `commands`.
+int stops_of(const std::vector<JobCommand>& commands, const std::string& trainer) {
+  int n = 0;
+  for (const auto& c : commands) {
+    if (auto* s = std::get_if<StopCommand>(&c); s && s->trainer == trainer) ++n;
+  }
+  return n;
+}
+
+// `t`'s job restored by a restarted head, which drains w2 before any trainer reported; returns
+// that head with the drain's commands not yet taken.
+ElasticJob drained_right_after_a_restart(const OneStepJob& t) {
+  ElasticJob second = make_job(t.options);
+  second.node_up("n1", "w1", 1000);
+  second.node_up("n2", "w2", 1000);
+  second.restore(t.job.snapshot(), 1000);
+  second.take_commands();
+  second.drain("w2", 1010);
+  return second;
+}
+
 // A head restarted, and w2 was drained before its trainer reported where it stopped: the
 // trainer is stopped at once, without a trainer_gone (the drain event says why it goes). A
 // drained trainer that a restored head still holds as leaving and that says it left as
@@ -362,18 +383,9 @@ TEST(ElasticJob, ATrainerDrainedAfterARestoreIsNoFailure) {
     return n;
   };
   {
-    ElasticJob second = make_job(t.options);
-    second.node_up("n1", "w1", 1000);
-    second.node_up("n2", "w2", 1000);
-    second.restore(t.job.snapshot(), 1000);
-    second.take_commands();
-    second.drain("w2", 1010);
+    ElasticJob second = drained_right_after_a_restart(t);
     const auto commands = second.take_commands();
-    int stops = 0;
-    for (const auto& c : commands) {
-      if (auto* s = std::get_if<StopCommand>(&c); s && s->trainer == drained) ++stops;
-    }
-    EXPECT_EQ(stops, 1);
+    EXPECT_EQ(stops_of(commands, drained), 1);
     EXPECT_EQ(gone_events(commands), 0);
   }
   {
@@ -403,19 +415,7 @@ TEST(ElasticJob, AStopLostWithTheHeadIsSaidAgain) {
   OneStepJob t = one_step_job();
   ASSERT_EQ(t.members.size(), 2u);
   const std::string drained = t.members[1];
-  auto stops_of = [](const std::vector<JobCommand>& commands, const std::string& trainer) {
-    int n = 0;
-    for (const auto& c : commands) {
-      if (auto* s = std::get_if<StopCommand>(&c); s && s->trainer == trainer) ++n;
-    }
-    return n;
-  };
-  ElasticJob second = make_job(t.options);
-  second.node_up("n1", "w1", 1000);
-  second.node_up("n2", "w2", 1000);
-  second.restore(t.job.snapshot(), 1000);
-  second.take_commands();
-  second.drain("w2", 1010);
+  ElasticJob second = drained_right_after_a_restart(t);
   EXPECT_EQ(stops_of(second.take_commands(), drained), 1);  // lost with this head
 
   ElasticJob third = make_job(t.options);
