@@ -156,6 +156,7 @@ void ElasticJob::restore(const ElasticJobSnapshot& s, Millis now) {
     t.exited = r.exited;
     t.stop_reason = r.stop_reason;
     t.spawned_at = now;  // a trainer still starting has its spawn timeout again
+    t.spawned_by_previous_head = t.view.phase == Phase::kSpawning;
     // Unknown until it reports: it may have committed any number of steps since.
     const bool trust = options_.mutation == Mutation::kRestoreTrustsSnapshot;
     t.view.committed_step = t.view.phase == Phase::kGone || trust ? r.committed_step : -1;
@@ -441,7 +442,8 @@ void ElasticJob::trainer_exited(const std::string& trainer, int exit_code,
     finish("failed", "trainer " + trainer + ": " + why, now);
     return;
   }
-  if (!finished_ && exit_code != 0 && t->synced_generation < 0 && t->view.phase != Phase::kGone) {
+  if (!finished_ && exit_code != 0 && t->synced_generation < 0 && t->view.phase != Phase::kGone &&
+      !(t->spawned_by_previous_head && t->view.phase == Phase::kSpawning)) {
     // It never got as far as training: a failed start. Back off on its node; fail the job
     // once starts keep failing everywhere (a bad model path, data missing on every worker).
     ++start_failures_;

@@ -270,6 +270,10 @@ class ElasticJob {
     Millis spawned_at = 0;
     std::int64_t synced_generation = -1;  // last generation it reported synced in
     bool exited = false;                  // its process is known to be gone
+    // Restored still starting: spawned by a head that died before the trainer said hello. Its
+    // hello may have gone to that head; if it gave up on it during the outage, its exit is not
+    // a failed start (its node and the job's files are not to blame).
+    bool spawned_by_previous_head = false;
     // Why the job told it to stop, "" if it did not: said again if it speaks while gone (the
     // stop may have been lost with a head killed right after sending it).
     std::string stop_reason;

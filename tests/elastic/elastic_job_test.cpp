@@ -76,6 +76,42 @@ TEST(ElasticJob, TrainersThatCannotStartAreRetriedWithBackOffThenFailTheJob) {
   EXPECT_GE(spawned_at[3] - spawned_at[2], 2000);
 }
 
+// The head died right after starting the trainers, and they gave their hellos up while it was
+// down. Their exits reach the next head: no failed starts (neither the nodes nor the job's
+// files are to blame), so the job starts new trainers instead of failing. A trainer that the
+// restored head started and that fails to start counts as before.
+TEST(ElasticJob, TrainersThatGaveUpOnADeadHeadAreNoFailedStarts) {
+  ElasticJobOptions o;
+  o.min_workers = 2;
+  o.max_workers = 3;
+  o.total_steps = 10;
+  o.max_start_failures = 3;
+  ElasticJob first = started_job(o, 3);
+  const auto spawns = commands_of<SpawnCommand>(first);
+  ASSERT_EQ(spawns.size(), 3u);
+  const ElasticJobSnapshot snap = first.snapshot();
+
+  ElasticJob second = make_job(o);
+  for (int i = 1; i <= 3; ++i) second.node_up("n" + std::to_string(i), "w" + std::to_string(i), 5000);
+  second.restore(snap, 5000);
+  second.take_commands();
+  for (const auto& spawn : spawns) {
+    second.trainer_exited(spawn.trainer, 3, "no answer from the scheduler", 5100);
+  }
+  EXPECT_FALSE(second.finished()) << second.reason();
+  std::vector<SpawnCommand> again;
+  for (Millis now = 5100; now < 8000 && again.size() < 3; now += 100) {
+    second.tick(now);
+    for (const auto& c : commands_of<SpawnCommand>(second)) again.push_back(c);
+  }
+  ASSERT_EQ(again.size(), 3u) << "every node gets a new trainer";
+
+  for (const auto& spawn : again) second.trainer_exited(spawn.trainer, 1, "cannot start", 8100);
+  ASSERT_TRUE(second.finished());
+  EXPECT_EQ(second.state(), "failed");
+  EXPECT_NE(second.reason().find("trainers cannot start: 3"), std::string::npos) << second.reason();
+}
+
 // An error in the job's own input (exit code kTrainerExitBadInput) fails the job at once with
 // the trainer's message: another start could not end differently.
 TEST(ElasticJob, ATrainerThatFailsOnBadInputFailsTheJobWithoutRetrying) {
