@@ -362,13 +362,15 @@ int ElasticJob::drain(const std::string& node_or_name, Millis now) {
       e.trainer = name;
       event(std::move(e));
       if (t.view.phase == Phase::kMember ||
-          (t.view.phase == Phase::kReady && lease_generation_ > 0 && holds_state(name))) {
+          (t.view.phase == Phase::kReady && lease_generation_ > 0 && may_hold_state(name))) {
         // It stays in its generation until the next one, which the leader adopts at a step
         // boundary: no committed step is lost. It then idles (rank -1), still holding the
         // state, and is stopped once a generation without it trained (report()). A trainer
         // between generations (its group lost a member, the job waits for min_workers) may
         // hold the only copy of the state too: stopped at once, the job lost every step.
-        // [fix: elastic simulation seed 13153]
+        // [fix: elastic simulation seed 13153] Whether it may, not whether the head knows it
+        // does: the head may not have heard of a follower's last steps (its done was lost).
+        // [fix: elastic simulation seed 21421]
         t.view.phase = Phase::kLeaving;
       } else {
         // Stopped at once; not a failure (the drain event says why it goes).

@@ -482,6 +482,28 @@ TEST(ElasticJob, AStopLostWithTheHeadIsSaidAgain) {
   EXPECT_EQ(stops_of(u.job.take_commands(), u.members[1]), 0);
 }
 
+// The leader was killed, the job waits for min_workers, and the follower, which trained in the
+// last generation, is the only trainer left that may hold the state; the head has no report of
+// its last steps (a lost done), so it cannot tell whether it holds them. Its node is drained:
+// it leaves once a generation without it trained, instead of being stopped at once, which
+// would lose every step if it was the last holder.
+TEST(ElasticJob, ADrainedTrainerThatMayHoldTheStateLeavesInsteadOfStopping) {
+  OneStepJob t = one_step_job();
+  ASSERT_EQ(t.members.size(), 2u);
+  const std::string leader = t.members[0], follower = t.members[1];
+  t.job.lease_request(leader, {t.generation, 1, 1}, 31);
+  for (std::int64_t step = 2; step <= 30; ++step) {
+    t.job.report(leader, {MemberReport::Kind::kStep, t.generation, 0, step, "", 0}, 30 + step);
+  }
+  t.job.take_commands();
+  t.job.trainer_exited(leader, 137, "killed by signal 9", 100);
+  t.job.take_commands();
+  ASSERT_EQ(t.job.trainers().at(follower).phase, ElasticJob::Phase::kReady);
+  t.job.drain(t.job.trainers().at(follower).node, 110);
+  EXPECT_EQ(stops_of(t.job.take_commands(), follower), 0);
+  EXPECT_EQ(t.job.trainers().at(follower).phase, ElasticJob::Phase::kLeaving);
+}
+
 // A job of two trainers on w1 and w2 that trained to step 12 under a lease, with a checkpoint
 // of step 10 (written on w1) on record.
 struct TrainedJob {
