@@ -921,9 +921,20 @@ void ElasticJob::heard_from(Trainer& t, std::int64_t generation, Millis now) {
   if (!unreachable_error_.empty()) write_off_unreachable(now);
 }
 
+void ElasticJob::stranger(const std::string& trainer) {
+  // The job never forgets a trainer while it runs, so one it does not know was forgotten by
+  // the snapshot this head restored: gone, and in neither the last generation nor the last
+  // one that trained, so it holds nothing the job could use. If it was told to stop, the stop
+  // went down with the head that sent it. Told now, or it would idle on its node (its memory,
+  // its accelerator) to the job's end.
+  emit(StopCommand{trainer, finished_ ? "job " + state_
+                                      : "the job does not know this trainer (the restarted "
+                                        "head's record no longer names it)"});
+}
+
 void ElasticJob::report(const std::string& trainer, const MemberReport& r, Millis now) {
   Trainer* t = find(trainer);
-  if (!t) return;
+  if (!t) return stranger(trainer);
   heard_from(*t, r.generation, now);
   t->view.committed_step = std::max(t->view.committed_step, r.step);
   // Every leader's report's step is a committed step, even a superseded generation's: a
@@ -1083,6 +1094,8 @@ void ElasticJob::lease_request(const std::string& trainer, const LeaseAsk& ask, 
   if (t) {
     t->view.committed_step = std::max(t->view.committed_step, ask.step);
     heard_from(*t, ask.generation, now);
+  } else {
+    stranger(trainer);
   }
   if (finished_) {
     answer.reason = "the job has ended";
@@ -1129,7 +1142,7 @@ void ElasticJob::lease_request(const std::string& trainer, const LeaseAsk& ask, 
 
 void ElasticJob::done(const std::string& trainer, const MemberDone& d, Millis now) {
   Trainer* t = find(trainer);
-  if (!t) return;
+  if (!t) return stranger(trainer);
   heard_from(*t, d.generation, now);
   t->view.committed_step = std::max(t->view.committed_step, d.step);
   // A leader's committed step, whatever the generation (as with reports), unless the job gave

@@ -183,7 +183,8 @@ class ElasticJob {
   // its holder for a lease duration. The job's members are told to stop (a generation without
   // members) and report where they stopped; the next generation, a new fenced number, forms
   // from the newest state they report, once all have or form_timeout passed. The adapter
-  // feeds node_up() for the nodes the registry knows, as after start().
+  // feeds node_up() for the nodes the registry knows, as after start(). A trainer the
+  // snapshot left out (gone, in neither generation it keeps) that speaks is told to stop.
   void restore(const ElasticJobSnapshot& snapshot, Millis now);
   ElasticJobSnapshot snapshot() const;
   void stop(const std::string& reason, Millis now);  // by the user: "stopped"
@@ -309,6 +310,8 @@ class ElasticJob {
   bool readable_by(const JobCheckpoint& checkpoint, const std::string& trainer) const;
   void write_off_unreachable(Millis now);
   void heard_from(Trainer& t, std::int64_t generation, Millis now);
+  // A trainer not in trainers_ spoke (a report, a lease ask, a done): told to stop.
+  void stranger(const std::string& trainer);
   void probe(const std::string& trainer, Millis now);
   bool lease_free_for(const std::string& trainer, Millis now) const;
   void emit(JobCommand command) { commands_.push_back(std::move(command)); }

@@ -504,6 +504,49 @@ TEST(ElasticJob, ADrainedTrainerThatMayHoldTheStateLeavesInsteadOfStopping) {
   EXPECT_EQ(t.job.trainers().at(follower).phase, ElasticJob::Phase::kLeaving);
 }
 
+// A trainer stopped before it ever joined a generation is in no generation the snapshot keeps,
+// so a restored head does not know it. If its stop went down with the head that sent it, it
+// still speaks (its reports, its lease asks, its done) and is told to stop, not left idle on
+// its node to the job's end.
+TEST(ElasticJob, ATrainerTheSnapshotForgotIsToldToStopWhenItSpeaks) {
+  ElasticJobOptions o;
+  o.min_workers = 1;
+  o.max_workers = 2;
+  o.total_steps = 100;
+  ElasticJob first = started_job(o, 2);
+  const auto spawns = commands_of<SpawnCommand>(first);
+  ASSERT_EQ(spawns.size(), 2u);
+  const std::string drained = spawns[1].node;
+  first.drain(drained, 5);  // before its trainer said hello
+  const std::string forgotten = spawns[1].trainer;
+  EXPECT_EQ(stops_of(first.take_commands(), forgotten), 1);  // lost with this head
+  first.hello(spawns[0].trainer, 10);
+  first.take_commands();
+  const ElasticJobSnapshot snap = first.snapshot();
+  for (const auto& r : snap.trainers) ASSERT_NE(r.name, forgotten) << "the snapshot keeps it";
+
+  ElasticJob second = make_job(o);
+  second.node_up("n1", "w1", 1000, drained == "n1");
+  second.node_up("n2", "w2", 1000, drained == "n2");
+  second.restore(snap, 1000);
+  second.take_commands();
+  second.report(forgotten, {MemberReport::Kind::kLeft, 0, -1, 0, "", 0}, 1010);
+  EXPECT_EQ(stops_of(second.take_commands(), forgotten), 1);
+  second.lease_request(forgotten, {1, 1, 0}, 1020);
+  EXPECT_EQ(stops_of(second.take_commands(), forgotten), 1);
+  MemberDone d;
+  d.outcome = MemberDone::Outcome::kDrained;
+  d.ok = true;
+  second.done(forgotten, d, 1030);
+  const auto after_done = second.take_commands();
+  EXPECT_EQ(stops_of(after_done, forgotten), 1);
+  for (const auto& c : after_done) {
+    auto* e = std::get_if<JobEvent>(&c);
+    EXPECT_FALSE(e && e->kind == "trainer_gone") << "a stranger's exit is no failure of the job";
+  }
+  EXPECT_EQ(second.state(), "running");
+}
+
 // A job of two trainers on w1 and w2 that trained to step 12 under a lease, with a checkpoint
 // of step 10 (written on w1) on record.
 struct TrainedJob {
