@@ -271,9 +271,23 @@ void ElasticJob::tick(Millis now) {
   // told (its members' broken or abandon reports were lost, e.g. to a partition shorter than
   // the heartbeat timeout): probe and re-form it like a reported failure, instead of waiting
   // for the stall limit to fail the job. [fix: elastic simulation seed 2544]
-  if (!forming_ && !members_.empty() && !disruption_at_ && job_step_ < options_.total_steps &&
+  const bool finishing = job_step_ >= options_.total_steps;
+  if (!forming_ && !members_.empty() && !disruption_at_ && !finishing &&
       now - last_progress_ > options_.form_timeout) {
     note_disruption(now);
+    for (const auto& name : members_) {
+      if (trainers_.at(name).view.phase == Phase::kMember) probe(name, now);
+    }
+  }
+  // Finishing (the last step committed, the leader's done not yet in): the final evaluation
+  // and checkpoint may take long, so quiet is no disruption. But a leader that died there, its
+  // exit report lost, would keep the job waiting for a done that never comes until the stall
+  // limit failed it. Its members are probed every formation timeout: only a probe that proves
+  // one gone changes anything (the job goes on without it: another holder of the state leads,
+  // or the job resumes from a checkpoint). [fix: elastic simulation seed 125713]
+  if (!forming_ && !members_.empty() && finishing &&
+      now - std::max(last_progress_, last_finish_probe_) > options_.form_timeout) {
+    last_finish_probe_ = now;
     for (const auto& name : members_) {
       if (trainers_.at(name).view.phase == Phase::kMember) probe(name, now);
     }

@@ -365,6 +365,7 @@ class ElasticJob {
   // Progress and liveness.
   std::int64_t job_step_ = 0;
   Millis last_progress_ = 0;
+  Millis last_finish_probe_ = 0;  // finishing: when the members were last probed (tick)
   std::optional<Millis> below_min_since_;
 
   // Elasticity accounting.

@@ -231,6 +231,67 @@ TEST(ElasticJob, AKilledMemberIsWrittenOffWhenTheSurvivorAnswersInTheSameMillise
   EXPECT_EQ(job.members(), std::vector<std::string>{survivor});
 }
 
+// Two trainers on w1 and w2 that synced in the first generation, the leader under a lease
+// and past `steps` committed steps (the follower's heartbeats say the same).
+struct LeasedJob {
+  ElasticJob job;
+  std::vector<std::string> members;
+  std::int64_t generation = 0;
+};
+LeasedJob leased_job(ElasticJobOptions o, std::int64_t steps) {
+  LeasedJob t{started_job(o, 2), {}, 0};
+  for (const auto& s : commands_of<SpawnCommand>(t.job)) t.job.hello(s.trainer, 1);
+  t.members = t.job.members();
+  t.generation = t.job.generation();
+  t.job.take_commands();
+  if (t.members.size() != 2) return t;  // the caller's ASSERT says so
+  for (std::int32_t r = 0; r < 2; ++r) {
+    t.job.report(t.members[static_cast<size_t>(r)],
+                 {MemberReport::Kind::kSynced, t.generation, r, 0, "", 0}, 2);
+  }
+  t.job.lease_request(t.members[0], {t.generation, 1, 0}, 2);
+  t.job.report(t.members[0], {MemberReport::Kind::kStep, t.generation, 0, steps, "", 0}, 50);
+  t.job.progress(t.members[1], steps);
+  t.job.take_commands();
+  return t;
+}
+
+// The last step is committed and the leader evaluates and writes the final checkpoint, which
+// may take long: quiet is no disruption then. But a leader that died there while its agent's
+// exit report was lost would keep the job waiting for its done until the job failed: the
+// members are probed every formation timeout, and a leader found gone is written off, so that
+// the job goes on without it.
+TEST(ElasticJob, AJobFinishingProbesItsQuietMembers) {
+  for (const bool leader_gone : {false, true}) {
+    SCOPED_TRACE(leader_gone ? "the leader is gone" : "both answer");
+    ElasticJobOptions o;
+    o.min_workers = 1;
+    o.max_workers = 2;
+    o.total_steps = 20;
+    LeasedJob t = leased_job(o, 20);
+    ASSERT_EQ(t.members.size(), 2u);
+    const std::string leader = t.members[0], follower = t.members[1];
+    t.job.tick(50 + o.form_timeout);
+    EXPECT_TRUE(commands_of<ProbeCommand>(t.job).empty()) << "not quiet for long yet";
+    t.job.tick(51 + o.form_timeout);
+    EXPECT_EQ(commands_of<ProbeCommand>(t.job).size(), 2u);
+    t.job.tick(52 + o.form_timeout);
+    EXPECT_TRUE(commands_of<ProbeCommand>(t.job).empty()) << "once a formation timeout";
+    const Millis now = 60 + o.form_timeout;
+    t.job.probe_result(follower, t.generation, true, "", now);
+    t.job.probe_result(leader, t.generation, !leader_gone, leader_gone ? "peer unreachable" : "",
+                       now, leader_gone);
+    EXPECT_FALSE(t.job.finished());
+    if (!leader_gone) {
+      EXPECT_EQ(t.job.generation(), t.generation) << "an answer changes nothing";
+      continue;
+    }
+    EXPECT_EQ(t.job.trainers().at(leader).phase, ElasticJob::Phase::kGone);
+    EXPECT_GT(t.job.generation(), t.generation) << "the job goes on without it";
+    EXPECT_EQ(t.job.members(), std::vector<std::string>{follower});
+  }
+}
+
 // A leader whose process is known to be gone commits nothing more, so its successor's lease is
 // granted at once; a leader that merely did not answer (frozen, cut off) may still commit under
 // its lease when it runs again, so its successor waits for the lease to run out (plus margin).
