@@ -261,6 +261,11 @@ void ElasticJob::tick(Millis now) {
                      now, true);
       } else {
         t.view.phase = Phase::kReady;
+        // Kept, but asked whether it is still there: a holder killed while its exit report
+        // was lost (a partition) would be retried until the job failed, although a
+        // checkpoint could resume it. A probe proving its process gone writes it off.
+        // [fix: elastic simulation seed 153957]
+        probe(name, now);
       }
     }
     retry_after_ = now + backoff_;

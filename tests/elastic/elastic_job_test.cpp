@@ -292,6 +292,33 @@ TEST(ElasticJob, AJobFinishingProbesItsQuietMembers) {
   }
 }
 
+// A generation that did not form in time keeps the members holding the job's state for the
+// retry, and asks whether they are still there: one killed while its exit report was lost (a
+// partition) would otherwise be retried until the job failed.
+TEST(ElasticJob, AHolderKeptAfterAFailedFormationIsProbed) {
+  ElasticJobOptions o;
+  o.min_workers = 1;
+  o.max_workers = 2;
+  o.total_steps = 100;
+  LeasedJob t = leased_job(o, 7);
+  ASSERT_EQ(t.members.size(), 2u);
+  const std::string leader = t.members[0], follower = t.members[1];
+  t.job.drain(t.job.trainers().at(follower).node, 60);  // the leader alone in the next one
+  t.job.report(follower, {MemberReport::Kind::kLeft, t.generation, 1, 7, "", 0}, 70);
+  t.job.report(leader, {MemberReport::Kind::kLeft, t.generation, 0, 7, "", 0}, 70);
+  t.job.tick(80);
+  const std::int64_t formed = t.job.generation();
+  ASSERT_GT(formed, t.generation);
+  ASSERT_EQ(t.job.members(), std::vector<std::string>{leader});
+  t.job.take_commands();
+  t.job.tick(81 + o.form_timeout);  // the leader never synced in it: killed, its exit lost
+  const auto probes = commands_of<ProbeCommand>(t.job);
+  ASSERT_EQ(probes.size(), 1u);
+  EXPECT_EQ(probes[0].trainer, leader);
+  t.job.probe_result(leader, formed, false, "peer unreachable", 90 + o.form_timeout, true);
+  EXPECT_EQ(t.job.trainers().at(leader).phase, ElasticJob::Phase::kGone);
+}
+
 // A leader whose process is known to be gone commits nothing more, so its successor's lease is
 // granted at once; a leader that merely did not answer (frozen, cut off) may still commit under
 // its lease when it runs again, so its successor waits for the lease to run out (plus margin).
