@@ -157,9 +157,16 @@ void ElasticJob::restore(const ElasticJobSnapshot& s, Millis now) {
     t.stop_reason = r.stop_reason;
     t.spawned_at = now;  // a trainer still starting has its spawn timeout again
     t.spawned_by_previous_head = t.view.phase == Phase::kSpawning;
-    // Unknown until it reports: it may have committed any number of steps since.
+    // Unknown until it reports: it may have committed any number of steps since. Unless no
+    // generation ever held a lease (a grant is written before it is sent) and the job was at
+    // its first step: then nothing was committed, and every trainer holds the initial state.
+    // Counted as unknown, trainers whose reports were lost held up a job that could start
+    // afresh until it failed. [fix: elastic simulation seed 124176]
     const bool trust = options_.mutation == Mutation::kRestoreTrustsSnapshot;
-    t.view.committed_step = t.view.phase == Phase::kGone || trust ? r.committed_step : -1;
+    const bool never_committed = s.lease_generation == 0 && s.committed_step == 0;
+    t.view.committed_step = t.view.phase == Phase::kGone || trust ? r.committed_step
+                            : never_committed                      ? 0
+                                                                   : -1;
     if (t.view.phase == Phase::kMember) {
       auto rank = std::find(members_.begin(), members_.end(), r.name);
       t.view.rank =

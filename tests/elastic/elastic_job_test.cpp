@@ -319,6 +319,32 @@ TEST(ElasticJob, AHolderKeptAfterAFailedFormationIsProbed) {
   EXPECT_EQ(t.job.trainers().at(leader).phase, ElasticJob::Phase::kGone);
 }
 
+// The head died after the first generation was formed and before any lease was granted (a
+// grant is written before it is sent): nothing was committed, so the restored job knows that
+// every trainer holds the initial state and forms a generation, instead of waiting for reports
+// that may never come (the trainers died, their exits lost) until it failed.
+TEST(ElasticJob, ARestoredJobThatNeverCommittedStartsWithoutReports) {
+  ElasticJobOptions o;
+  o.min_workers = 2;
+  o.max_workers = 2;
+  o.total_steps = 100;
+  ElasticJob first = started_job(o, 2);
+  for (const auto& s : commands_of<SpawnCommand>(first)) first.hello(s.trainer, 1);
+  const auto members = first.members();
+  ASSERT_EQ(members.size(), 2u);
+  const ElasticJobSnapshot snap = first.snapshot();
+  ASSERT_EQ(snap.lease_generation, 0);
+
+  ElasticJob second = make_job(o);
+  second.node_up("n1", "w1", 5000);
+  second.node_up("n2", "w2", 5000);
+  second.restore(snap, 5000);
+  second.take_commands();
+  for (Millis now = 5000; now <= 5000 + o.form_timeout + 200; now += 100) second.tick(now);
+  EXPECT_FALSE(second.members().empty()) << "a generation forms from the initial state";
+  EXPECT_FALSE(second.finished()) << second.reason();
+}
+
 // A leader whose process is known to be gone commits nothing more, so its successor's lease is
 // granted at once; a leader that merely did not answer (frozen, cut off) may still commit under
 // its lease when it runs again, so its successor waits for the lease to run out (plus margin).
