@@ -248,6 +248,22 @@ void ElasticJob::tick(Millis now) {
   for (const auto& name : late) trainer_gone(name, "did not start in time", now, true);
   place_trainers(now);  // replaces the late, and places on nodes whose start back-off ended
 
+  // A rendezvous is one message: lost (a connection reset, a partition), its trainer waits
+  // for it until the formation times out and is written off, and the job starts a trainer in
+  // its stead, whose rendezvous may be lost too. Said again every probe timeout to the
+  // members that have not synced in the generation; a member ignores one it has seen.
+  // [fix: elastic simulation seed 64580]
+  if (forming_ && now - orders_sent_at_ >= options_.probe_timeout) {
+    orders_sent_at_ = now;
+    for (const auto& name : members_) {
+      const Trainer& t = trainers_.at(name);
+      auto order = member_orders_.find(name);
+      if (t.view.phase == Phase::kMember && t.synced_generation != generation_ &&
+          order != member_orders_.end()) {
+        emit(RendezvousCommand{name, order->second});
+      }
+    }
+  }
   if (forming_ && now - formed_at_ > options_.form_timeout) {
     // The generation did not train: members that never synced in it are written off (a stuck
     // or zombie process would otherwise make every retry fail the same way); the others retry
@@ -872,6 +888,8 @@ void ElasticJob::form_generation(std::vector<std::string> members, const std::st
   }
   const std::vector<std::string> old_members = members_;
   members_ = members;
+  member_orders_.clear();
+  orders_sent_at_ = now;
   batches_ = batches;
   const auto world = static_cast<std::int32_t>(members.size());
   // Formed because a member was lost: the others may be waiting on it in a collective.
@@ -890,6 +908,7 @@ void ElasticJob::form_generation(std::vector<std::string> members, const std::st
                           lost_member,
                           resume ? resume->path : std::string(),
                           resume ? resume->step : -1};
+    member_orders_[members[rank]] = order;
     emit(RendezvousCommand{members[rank], std::move(order)});
   }
   // Everyone who was in the old generation but not in the new one stops training in it and

@@ -339,6 +339,9 @@ class ElasticJob {
   std::uint64_t plan_version_ = 0;
   bool forming_ = false;           // generation_ issued, has not committed a step yet
   Millis formed_at_ = 0;
+  // What each member of generation_ was told, said again while it forms (tick).
+  std::map<std::string, RendezvousOrder> member_orders_;
+  Millis orders_sent_at_ = 0;
   Millis retry_after_ = 0;         // no new generation before this (back-off)
   // Members stopped so that a drained leader's state can pass to one of them: wait for their
   // MemberReport::kLeft until then (maybe_regroup).

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <map>
 #include <string>
 
 namespace omnilearn::scheduler {
@@ -343,6 +344,40 @@ TEST(ElasticJob, ARestoredJobThatNeverCommittedStartsWithoutReports) {
   for (Millis now = 5000; now <= 5000 + o.form_timeout + 200; now += 100) second.tick(now);
   EXPECT_FALSE(second.members().empty()) << "a generation forms from the initial state";
   EXPECT_FALSE(second.finished()) << second.reason();
+}
+
+// A rendezvous is one message. Lost, its trainer would wait until the formation timed out and
+// be written off, and the trainer started in its stead could lose its own: while a generation
+// forms, each member that has not synced in it is told again, the same, every probe timeout.
+TEST(ElasticJob, ARendezvousIsSaidAgainUntilItsMemberSynced) {
+  ElasticJobOptions o;
+  o.min_workers = 2;
+  o.max_workers = 2;
+  o.total_steps = 100;
+  ElasticJob job = started_job(o, 2);
+  for (const auto& s : commands_of<SpawnCommand>(job)) job.hello(s.trainer, 1);
+  std::map<std::string, RendezvousOrder> first;
+  for (const auto& rv : commands_of<RendezvousCommand>(job)) first[rv.trainer] = rv.order;
+  const auto members = job.members();
+  ASSERT_EQ(members.size(), 2u);
+  ASSERT_EQ(first.size(), 2u);
+  job.tick(1 + o.probe_timeout - 1);
+  EXPECT_TRUE(commands_of<RendezvousCommand>(job).empty()) << "not yet";
+  job.report(members[0], {MemberReport::Kind::kSynced, job.generation(), 0, 0, "", 0}, 500);
+  job.tick(1 + o.probe_timeout);
+  const auto again = commands_of<RendezvousCommand>(job);
+  ASSERT_EQ(again.size(), 1u) << "only to the member that has not synced";
+  EXPECT_EQ(again[0].trainer, members[1]);
+  const RendezvousOrder& a = again[0].order;
+  const RendezvousOrder& b = first.at(members[1]);
+  EXPECT_EQ(a.generation, b.generation);
+  EXPECT_EQ(a.rank, b.rank);
+  EXPECT_EQ(a.world, b.world);
+  EXPECT_EQ(a.batches, b.batches);
+  EXPECT_EQ(a.plan_version, b.plan_version);
+  job.report(members[1], {MemberReport::Kind::kSynced, job.generation(), 1, 0, "", 0}, 1500);
+  job.tick(1 + 2 * o.probe_timeout);
+  EXPECT_TRUE(commands_of<RendezvousCommand>(job).empty()) << "both synced";
 }
 
 // A leader whose process is known to be gone commits nothing more, so its successor's lease is
