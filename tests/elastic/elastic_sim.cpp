@@ -223,6 +223,8 @@ class Simulation {
     int head_cut = 0;      // head <-> node partition
     int spike = 0;
     std::int64_t speed_ms = 10;
+    std::int64_t normal_speed_ms = 10;  // speed_ms when no slow_node fault is on
+    int slow = 0;                       // slow_node faults on
     std::vector<int> hosted;  // trainer pids started by the current agent process
     std::vector<std::function<void()>> agent_deferred;
     bool heartbeat_pending = false;
@@ -791,9 +793,13 @@ class Simulation {
         dispatch();
       }
     }
+    // As the SchedulerActor's control rounds (ControlRounds::fresh): no new plan before a step
+    // at the last one committed. The leader's step that switches plans is dropped, so plans
+    // proposed faster than steps commit would starve the job, which the actor never does.
     if (cfg_.propose_plans && !finished_ && !job_.forming() && !job_.members().empty() &&
-        now_ >= next_plan_at_) {
+        now_ >= next_plan_at_ && job_.committed_step() >= next_plan_step_) {
       next_plan_at_ = now_ + ms(uniform(rng_, 500, 3000));
+      next_plan_step_ = job_.committed_step() + 2;
       const auto world = static_cast<std::int32_t>(job_.members().size());
       if (world <= cfg_.global_batch) {
         std::vector<std::int32_t> batches(static_cast<std::size_t>(world), 1);
@@ -1481,7 +1487,23 @@ class Simulation {
         }
       }
       const std::size_t off = off_chain(best->history);
-      if (off < std::min(best->history.size(), chain_.size())) {
+      // Within the steps both hold, the state is that chain's.
+      const auto agrees = [&](const std::vector<std::int64_t>& chain) {
+        const std::size_t n = std::min(best->history.size(), chain.size());
+        return std::equal(chain.begin(), chain.begin() + static_cast<std::ptrdiff_t>(n),
+                          best->history.begin());
+      };
+      if (gen < resumed_generation_) {
+        // A generation formed before the job gave its timeline up for a checkpoint, syncing
+        // only now (its members were frozen or cut off): it holds that timeline's state and
+        // extends no chain. It can commit nothing the job keeps: a commit under a lease it
+        // held is judged as the given-up timeline's (commit()).
+        if (!agrees(chain_) &&
+            std::none_of(abandoned_.begin(), abandoned_.end(), agrees)) {
+          violation("(a) the sync in g" + std::to_string(gen) + ", of a timeline given up, adopts " +
+                    best->name + "'s state, which no chain holds");
+        }
+      } else if (off < std::min(best->history.size(), chain_.size())) {
         violation("(a) the sync in g" + std::to_string(gen) + " adopts " + best->name +
                   "'s state, whose step " + std::to_string(off + 1) + " g" +
                   std::to_string(best->history[off]) + " committed; the committed chain has g" +
@@ -1934,10 +1956,15 @@ class Simulation {
       }
       case FaultKind::kSlowNode: {
         note_fault(f.kind, at_leader, n.name + " for " + std::to_string(f.duration_ms) + " ms");
-        const std::int64_t normal = n.speed_ms;
+        // Overlapping slowdowns end with the last one: each restoring the speed it found made
+        // the node slow for good when two overlapped.
+        ++n.slow;
         n.speed_ms = uniform(rng_, 300, 2000);
         last_fault_end_ = std::max(last_fault_end_, now_ + d);
-        at(now_ + d, [this, idx, normal] { node(idx).speed_ms = normal; });
+        at(now_ + d, [this, idx] {
+          Node& m = node(idx);
+          if (--m.slow == 0) m.speed_ms = m.normal_speed_ms;
+        });
         return;
       }
       case FaultKind::kDelaySpike: {
@@ -1994,6 +2021,7 @@ class Simulation {
     n.index = static_cast<int>(nodes_.size());
     n.name = "n" + std::to_string(n.index);
     n.speed_ms = uniform(rng_, cfg_.speed_min_ms, cfg_.speed_max_ms);
+    n.normal_speed_ms = n.speed_ms;
     nodes_.push_back(std::move(n));
     start_agent(nodes_.back().index);
   }
@@ -2028,6 +2056,7 @@ class Simulation {
   std::int64_t store_below_ = 0;
   std::uint64_t plan_version_ = 0;
   Us next_plan_at_ = 0;
+  std::int64_t next_plan_step_ = 0;  // the job's committed step a proposal waits for
 
   std::map<std::int64_t, Commit> ledger_;
   std::int64_t ledger_max_ = 0;
@@ -2070,6 +2099,7 @@ SimResult Simulation::run() {
     n.index = i;
     n.name = "n" + std::to_string(i);
     n.speed_ms = uniform(rng_, cfg_.speed_min_ms, cfg_.speed_max_ms);
+    n.normal_speed_ms = n.speed_ms;
     nodes_.push_back(std::move(n));
   }
   // The cluster is up when the job starts: agents registered, heartbeating.
