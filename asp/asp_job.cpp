@@ -325,7 +325,7 @@ int AspJob::drain(const std::string& node_id, Millis now) {
       continue;
     }
     if (t.said_hello) commands_.push_back(StopCommand{name, "drained"});
-    trainer_gone(name, "drained", now);
+    trainer_gone(name, "drained", now, true);
     if (finished_) return leaving;
   }
   auto node = nodes_.find(node_id);
@@ -370,7 +370,7 @@ void AspJob::handed_over(const HandOverCommand& asked, const std::optional<HandO
     return;
   }
   commands_.push_back(StopCommand{asked.server, "drained"});
-  trainer_gone(asked.server, "drained", now);
+  trainer_gone(asked.server, "drained", now, true);
   if (!finished_) place(now);  // its restart, now rather than at its exit
 }
 
@@ -848,14 +848,16 @@ void AspJob::trainer_exited(const std::string& trainer, int exit_code, bool bad_
   place(now);
 }
 
-void AspJob::trainer_gone(const std::string& name, const std::string& why, Millis now) {
+void AspJob::trainer_gone(const std::string& name, const std::string& why, Millis now,
+                          bool drained) {
   auto it = trainers_.find(name);
   if (it == trainers_.end() || it->second.gone) return;
   changed();
   auto& t = it->second;
   t.gone = true;
   const bool started = t.server ? t.ready : t.first_push_at.has_value();
-  if (!started && !finished_) {
+  // One moved off a drained node before it started did not fail to start.
+  if (!started && !finished_ && !drained) {
     // A trainer that cannot start (bad data on its node, a model too big for the shards, ...)
     // would otherwise be restarted forever. Twice the trainers the job can have now: its
     // max_workers may be far above the workers the cluster holds (by default it is all of them).
@@ -878,6 +880,7 @@ void AspJob::trainer_gone(const std::string& name, const std::string& why, Milli
     shard.handing_over = false;
     shard.endpoint.clear();
     ++shard.restarts;
+    if (!drained) ++shard.deaths;
     shard.incarnation = t.incarnation + 1;
     shard.lost_this = 0;
     shard.fenced_this = 0;
@@ -887,9 +890,9 @@ void AspJob::trainer_gone(const std::string& name, const std::string& why, Milli
               {"reason", why},
               {"version", shard.version},
               {"checkpoint_version", shard.checkpoint_version}});
-    if (shard.restarts > options_.max_server_restarts) {
+    if (shard.deaths > options_.max_server_restarts) {
       fail("parameter server shard " + std::to_string(t.shard) + " died " +
-               std::to_string(shard.restarts) + " times (last: " + why + ")",
+               std::to_string(shard.deaths) + " times (last: " + why + ")",
            now);
     }
     if (options_.mutation == AspMutation::kDeadSilenceIsNotTaken && fences_ && dealer_) {
@@ -1315,6 +1318,7 @@ Json AspJob::snapshot(Millis now) const {
                           {"ledger", s.ledger.state()},
                           {"lost_this", s.lost_this},
                           {"restarts", s.restarts},
+                          {"deaths", s.deaths},
                           {"pushes_fenced", s.pushes_fenced},
                           {"fenced_this", s.fenced_this}});
   }
@@ -1409,6 +1413,8 @@ void AspJob::restore(const Json& j, Millis now) {
       r.ledger.restore_state(s.at("ledger"));
       r.lost_this = s.at("lost_this").get<std::int64_t>();
       r.restarts = s.at("restarts").get<int>();
+      // A snapshot written before deaths were told from drains: every restart counts.
+      r.deaths = s.contains("deaths") ? s.at("deaths").get<int>() : r.restarts;
       r.pushes_fenced = s.at("pushes_fenced").get<std::int64_t>();
       r.fenced_this = s.at("fenced_this").get<std::int64_t>();
       shards.push_back(std::move(r));

@@ -77,7 +77,10 @@ struct AspJobOptions {
   // Asks the adapter makes: a fence's answer, a drained server's hand-over.
   Millis fence_timeout = 5000;
   Millis hand_over_timeout = 20000;
-  int max_server_restarts = 8;  // per shard, then the job fails
+  // Per shard: a server that dies more often than this fails the job. A drained server's move
+  // to another node is asked for, not a death, and does not count: a job that runs for months
+  // on a cluster drained for maintenance now and then must not fail for it.
+  int max_server_restarts = 8;
   scheduler::ControllerConfig controller;
   // For events and the summary only.
   std::string staleness = "none";
@@ -382,7 +385,8 @@ class AspJob {
     std::int64_t version = 0;
     RestartLedger ledger;
     std::int64_t lost_this = 0;
-    int restarts = 0;
+    int restarts = 0;  // every new incarnation: deaths and drains
+    int deaths = 0;    // the restarts a drain did not ask for (max_server_restarts)
     std::int64_t pushes_fenced = 0;
     std::int64_t fenced_this = 0;
   };
@@ -404,7 +408,9 @@ class AspJob {
   void on_evaluated(const DealAsk& ask, Millis now);
   void failed_push(Trainer& t, const DealAsk& ask, Millis now);
   void accepted_push(Trainer& t, const DealAsk& ask, Millis now);
-  void trainer_gone(const std::string& name, const std::string& why, Millis now);
+  // `drained`: the job moved it off a drained node (not a death: max_server_restarts).
+  void trainer_gone(const std::string& name, const std::string& why, Millis now,
+                    bool drained = false);
   void send_fence(const FenceAsk& ask);
   void fence_shard(std::uint64_t round, std::int32_t shard, WorkerId worker, std::uint64_t through);
   std::vector<TakenBatch> with_inherited(std::int32_t shard, WorkerId worker,

@@ -109,6 +109,57 @@ TEST(AspJob, ADrainedServerHandsOverThenItsRestartResumesAtItsLastVersion) {
   EXPECT_EQ(a.resume_version, 17);
 }
 
+// A server moved off a drained node was asked to move: no death. A job that runs for months on
+// a cluster drained for maintenance now and then must not fail for it. Deaths still count:
+// the ninth (max_server_restarts = 8) fails the job.
+TEST(AspJob, DrainsDoNotCountAsServerDeaths) {
+  Started s(options(1, 2), 2);
+  ASSERT_EQ(s.servers.size(), 1u);
+  std::string server = s.servers[0];
+  std::string node = "id0";  // where the server runs (round robin: the first node)
+  Millis now = 100;
+  const auto serve = [&](const std::vector<AspCommand>& commands) {
+    const auto spawns = of<SpawnCommand>(commands);
+    for (const auto& spawn : spawns) {
+      const HelloAnswer a = s.job.hello(spawn.trainer, now);
+      if (!a.server) continue;
+      server = spawn.trainer;
+      node = spawn.node;
+      s.job.server_ready(ServerReady{server, a.shard, "tcp://" + server, a.incarnation,
+                                     std::max<std::int64_t>(0, a.resume_version), 10, 100,
+                                     a.resume_checkpoint.empty() ? "initial" : "resumed"},
+                         now);
+    }
+  };
+  for (int move = 0; move < 12; ++move) {
+    const std::string from = node;
+    s.job.drain(from, now += 10);
+    const auto hand = of<HandOverCommand>(s.job.take_commands());
+    ASSERT_EQ(hand.size(), 1u) << "move " << move;
+    HandOverReply reply;
+    reply.ok = true;
+    reply.version = move;
+    reply.checkpoint = "at-" + std::to_string(move);
+    s.job.handed_over(hand[0], reply, "", now += 10);
+    serve(s.job.take_commands());
+    s.job.node_drained(from, from == "id0" ? "n0" : "n1", true, false, now += 10);
+    s.job.take_commands();
+    ASSERT_FALSE(s.job.finished()) << "move " << move << ": " << s.job.reason();
+    ASSERT_NE(node, from) << "move " << move;
+  }
+  for (int death = 1; death <= 9; ++death) {
+    s.job.trainer_exited(server, 137, false, "killed by signal 9", "", now += 10);
+    const auto commands = s.job.take_commands();
+    if (death < 9) {
+      ASSERT_FALSE(s.job.finished()) << "death " << death << ": " << s.job.reason();
+      serve(commands);
+    }
+  }
+  ASSERT_TRUE(s.job.finished());
+  EXPECT_EQ(s.job.state(), "failed");
+  EXPECT_NE(s.job.reason().find("died 9 times"), std::string::npos) << s.job.reason();
+}
+
 TEST(AspJob, ASilentLiveShardIsAskedAgainAndADeadOnesRoundGoesToItsRestart) {
   Started s(options(2, 2), 2);
   const DealAnswer batch = s.job.deal(asking(s.workers[0]), 30);
