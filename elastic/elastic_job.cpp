@@ -590,7 +590,14 @@ bool ElasticJob::may_hold_state(const std::string& trainer) const {
   if (t.view.committed_step < 0 && !restore_wait_until_) return false;
   if (std::find(last_trained_members_.begin(), last_trained_members_.end(), trainer) !=
       last_trained_members_.end()) {
-    return true;
+    // Unless it stopped in the last generation that trained (or a later one it had not
+    // synced in), leaving it or breaking in it, with fewer steps than the job's: it commits
+    // nothing more there, so it does not hold them. Counted as a holder, such a drained
+    // leader kept the job waiting for it instead of resuming from its checkpoint, until the
+    // job failed. [fix: elastic simulation seed 516776]
+    const bool left_for_good =
+        t.left_generation >= lease_generation_ && t.left_generation >= t.synced_generation;
+    return !(left_for_good && t.view.committed_step < job_step_);
   }
   if (lease_generation_ > 0) return t.synced_generation > lease_generation_;
   return true;
@@ -1009,6 +1016,11 @@ void ElasticJob::report(const std::string& trainer, const MemberReport& r, Milli
        (r.generation == lease_generation_ &&
         (r.kind == MemberReport::Kind::kLeft || r.kind == MemberReport::Kind::kBroken)))) {
     lease_released_ = true;
+  }
+  // It commits nothing more in a generation it left or whose collective failed for it (a late
+  // exchange completes for the rank that posted late, not for the one that gave up).
+  if (r.kind == MemberReport::Kind::kLeft || r.kind == MemberReport::Kind::kBroken) {
+    t->left_generation = std::max(t->left_generation, r.generation);
   }
   if (r.kind == MemberReport::Kind::kLeft) {
     // Waiting for the members' committed steps to hand a drained leader's state over: this

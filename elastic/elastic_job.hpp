@@ -270,6 +270,7 @@ class ElasticJob {
     TrainerView view;
     Millis spawned_at = 0;
     std::int64_t synced_generation = -1;  // last generation it reported synced in
+    std::int64_t left_generation = -1;    // last generation it reported leaving or broken in
     bool exited = false;                  // its process is known to be gone
     // Restored still starting: spawned by a head that died before the trainer said hello. Its
     // hello may have gone to that head; if it gave up on it during the outage, its exit is not

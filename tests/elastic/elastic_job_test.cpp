@@ -787,6 +787,33 @@ TEST(ElasticJob, WhenEveryHolderIsGoneTheJobResumesFromItsNewestCheckpoint) {
 
 // A checkpoint on a node's own disk ([checkpoint] shared = false) can be loaded only by a
 // trainer on that node: it leads the resumed generation, whoever said hello first.
+// A member whose collective failed in the last generation that trained commits nothing more
+// there: once it said so with fewer steps than the job's, it does not hold the job's state. The
+// leader dies, so the job resumes from its checkpoint instead of waiting for the follower
+// until it fails.
+TEST(ElasticJob, AMemberThatBrokeBehindTheJobsStepHoldsNoState) {
+  TrainedJob t = trained_job(/*shared=*/true);
+  ElasticJob& job = t.job;
+  ASSERT_EQ(job.committed_step(), 12);
+  const std::string leader = t.members[0], follower = t.members[1];
+  job.progress(follower, 11);
+  job.report(follower, {MemberReport::Kind::kBroken, t.generation, 1, 11, "collective timeout", 0},
+             50);
+  job.take_commands();
+  job.trainer_exited(leader, 137, "killed by signal 9", 100);
+  const auto spawns = commands_of<SpawnCommand>(job);
+  ASSERT_FALSE(spawns.empty()) << "the dead leader is replaced";
+  for (const auto& spawn : spawns) job.hello(spawn.trainer, 200);
+  int resumed = 0;
+  for (auto& c : job.take_commands()) {
+    if (auto* e = std::get_if<JobEvent>(&c); e && e->kind == "resumed_from_checkpoint") {
+      ++resumed;
+      EXPECT_EQ(e->step, 10);
+    }
+  }
+  EXPECT_EQ(resumed, 1);
+}
+
 TEST(ElasticJob, ANodeLocalCheckpointIsLoadedByATrainerOnItsNode) {
   TrainedJob t = trained_job(/*shared=*/false);
   ElasticJob& job = t.job;
