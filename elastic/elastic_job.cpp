@@ -1170,6 +1170,16 @@ void ElasticJob::lease_request(const std::string& trainer, const LeaseAsk& ask, 
     answer.reason =
         "generation " + std::to_string(ask.generation) + " broke (a member's collective failed)";
     answer.superseded = true;
+  } else if (ask.step < job_step_) {
+    // The job learnt of a commit this generation does not hold after forming it: an older
+    // generation's leader, thawed, completed its last exchange late and committed it under a
+    // renewed lease, then died. Leased, this generation would commit that step number again
+    // from an older state (a fork). Refused for good: the next generation forms from a holder
+    // or from a checkpoint. [fix: elastic simulation seed 777861]
+    answer.reason = "generation " + std::to_string(ask.generation) + " holds step " +
+                    std::to_string(ask.step) + ", behind the job's committed step " +
+                    std::to_string(job_step_);
+    answer.superseded = true;
   } else if (!lease_free_for(trainer, now)) {
     answer.reason = "the previous leader's lease has not run out";
   } else {

@@ -293,6 +293,37 @@ TEST(ElasticJob, AJobFinishingProbesItsQuietMembers) {
   }
 }
 
+// The leader, frozen, is written off and a generation forms without it from step 10. Thawed, it
+// completes its last exchange late and commits step 11 under a renewed lease before it dies,
+// and its report of step 11 reaches the head after the new generation formed. That generation
+// holds step 10 only: leased, it would commit another step 11 (a fork). Its leader's lease is
+// refused for good.
+TEST(ElasticJob, AGenerationBehindTheJobsCommittedStepGetsNoLease) {
+  ElasticJobOptions o;
+  o.min_workers = 1;
+  o.max_workers = 2;
+  o.total_steps = 100;
+  LeasedJob t = leased_job(o, 10);
+  ASSERT_EQ(t.members.size(), 2u);
+  const std::string old_leader = t.members[0], follower = t.members[1];
+  t.job.node_down(t.job.trainers().at(old_leader).node, "no heartbeat", 3000);
+  t.job.take_commands();
+  const std::int64_t g2 = t.job.generation();
+  ASSERT_GT(g2, t.generation);
+  ASSERT_EQ(t.job.members(), std::vector<std::string>{follower});
+  t.job.report(follower, {MemberReport::Kind::kSynced, g2, 0, 10, "", 0}, 3010);
+  t.job.report(old_leader, {MemberReport::Kind::kStep, t.generation, 0, 11, "", 0}, 3020);
+  ASSERT_EQ(t.job.committed_step(), 11);
+  t.job.take_commands();
+  t.job.lease_request(follower, {g2, 1, 10}, 5000);  // the old lease long run out
+  const auto leases = commands_of<LeaseCommand>(t.job);
+  ASSERT_EQ(leases.size(), 1u);
+  EXPECT_FALSE(leases[0].answer.granted);
+  EXPECT_TRUE(leases[0].answer.superseded);
+  EXPECT_NE(leases[0].answer.reason.find("behind the job's committed step 11"), std::string::npos)
+      << leases[0].answer.reason;
+}
+
 // A generation that did not form in time keeps the members holding the job's state for the
 // retry, and asks whether they are still there: one killed while its exit report was lost (a
 // partition) would otherwise be retried until the job failed.
