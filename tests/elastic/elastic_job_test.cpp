@@ -11,6 +11,16 @@
 namespace omnilearn::scheduler {
 namespace {
 
+// A job of min..max workers and `total_steps` steps; the other options as by default.
+ElasticJobOptions job_options(std::int32_t min_workers, std::int32_t max_workers,
+                              std::int64_t total_steps) {
+  ElasticJobOptions o;
+  o.min_workers = min_workers;
+  o.max_workers = max_workers;
+  o.total_steps = total_steps;
+  return o;
+}
+
 ElasticJob make_job(ElasticJobOptions o) {
   return ElasticJob(o, [](const std::vector<std::string>& members) {
     GenerationPlan plan;
@@ -43,10 +53,7 @@ std::vector<C> commands_of(ElasticJob& job) {
 // back-off, and a job whose trainers keep failing to start fails with the reason instead of
 // staying pending.
 TEST(ElasticJob, TrainersThatCannotStartAreRetriedWithBackOffThenFailTheJob) {
-  ElasticJobOptions o;
-  o.min_workers = 1;
-  o.max_workers = 1;
-  o.total_steps = 10;
+  ElasticJobOptions o = job_options(1, 1, 10);
   o.backoff_initial = 500;
   o.max_start_failures = 4;
   ElasticJob job = make_job(o);
@@ -82,10 +89,7 @@ TEST(ElasticJob, TrainersThatCannotStartAreRetriedWithBackOffThenFailTheJob) {
 // files are to blame), so the job starts new trainers instead of failing. A trainer that the
 // restored head started and that fails to start counts as before.
 TEST(ElasticJob, TrainersThatGaveUpOnADeadHeadAreNoFailedStarts) {
-  ElasticJobOptions o;
-  o.min_workers = 2;
-  o.max_workers = 3;
-  o.total_steps = 10;
+  ElasticJobOptions o = job_options(2, 3, 10);
   o.max_start_failures = 3;
   ElasticJob first = started_job(o, 3);
   const auto spawns = commands_of<SpawnCommand>(first);
@@ -116,10 +120,7 @@ TEST(ElasticJob, TrainersThatGaveUpOnADeadHeadAreNoFailedStarts) {
 // An error in the job's own input (exit code kTrainerExitBadInput) fails the job at once with
 // the trainer's message: another start could not end differently.
 TEST(ElasticJob, ATrainerThatFailsOnBadInputFailsTheJobWithoutRetrying) {
-  ElasticJobOptions o;
-  o.min_workers = 1;
-  o.max_workers = 1;
-  o.total_steps = 10;
+  ElasticJobOptions o = job_options(1, 1, 10);
   ElasticJob job = started_job(o, 1);
   auto spawns = commands_of<SpawnCommand>(job);
   ASSERT_EQ(spawns.size(), 1u);
@@ -135,10 +136,7 @@ TEST(ElasticJob, ATrainerThatFailsOnBadInputFailsTheJobWithoutRetrying) {
 // A node drained before it came up (`omnilearn node drain` holds for later jobs) gets no
 // trainer until it is undrained; then it gets one.
 TEST(ElasticJob, ANodeUpDrainedGetsTrainersOnlyOnceUndrained) {
-  ElasticJobOptions o;
-  o.min_workers = 1;
-  o.max_workers = 2;
-  o.total_steps = 10;
+  ElasticJobOptions o = job_options(1, 2, 10);
   ElasticJob job = make_job(o);
   job.node_up("n1", "w1", 0, /*draining=*/true);
   job.start(0);
@@ -154,10 +152,7 @@ TEST(ElasticJob, ANodeUpDrainedGetsTrainersOnlyOnceUndrained) {
 // A job that needs more workers than the cluster has fails within its bound, and the reason
 // says how many nodes could take a trainer (a drained one cannot).
 TEST(ElasticJob, TooFewNodesFailsTheJobSayingHowManyWereUsable) {
-  ElasticJobOptions o;
-  o.min_workers = 3;
-  o.max_workers = 3;
-  o.total_steps = 10;
+  ElasticJobOptions o = job_options(3, 3, 10);
   ElasticJob job = started_job(o, 3);
   job.drain("w3", 0);
   const Millis bound = o.grace_period + o.form_timeout + o.spawn_timeout;
@@ -178,10 +173,7 @@ TEST(ElasticJob, TooFewNodesFailsTheJobSayingHowManyWereUsable) {
 // Only the current generation's leader reporting its last step ends a job as succeeded: a
 // drained leader's done is not the end (drain of rank 0 ended a job early).
 TEST(ElasticJob, ADrainedLeadersDoneDoesNotEndTheJob) {
-  ElasticJobOptions o;
-  o.min_workers = 1;
-  o.max_workers = 2;
-  o.total_steps = 100;
+  ElasticJobOptions o = job_options(1, 2, 100);
   ElasticJob job = started_job(o, 2);
   auto spawns = commands_of<SpawnCommand>(job);
   ASSERT_EQ(spawns.size(), 2u);
@@ -203,10 +195,7 @@ TEST(ElasticJob, ADrainedLeadersDoneDoesNotEndTheJob) {
 // is written off and a generation forms at once, without waiting for heartbeats. (Ordering the
 // evidence by the clock missed this: the answer came in the millisecond the probe left.)
 TEST(ElasticJob, AKilledMemberIsWrittenOffWhenTheSurvivorAnswersInTheSameMillisecond) {
-  ElasticJobOptions o;
-  o.min_workers = 1;
-  o.max_workers = 2;
-  o.total_steps = 100;
+  ElasticJobOptions o = job_options(1, 2, 100);
   ElasticJob job = make_job(o);
   job.node_up("n1", "w1", 0);
   job.node_up("n2", "w2", 0);
@@ -265,10 +254,7 @@ LeasedJob leased_job(ElasticJobOptions o, std::int64_t steps) {
 TEST(ElasticJob, AJobFinishingProbesItsQuietMembers) {
   for (const bool leader_gone : {false, true}) {
     SCOPED_TRACE(leader_gone ? "the leader is gone" : "both answer");
-    ElasticJobOptions o;
-    o.min_workers = 1;
-    o.max_workers = 2;
-    o.total_steps = 20;
+    ElasticJobOptions o = job_options(1, 2, 20);
     LeasedJob t = leased_job(o, 20);
     ASSERT_EQ(t.members.size(), 2u);
     const std::string leader = t.members[0], follower = t.members[1];
@@ -299,10 +285,7 @@ TEST(ElasticJob, AJobFinishingProbesItsQuietMembers) {
 // holds step 10 only: leased, it would commit another step 11 (a fork). Its leader's lease is
 // refused for good.
 TEST(ElasticJob, AGenerationBehindTheJobsCommittedStepGetsNoLease) {
-  ElasticJobOptions o;
-  o.min_workers = 1;
-  o.max_workers = 2;
-  o.total_steps = 100;
+  ElasticJobOptions o = job_options(1, 2, 100);
   LeasedJob t = leased_job(o, 10);
   ASSERT_EQ(t.members.size(), 2u);
   const std::string old_leader = t.members[0], follower = t.members[1];
@@ -328,10 +311,7 @@ TEST(ElasticJob, AGenerationBehindTheJobsCommittedStepGetsNoLease) {
 // retry, and asks whether they are still there: one killed while its exit report was lost (a
 // partition) would otherwise be retried until the job failed.
 TEST(ElasticJob, AHolderKeptAfterAFailedFormationIsProbed) {
-  ElasticJobOptions o;
-  o.min_workers = 1;
-  o.max_workers = 2;
-  o.total_steps = 100;
+  ElasticJobOptions o = job_options(1, 2, 100);
   LeasedJob t = leased_job(o, 7);
   ASSERT_EQ(t.members.size(), 2u);
   const std::string leader = t.members[0], follower = t.members[1];
@@ -356,10 +336,7 @@ TEST(ElasticJob, AHolderKeptAfterAFailedFormationIsProbed) {
 // every trainer holds the initial state and forms a generation, instead of waiting for reports
 // that may never come (the trainers died, their exits lost) until it failed.
 TEST(ElasticJob, ARestoredJobThatNeverCommittedStartsWithoutReports) {
-  ElasticJobOptions o;
-  o.min_workers = 2;
-  o.max_workers = 2;
-  o.total_steps = 100;
+  ElasticJobOptions o = job_options(2, 2, 100);
   ElasticJob first = started_job(o, 2);
   for (const auto& s : commands_of<SpawnCommand>(first)) first.hello(s.trainer, 1);
   const auto members = first.members();
@@ -381,10 +358,7 @@ TEST(ElasticJob, ARestoredJobThatNeverCommittedStartsWithoutReports) {
 // be written off, and the trainer started in its stead could lose its own: while a generation
 // forms, each member that has not synced in it is told again, the same, every probe timeout.
 TEST(ElasticJob, ARendezvousIsSaidAgainUntilItsMemberSynced) {
-  ElasticJobOptions o;
-  o.min_workers = 2;
-  o.max_workers = 2;
-  o.total_steps = 100;
+  ElasticJobOptions o = job_options(2, 2, 100);
   ElasticJob job = started_job(o, 2);
   for (const auto& s : commands_of<SpawnCommand>(job)) job.hello(s.trainer, 1);
   std::map<std::string, RendezvousOrder> first;
@@ -417,10 +391,7 @@ TEST(ElasticJob, ARendezvousIsSaidAgainUntilItsMemberSynced) {
 TEST(ElasticJob, ALeadersLeaseIsReleasedByProofOfItsExitNotBySilence) {
   for (const bool process_gone : {true, false}) {
     SCOPED_TRACE(process_gone ? "connection refused" : "probe timed out");
-    ElasticJobOptions o;
-    o.min_workers = 1;
-    o.max_workers = 2;
-    o.total_steps = 100;
+    ElasticJobOptions o = job_options(1, 2, 100);
     o.lease_duration = 1000;
     o.lease_margin = 200;
     ElasticJob job = make_job(o);
@@ -472,10 +443,7 @@ struct OneStepJob {
   std::int64_t generation = 0;
 };
 OneStepJob one_step_job() {
-  ElasticJobOptions o;
-  o.min_workers = 1;
-  o.max_workers = 2;
-  o.total_steps = 100;
+  ElasticJobOptions o = job_options(1, 2, 100);
   OneStepJob t{o, started_job(o, 2), {}, 0};
   for (const auto& spawn : commands_of<SpawnCommand>(t.job)) t.job.hello(spawn.trainer, 10);
   t.job.take_commands();
@@ -689,10 +657,7 @@ TEST(ElasticJob, ADrainedTrainerThatMayHoldTheStateLeavesInsteadOfStopping) {
 // still speaks (its reports, its lease asks, its done) and is told to stop, not left idle on
 // its node to the job's end.
 TEST(ElasticJob, ATrainerTheSnapshotForgotIsToldToStopWhenItSpeaks) {
-  ElasticJobOptions o;
-  o.min_workers = 1;
-  o.max_workers = 2;
-  o.total_steps = 100;
+  ElasticJobOptions o = job_options(1, 2, 100);
   ElasticJob first = started_job(o, 2);
   const auto spawns = commands_of<SpawnCommand>(first);
   ASSERT_EQ(spawns.size(), 2u);
@@ -735,10 +700,7 @@ struct TrainedJob {
   std::int64_t generation = 0;
 };
 TrainedJob trained_job(bool shared) {
-  ElasticJobOptions o;
-  o.min_workers = 1;
-  o.max_workers = 2;
-  o.total_steps = 100;
+  ElasticJobOptions o = job_options(1, 2, 100);
   o.grace_period = 5000;
   TrainedJob t{started_job(o, 2), {}, 0};
   for (const auto& spawn : commands_of<SpawnCommand>(t.job)) t.job.hello(spawn.trainer, 10);
@@ -867,10 +829,7 @@ TEST(ElasticJob, ANodeLocalCheckpointIsLoadedByATrainerOnItsNode) {
 TEST(ElasticJob, WithoutAReadableCheckpointTheJobFailsSayingWhy) {
   for (const bool any_checkpoint : {true, false}) {
     SCOPED_TRACE(any_checkpoint ? "checkpoint on a dead node" : "no checkpoint");
-    ElasticJobOptions o;
-    o.min_workers = 1;
-    o.max_workers = 2;
-    o.total_steps = 100;
+    ElasticJobOptions o = job_options(1, 2, 100);
     o.grace_period = 5000;
     ElasticJob job = started_job(o, 2);
     for (const auto& spawn : commands_of<SpawnCommand>(job)) job.hello(spawn.trainer, 10);
@@ -902,10 +861,7 @@ TEST(ElasticJob, ARestoredJobWhoseTrainersAllDiedResumesFromItsCheckpoint) {
   TrainedJob t = trained_job(/*shared=*/true);
   const ElasticJobSnapshot snap = t.job.snapshot();
   ASSERT_EQ(snap.checkpoints.size(), 1u);
-  ElasticJobOptions o;
-  o.min_workers = 1;
-  o.max_workers = 2;
-  o.total_steps = 100;
+  ElasticJobOptions o = job_options(1, 2, 100);
   ElasticJob job = make_job(o);
   job.node_up("n1", "w1", 1000);
   job.node_up("n2", "w2", 1000);
