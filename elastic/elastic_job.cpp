@@ -303,9 +303,7 @@ void ElasticJob::tick(Millis now) {
   if (!forming_ && !members_.empty() && !disruption_at_ && !finishing &&
       now - last_progress_ > options_.form_timeout) {
     note_disruption(now);
-    for (const auto& name : members_) {
-      if (trainers_.at(name).view.phase == Phase::kMember) probe(name, now);
-    }
+    probe_members(now);
   }
   // Finishing (the last step committed, the leader's done not yet in): the final evaluation
   // and checkpoint may take long, so quiet is no disruption. But a leader that died there, its
@@ -316,9 +314,7 @@ void ElasticJob::tick(Millis now) {
   if (!forming_ && !members_.empty() && finishing &&
       now - std::max(last_progress_, last_finish_probe_) > options_.form_timeout) {
     last_finish_probe_ = now;
-    for (const auto& name : members_) {
-      if (trainers_.at(name).view.phase == Phase::kMember) probe(name, now);
-    }
+    probe_members(now);
   }
   maybe_regroup("retry", now);
 
@@ -957,6 +953,12 @@ void ElasticJob::probe(const std::string& trainer, Millis now) {
   emit(ProbeCommand{trainer, generation_});
 }
 
+void ElasticJob::probe_members(Millis now) {
+  for (const auto& name : members_) {
+    if (trainers_.at(name).view.phase == Phase::kMember) probe(name, now);
+  }
+}
+
 void ElasticJob::heard_from(Trainer& t, std::int64_t generation, Millis now) {
   // A trainer the job stopped that still speaks did not get its stop: a head killed right after
   // sending it took it along, and the next head restored the trainer as gone. Said again, or it
@@ -1047,9 +1049,7 @@ void ElasticJob::report(const std::string& trainer, const MemberReport& r, Milli
       broken_generation_ = generation_;
       // Find out who is still there (a dead process's route is gone: its probe fails at once)
       // instead of waiting for the heartbeat timeout.
-      for (const auto& name : members_) {
-        if (trainers_.at(name).view.phase == Phase::kMember) probe(name, now);
-      }
+      probe_members(now);
       // A forming generation that broke will not train: once the probes had their time, its
       // formation has failed (tick()), instead of a full form_timeout later. One lost rendezvous
       // per attempt otherwise cost form_timeout + back-off each, and a few in a row failed the

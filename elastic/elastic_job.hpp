@@ -314,6 +314,7 @@ class ElasticJob {
   // A trainer not in trainers_ spoke (a report, a lease ask, a done): told to stop.
   void stranger(const std::string& trainer);
   void probe(const std::string& trainer, Millis now);
+  void probe_members(Millis now);  // every member of generation_ still in it
   bool lease_free_for(const std::string& trainer, Millis now) const;
   void emit(JobCommand command) { commands_.push_back(std::move(command)); }
   void event(JobEvent e) { commands_.push_back(std::move(e)); }
