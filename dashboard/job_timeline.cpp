@@ -38,7 +38,10 @@ std::string category_of(const std::string& kind, const Json& e) {
   if (kind == "drain" || kind == "server_handed_over") return "leave";
   if (kind == "trainer_exited") return integer(e, "exit_code", -1) == 0 ? "leave" : "death";
   if (kind == "trainer_gone" || kind == "server_gone") return "death";
-  if (kind == "recovered" || kind == "server_recovered" || kind == "batch_fenced") return "recovery";
+  if (kind == "recovered" || kind == "server_recovered" || kind == "batch_fenced" ||
+      kind == "trainer_back") {
+    return "recovery";
+  }
   if (kind == "formation_failed" || kind == "lease_refused" || kind == "superseded_step") {
     return "problem";
   }
@@ -72,6 +75,7 @@ std::string describe(const std::string& kind, const Json& e) {
     return fmt::format("{} {}", trainer, reason);
   }
   if (kind == "trainer_gone") return fmt::format("{} gone: {}", trainer, text(e, "reason"));
+  if (kind == "trainer_back") return fmt::format("{} back: {}", trainer, text(e, "reason"));
   if (kind == "server_gone") {
     return fmt::format("server of shard {} gone: {}", integer(e, "shard"), text(e, "reason"));
   }

@@ -109,6 +109,7 @@ ElasticJobSnapshot ElasticJob::snapshot() const {
     r.synced_generation = t.synced_generation;
     r.exited = t.exited;
     r.stop_reason = t.stop_reason;
+    r.deferred_stop = t.deferred_stop;
     s.trainers.push_back(std::move(r));
   }
   for (const auto& [id, node] : nodes_) {
@@ -155,6 +156,7 @@ void ElasticJob::restore(const ElasticJobSnapshot& s, Millis now) {
     t.synced_generation = r.synced_generation;
     t.exited = r.exited;
     t.stop_reason = r.stop_reason;
+    t.deferred_stop = r.deferred_stop;
     t.spawned_at = now;  // a trainer still starting has its spawn timeout again
     t.spawned_by_previous_head = t.view.phase == Phase::kSpawning;
     // Unknown until it reports: it may have committed any number of steps since. Unless no
@@ -225,8 +227,12 @@ void ElasticJob::finish(const std::string& state, const std::string& reason, Mil
   forming_ = false;
   // Only the scheduler ends a job: every trainer still there is told to exit.
   for (auto& [name, t] : trainers_) {
-    if (t.view.phase != Phase::kGone && !t.exited) emit(StopCommand{name, "job " + state});
+    // So is one written off whose stop was deferred (it may hold the state, and the job
+    // would have taken it back): it would idle on its node until its own timeout.
+    const bool owed = t.view.phase != Phase::kGone || !t.deferred_stop.empty();
+    if (owed && !t.exited) emit(StopCommand{name, "job " + state});
     t.view.phase = Phase::kGone;
+    t.deferred_stop.clear();
   }
   lease_until_ = 0;
   emit(DropStoreKeysCommand{-1});
@@ -425,16 +431,29 @@ int ElasticJob::drain(const std::string& node_or_name, Millis now) {
   return leaving;
 }
 
-void ElasticJob::place_trainers(Millis now) {
+int ElasticJob::active_trainers() const {
+  int count = 0;
+  for (const auto& [name, t] : trainers_) {
+    count += t.view.phase != Phase::kGone && t.view.phase != Phase::kLeaving;
+  }
+  return count;
+}
+
+void ElasticJob::place_trainers(Millis now, const std::string& first_node) {
   if (finished_ || !started_) return;
-  auto active = [&] {
-    int count = 0;
-    for (const auto& [name, t] : trainers_) {
-      count += t.view.phase != Phase::kGone && t.view.phase != Phase::kLeaving;
-    }
-    return count;
-  };
-  for (auto& [id, node] : nodes_) {
+  auto active = [&] { return active_trainers(); };
+  // The node named first_node gets the first free place (a checkpoint on its disk waits for a
+  // trainer there), then the nodes in order.
+  std::vector<std::pair<const std::string, Node>*> order;
+  for (auto& entry : nodes_) {
+    if (entry.second.name == first_node) order.push_back(&entry);
+  }
+  for (auto& entry : nodes_) {
+    if (entry.second.name != first_node) order.push_back(&entry);
+  }
+  for (auto* entry : order) {
+    const std::string& id = entry->first;
+    Node& node = entry->second;
     if (!node.alive || node.draining || now < node.no_spawn_before) continue;
     int on_node = 0;
     for (const auto& [name, t] : trainers_) on_node += t.view.node == id && t.view.phase != Phase::kGone;
@@ -709,6 +728,7 @@ bool ElasticJob::resume_from_checkpoint(const std::vector<std::string>& candidat
     return readable_by(checkpoint, name);
   });
   if (source == fresh.end()) {
+    make_room_for_checkpoint(checkpoint, fresh, now);
     return wait("waiting for a trainer on node " + checkpoint.node + ", whose disk holds the " +
                 "checkpoint at step " + std::to_string(checkpoint.step));
   }
@@ -744,6 +764,91 @@ bool ElasticJob::resume_from_checkpoint(const std::vector<std::string>& candidat
   return true;
 }
 
+bool ElasticJob::revive_written_off(Millis now) {
+  const auto live_holder = std::any_of(trainers_.begin(), trainers_.end(), [&](const auto& e) {
+    const Trainer& t = e.second;
+    return t.view.phase != Phase::kGone && t.view.phase != Phase::kSpawning && !t.exited &&
+           holds_state(e.first);
+  });
+  if (live_holder) return false;
+  bool probe_due = now >= next_revive_probe_;
+  for (auto& [name, t] : trainers_) {
+    if (t.deferred_stop.empty() || t.exited || t.view.phase != Phase::kGone || !holds_state(name)) {
+      continue;
+    }
+    auto node = nodes_.find(t.view.node);
+    if (node == nodes_.end() || !node->second.alive) continue;
+    if (!t.heard_since_write_off) {
+      // Idle since its group broke, it says nothing on its own: is it there? A lost probe
+      // answer is what wrote it off, so it is asked again (probe_result).
+      if (probe_due) {
+        next_revive_probe_ = now + 2 * options_.probe_timeout;
+        probe(name, now);
+      }
+      continue;
+    }
+    // Back as a trainer that joined: the next generation forms with it as rank 0 and it hands
+    // the state on. A replacement placed on its node meanwhile, holding nothing, makes room.
+    t.view.phase = Phase::kReady;
+    t.deferred_stop.clear();
+    t.heard_since_write_off = false;
+    t.unreachable_in = -1;
+    persist();
+    JobEvent e = event_now("trainer_back");
+    e.trainer = name;
+    e.reason = "the last trainer holding step " + std::to_string(job_step_) +
+               ", written off as unreachable, answered again";
+    event(std::move(e));
+    int on_node = 0;
+    for (const auto& [other, o] : trainers_) {
+      on_node += o.view.node == t.view.node && o.view.phase != Phase::kGone;
+    }
+    for (auto& [other, o] : trainers_) {
+      if (on_node <= options_.slots) break;
+      if (other == name || o.view.node != t.view.node || o.synced_generation >= 0 ||
+          (o.view.phase != Phase::kReady && o.view.phase != Phase::kSpawning)) {
+        continue;
+      }
+      trainer_gone(other, "stopped to make room for " + name + ", which holds the job's state",
+                   now, true);
+      --on_node;
+    }
+    return true;
+  }
+  return false;
+}
+
+void ElasticJob::make_room_for_checkpoint(const JobCheckpoint& checkpoint,
+                                          const std::vector<std::string>& fresh, Millis now) {
+  // The job has its most trainers, and none on the node whose disk holds the checkpoint: one of
+  // them (it never synced, so it holds nothing) makes room for one there. Waited for instead,
+  // that trainer was never placed, and the job failed with the checkpoint's node up and idle.
+  // [fix: elastic simulation seed 690397]
+  if (active_trainers() < options_.max_workers) return;  // place_trainers has room for it
+  const bool placeable = std::any_of(nodes_.begin(), nodes_.end(), [&](const auto& entry) {
+    const Node& n = entry.second;
+    if (n.name != checkpoint.node || !n.alive || n.draining || now < n.no_spawn_before) {
+      return false;
+    }
+    int on_node = 0;
+    for (const auto& [name, t] : trainers_) {
+      on_node += t.view.node == entry.first && t.view.phase != Phase::kGone;
+    }
+    return on_node < options_.slots;
+  });
+  if (!placeable) return;
+  for (auto it = fresh.rbegin(); it != fresh.rend(); ++it) {
+    const Trainer& t = trainers_.at(*it);
+    if (t.view.phase != Phase::kReady || t.synced_generation >= 0) continue;
+    trainer_gone(*it,
+                 "stopped to make room on node " + checkpoint.node + ", whose disk holds the " +
+                     "checkpoint at step " + std::to_string(checkpoint.step),
+                 now, true);
+    place_trainers(now, checkpoint.node);
+    return;
+  }
+}
+
 void ElasticJob::maybe_regroup(const std::string& reason, Millis now) {
   if (finished_ || !started_) return;
   // One generation at a time: a new one is issued only once the last one trained a step, broke
@@ -773,6 +878,7 @@ void ElasticJob::maybe_regroup(const std::string& reason, Millis now) {
     if (!all_heard && now < *restore_wait_until_) return;
     restore_wait_until_.reset();
   }
+  revive_written_off(now);
   std::vector<std::string> survivors, joiners;
   bool leavers = false;
   for (const auto& name : members_) {
@@ -967,6 +1073,11 @@ void ElasticJob::heard_from(Trainer& t, std::int64_t generation, Millis now) {
   if (!finished_ && t.view.phase == Phase::kGone && !t.exited && !t.stop_reason.empty()) {
     emit(StopCommand{t.view.name, t.stop_reason});
   }
+  // Written off as unreachable with its stop deferred: it is back, and maybe_regroup takes it
+  // back if it is the last holder (report() calls it once the report is recorded).
+  if (t.view.phase == Phase::kGone && !t.exited && !t.deferred_stop.empty()) {
+    t.heard_since_write_off = true;
+  }
   // A message about the current generation answers for it as well as a probe would; it may be
   // what lets a trainer that missed its probe be written off (write_off_unreachable).
   if (finished_ || generation != generation_ || t.view.phase == Phase::kGone) return;
@@ -1023,6 +1134,10 @@ void ElasticJob::report(const std::string& trainer, const MemberReport& r, Milli
   // exchange completes for the rank that posted late, not for the one that gave up).
   if (r.kind == MemberReport::Kind::kLeft || r.kind == MemberReport::Kind::kBroken) {
     t->left_generation = std::max(t->left_generation, r.generation);
+  }
+  if (t->view.phase == Phase::kGone && t->heard_since_write_off && !t->deferred_stop.empty()) {
+    maybe_regroup("trainer " + trainer + " answered again", now);
+    return;
   }
   if (r.kind == MemberReport::Kind::kLeft) {
     // Waiting for the members' committed steps to hand a drained leader's state over: this
@@ -1117,6 +1232,17 @@ void ElasticJob::report(const std::string& trainer, const MemberReport& r, Milli
         t.stop_reason = "drained";
         emit(StopCommand{name, "drained"});
       }
+    }
+    // Holders written off as unreachable hold an older state than this generation's: the stop
+    // they are owed goes out now.
+    for (auto& [name, t] : trainers_) {
+      if (t.deferred_stop.empty() || t.view.phase != Phase::kGone) continue;
+      if (!t.exited) {
+        t.stop_reason = t.deferred_stop;
+        emit(StopCommand{name, t.stop_reason});
+        persist();
+      }
+      t.deferred_stop.clear();
     }
     // Drained members kept to hand the state over (maybe_regroup) leave once a member on a
     // node that is not draining trained with them. [fix: elastic simulation seed 190]
@@ -1265,6 +1391,19 @@ void ElasticJob::probe_result(const std::string& trainer, std::int64_t generatio
       !reachable && (process_gone || options_.mutation == Mutation::kGrantOnSilence);
   if (released && trainer == lease_holder_ && !finished_) lease_released_ = true;
   exit_probes_.erase(trainer);
+  if (Trainer* t = find(trainer);
+      t && !finished_ && t->view.phase == Phase::kGone && !t->deferred_stop.empty() && !t->exited) {
+    // A holder written off as unreachable, asked again while no live trainer holds the state
+    // (revive_written_off): its answer brings it back; a closed connection proves it gone.
+    if (reachable) {
+      t->heard_since_write_off = true;
+      maybe_regroup("trainer " + trainer + " answered again", now);
+    } else if (process_gone) {
+      t->exited = true;
+      t->deferred_stop.clear();
+    }
+    return;
+  }
   if (!reachable && process_gone && !finished_) {
     // Its process is gone, as if its agent had reported the exit (a report that may have been
     // lost): kept as a holder of the job's state, it kept the job waiting for it until the job
@@ -1328,8 +1467,18 @@ void ElasticJob::write_off_unreachable(Millis now) {
   }
   if (gone.empty()) return;
   for (const auto& name : gone) {
-    trainer_gone(name, "unreachable after a failed collective (" + unreachable_error_[name] + ")",
-                 now, true);
+    // A holder goes without a stop: should the holder that answered be lost before a
+    // generation without this one trains, a frozen process that thaws holds the only copy of
+    // the state, and told to stop it took the state with it. [fix: elastic simulation seed
+    // 742600]
+    const std::string why = "unreachable after a failed collective (" + unreachable_error_[name] + ")";
+    const bool holder = holds_state(name);
+    trainer_gone(name, why, now, !holder);
+    if (holder) {
+      Trainer& t = trainers_.at(name);
+      t.deferred_stop = why;
+      t.heard_since_write_off = false;
+    }
   }
   unreachable_error_.clear();
   maybe_regroup("trainer " + gone.front() + " unreachable", now);

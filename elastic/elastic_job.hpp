@@ -87,7 +87,8 @@ struct ProbeCommand {  // is the trainer's process still reachable? answer with 
 struct DropStoreKeysCommand {  // delete rendezvous keys of generations < below (all when < 0)
   std::int64_t below = -1;
 };
-// Something worth a line in events.jsonl. `kind`: spawn, trainer_ready, trainer_gone, drain,
+// Something worth a line in events.jsonl. `kind`: spawn, trainer_ready, trainer_gone,
+// trainer_back (a holder written off as unreachable that came back when it was the last), drain,
 // generation, generation_formed, formation_failed, recovered, lease_refused,
 // resumed_from_checkpoint (step: the checkpoint's, reason: its path, trainer: the rank 0 that
 // loads it, lost_steps: committed steps given up), finished.
@@ -137,6 +138,7 @@ struct ElasticJobSnapshot {
     std::int64_t synced_generation = -1;
     bool exited = false;
     std::string stop_reason;  // why the job told it to stop ("" if it did not)
+    std::string deferred_stop;  // the stop it is owed once a generation without it trained
   };
   std::string state;  // pending | running
   std::int64_t total_steps = 0;
@@ -279,6 +281,13 @@ class ElasticJob {
     // Why the job told it to stop, "" if it did not: said again if it speaks while gone (the
     // stop may have been lost with a head killed right after sending it).
     std::string stop_reason;
+    // Written off as unreachable while it held the job's state (another holder had answered):
+    // not told to stop yet, since that other holder may be lost before a generation without
+    // this one trains; then this one is the only copy left. The stop it is owed ("" if none)
+    // goes out once such a generation trained; heard from meanwhile while no live trainer
+    // holds the state, it is taken back (revive_written_off).
+    std::string deferred_stop;
+    bool heard_since_write_off = false;
     // Liveness evidence, ordered by evidence_seq_ (not by the clock: a probe answer on
     // loopback arrives within the millisecond it was sent): when its last probe went out,
     // when it was last heard from (a probe answer or a message about the current generation),
@@ -290,7 +299,14 @@ class ElasticJob {
     std::int64_t unreachable_in = -1;
   };
 
-  void place_trainers(Millis now);
+  // Spawns trainers where nodes have free slots, up to max_workers; `first_node` (a node's
+  // name) is served first.
+  void place_trainers(Millis now, const std::string& first_node = std::string());
+  int active_trainers() const;  // neither gone nor leaving
+  // Waiting for a trainer on the node whose disk holds `checkpoint`: when the job already has
+  // max_workers elsewhere, one of `fresh` that holds nothing is stopped and one placed there.
+  void make_room_for_checkpoint(const JobCheckpoint& checkpoint,
+                                const std::vector<std::string>& fresh, Millis now);
   // `failure`: a trainer_gone event says so; false for a drained trainer's clean exit.
   void trainer_gone(const std::string& trainer, const std::string& reason, Millis now,
                     bool stop_it, bool failure = true);
@@ -310,6 +326,10 @@ class ElasticJob {
                               Millis now);
   bool readable_by(const JobCheckpoint& checkpoint, const std::string& trainer) const;
   void write_off_unreachable(Millis now);
+  // When no live trainer holds the job's state: takes back a holder written off as unreachable
+  // that has been heard from since (its deferred_stop), and probes those not heard from; true
+  // if it took one back.
+  bool revive_written_off(Millis now);
   void heard_from(Trainer& t, std::int64_t generation, Millis now);
   // A trainer not in trainers_ spoke (a report, a lease ask, a done): told to stop.
   void stranger(const std::string& trainer);
@@ -389,6 +409,8 @@ class ElasticJob {
   // proves its process gone is written off (its exit report may have been lost).
   std::set<std::string> exit_probes_;
   Millis next_exit_probe_ = 0;
+  Millis next_revive_probe_ = 0;  // written-off holders asked whether they are there
+
 };
 
 }  // namespace omnilearn::scheduler

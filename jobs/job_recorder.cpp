@@ -84,6 +84,8 @@ std::string_view event_name(EventKind kind) {
       return "formation_failed";
     case EventKind::kLeaseRefused:
       return "lease_refused";
+    case EventKind::kTrainerBack:
+      return "trainer_back";
     case EventKind::kServerReady:
       return "server_ready";
     case EventKind::kServerRecovered:

@@ -56,6 +56,7 @@ enum class EventKind : std::uint8_t {
   kSupersededStep,
   kFormationFailed,
   kLeaseRefused,
+  kTrainerBack,
   // Asynchronous jobs.
   kServerReady,
   kServerRecovered,

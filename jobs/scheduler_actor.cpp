@@ -67,7 +67,8 @@ std::string encode_run_state(const scheduler::ElasticJobSnapshot& m,
                         {"committed_step", t.committed_step},
                         {"synced_generation", t.synced_generation},
                         {"exited", t.exited},
-                        {"stop_reason", t.stop_reason}});
+                        {"stop_reason", t.stop_reason},
+                        {"deferred_stop", t.deferred_stop}});
   }
   Json checkpoint_records = Json::array();
   for (const auto& c : m.checkpoints) {
@@ -135,6 +136,7 @@ RunState decode_run_state(const std::string& text) {
       r.synced_generation = t.at("synced_generation").get<std::int64_t>();
       r.exited = t.at("exited").get<bool>();
       r.stop_reason = t.value("stop_reason", "");  // absent from older heads' records
+      r.deferred_stop = t.value("deferred_stop", "");
       s.trainers.push_back(std::move(r));
     }
     s.draining_nodes = m.at("draining_nodes").get<std::vector<std::string>>();

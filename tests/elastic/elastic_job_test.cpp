@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <map>
+#include <set>
 #include <string>
 
 namespace omnilearn::scheduler {
@@ -822,6 +823,147 @@ TEST(ElasticJob, ANodeLocalCheckpointIsLoadedByATrainerOnItsNode) {
   ASSERT_FALSE(job.members().empty());
   EXPECT_EQ(job.members()[0], on_w1);
   EXPECT_EQ(job.committed_step(), 10);
+}
+
+// The leader froze and missed its probe while its follower answered, so it was written off;
+// both held the job's step. Its stop waits: the follower died before a generation without the
+// leader trained, and the thawed leader, the only holder left, is taken back and leads the
+// next generation (the replacement placed on its node makes room). Told to stop at the
+// write-off, it exited on thawing and the job lost every step. Had a generation without it
+// trained, it would have been told then.
+TEST(ElasticJob, AHolderWrittenOffAsUnreachableIsTakenBackWhenItIsTheLast) {
+  for (const std::string then : {"the follower dies", "the follower dies, the leader is quiet",
+                                  "the follower trains on", "the job stops"}) {
+    SCOPED_TRACE(then);
+    ElasticJob job = started_job(job_options(1, 2, 100), 2);
+    for (const auto& spawn : commands_of<SpawnCommand>(job)) job.hello(spawn.trainer, 10);
+    const auto members = job.members();
+    const std::string leader = members[0], follower = members[1];
+    const std::int64_t g = job.generation();
+    for (std::int32_t r = 0; r < 2; ++r) {
+      job.report(members[static_cast<std::size_t>(r)],
+                 {MemberReport::Kind::kSynced, g, r, 0, "", 0}, 20);
+    }
+    job.lease_request(leader, {g, 1, 0}, 20);
+    job.report(leader, {MemberReport::Kind::kStep, g, 0, 10, "", 0}, 30);
+    job.progress(follower, 10);
+    job.report(follower, {MemberReport::Kind::kBroken, g, 1, 10, "collective timeout", 0}, 40);
+    job.take_commands();
+    job.probe_result(follower, g, true, "", 50);
+    job.probe_result(leader, g, false, "probe timed out", 1040);
+    std::vector<std::string> stopped;
+    std::string replacement;
+    for (auto& c : job.take_commands()) {
+      if (auto* stop = std::get_if<StopCommand>(&c)) stopped.push_back(stop->trainer);
+      if (auto* spawn = std::get_if<SpawnCommand>(&c)) replacement = spawn->trainer;
+    }
+    EXPECT_TRUE(stopped.empty()) << "no stop for a written-off holder yet: " << stopped.front();
+    const ElasticJobSnapshot snap = job.snapshot();
+    const auto record = std::find_if(snap.trainers.begin(), snap.trainers.end(),
+                                     [&](const auto& r) { return r.name == leader; });
+    ASSERT_NE(record, snap.trainers.end());
+    EXPECT_NE(record->deferred_stop.find("unreachable"), std::string::npos)
+        << "a restarted head owes it the stop too";
+    ASSERT_EQ(job.members(), std::vector<std::string>{follower});
+    ASSERT_FALSE(replacement.empty()) << "the leader's node gets a new trainer";
+    const std::int64_t g2 = job.generation();
+    if (then.rfind("the follower dies", 0) == 0) {
+      job.trainer_exited(follower, 137, "killed by signal 9", 1100);
+      job.hello(replacement, 1150);
+      const auto probes = commands_of<ProbeCommand>(job);
+      ASSERT_TRUE(job.members().empty()) << "nobody holds step 10: the job waits";
+      if (then == "the follower dies") {
+        job.report(leader, {MemberReport::Kind::kBroken, g, 0, 10, "process group broken", 0},
+                   1200);
+      } else {
+        // Idle since its group broke, it says nothing: it is asked, and its answer counts.
+        ASSERT_EQ(probes.size(), 1u);
+        EXPECT_EQ(probes[0].trainer, leader);
+        job.probe_result(leader, probes[0].generation, true, "", 1200);
+      }
+      int back = 0;
+      for (auto& c : job.take_commands()) {
+        if (auto* e = std::get_if<JobEvent>(&c); e && e->kind == "trainer_back") ++back;
+        if (auto* stop = std::get_if<StopCommand>(&c)) {
+          EXPECT_EQ(stop->trainer, replacement) << "only the replacement makes room";
+        }
+      }
+      EXPECT_EQ(back, 1);
+      ASSERT_FALSE(job.members().empty());
+      EXPECT_EQ(job.members()[0], leader);
+      EXPECT_EQ(job.trainers().at(replacement).phase, ElasticJob::Phase::kGone);
+      EXPECT_FALSE(job.finished()) << job.reason();
+    } else if (then == "the job stops") {
+      job.stop("stopped by the user", 1100);
+      std::set<std::string> told;
+      for (const auto& stop : commands_of<StopCommand>(job)) told.insert(stop.trainer);
+      EXPECT_TRUE(told.count(leader)) << "the stop it was owed goes out with the job's end";
+    } else {
+      job.report(follower, {MemberReport::Kind::kSynced, g2, 0, 10, "", 0}, 1100);
+      job.lease_request(follower, {g2, 1, 10}, 1100);
+      job.take_commands();
+      job.report(follower, {MemberReport::Kind::kStep, g2, 0, 11, "", 0}, 1150);
+      const auto stops = commands_of<StopCommand>(job);
+      ASSERT_EQ(stops.size(), 1u) << "a generation without it trained: it is told now";
+      EXPECT_EQ(stops[0].trainer, leader);
+      EXPECT_NE(stops[0].reason.find("unreachable"), std::string::npos) << stops[0].reason;
+    }
+  }
+}
+
+// The checkpoint lies on a node that was down while the job replaced its dead trainers
+// elsewhere, up to max_workers. Once that node is back, a replacement that holds nothing
+// makes room for a trainer there, which loads the checkpoint and leads; the job does not wait
+// for a trainer it would never place until its grace period fails it.
+TEST(ElasticJob, ATrainerMakesRoomOnTheNodeThatHoldsTheCheckpoint) {
+  ElasticJobOptions o = job_options(2, 2, 100);
+  o.grace_period = 5000;
+  ElasticJob job = started_job(o, 3);
+  auto spawns = commands_of<SpawnCommand>(job);
+  ASSERT_EQ(spawns.size(), 2u);
+  ASSERT_EQ(spawns[0].node, "n1");
+  for (const auto& spawn : spawns) job.hello(spawn.trainer, 10);
+  const auto members = job.members();
+  const std::int64_t g = job.generation();
+  for (std::int32_t r = 0; r < 2; ++r) {
+    job.report(members[static_cast<std::size_t>(r)], {MemberReport::Kind::kSynced, g, r, 0, "", 0},
+               20);
+  }
+  job.lease_request(members[0], {g, 1, 0}, 20);
+  job.report(members[0], {MemberReport::Kind::kStep, g, 0, 10, "", 0}, 30);
+  job.checkpoint_written({10, "ckpt/step-00000010.pt", "w1", false}, 30);
+  job.take_commands();
+  job.node_down("n1", "no heartbeat", 100);  // w1's disk with it, for now
+  for (const auto& m : members) job.trainer_exited(m, 137, "killed by signal 9", 100);
+  std::vector<std::string> elsewhere;
+  for (const auto& spawn : commands_of<SpawnCommand>(job)) {
+    EXPECT_NE(spawn.node, "n1");
+    elsewhere.push_back(spawn.trainer);
+    job.hello(spawn.trainer, 200);
+  }
+  ASSERT_EQ(elsewhere.size(), 2u) << "two replacements on n2 and n3";
+  job.take_commands();
+  job.node_up("n1", "w1", 300);
+  std::vector<StopCommand> stops;
+  std::vector<SpawnCommand> on_w1;
+  for (Millis now = 300; now < 1000 && on_w1.empty(); now += 100) {
+    job.tick(now);
+    for (auto& c : job.take_commands()) {
+      if (auto* s = std::get_if<StopCommand>(&c)) stops.push_back(*s);
+      if (auto* s = std::get_if<SpawnCommand>(&c)) on_w1.push_back(*s);
+    }
+  }
+  ASSERT_EQ(on_w1.size(), 1u) << "a trainer is placed on the checkpoint's node";
+  EXPECT_EQ(on_w1[0].node, "n1");
+  ASSERT_EQ(stops.size(), 1u) << "one replacement makes room for it";
+  EXPECT_NE(stops[0].reason.find("make room on node w1"), std::string::npos) << stops[0].reason;
+  EXPECT_NE(std::find(elsewhere.begin(), elsewhere.end(), stops[0].trainer), elsewhere.end());
+  job.hello(on_w1[0].trainer, 1100);
+  ASSERT_EQ(job.members().size(), 2u);
+  EXPECT_EQ(job.members()[0], on_w1[0].trainer) << "it loads the checkpoint and leads";
+  EXPECT_EQ(job.committed_step(), 10);
+  EXPECT_EQ(job.resumed_generation(), job.generation());
+  EXPECT_FALSE(job.finished()) << job.reason();
 }
 
 // Without a checkpoint a new trainer can read, the job waits for a holder as before and fails
