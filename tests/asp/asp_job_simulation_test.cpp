@@ -27,8 +27,10 @@ std::vector<std::uint64_t> seeds() {
   if (const char* one = std::getenv("ASP_JOB_SIM_SEED")) return {std::strtoull(one, nullptr, 10)};
   std::uint64_t count = 5000 / OMNILEARN_TEST_SEED_DIVISOR;
   if (const char* n = std::getenv("ASP_JOB_SIM_SEEDS")) count = std::strtoull(n, nullptr, 10);
+  std::uint64_t first = 1;  // ASP_JOB_SIM_FIRST_SEED runs seeds further on
+  if (const char* f = std::getenv("ASP_JOB_SIM_FIRST_SEED")) first = std::strtoull(f, nullptr, 10);
   std::vector<std::uint64_t> out;
-  for (std::uint64_t s = 1; s <= count; ++s) out.push_back(s);
+  for (std::uint64_t s = first; s < first + count; ++s) out.push_back(s);
   return out;
 }
 
