@@ -610,6 +610,7 @@ class Simulation {
   void handle(JobEvent& e) {
     ++result_.stats.job_events;
     if (e.kind == "resumed_from_checkpoint") resumed(e);
+    if (e.kind == "trainer_back") ++result_.stats.takebacks;
   }
   // The job went back to a checkpoint: the committed chain after it is given up (kept, to
   // recognise replicas of it) and trained again by the generation that loads it.

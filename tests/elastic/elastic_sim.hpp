@@ -153,6 +153,7 @@ struct SimStats {
   std::int64_t resumes = 0;           // generations resumed from a checkpoint
   std::int64_t rolled_back = 0;       // committed steps given up by those resumes
   std::int64_t given_up_commits = 0;  // commits of a given-up timeline's leader after a resume
+  std::int64_t takebacks = 0;  // holders written off as unreachable and taken back (trainer_back)
 };
 
 struct SimResult {
