@@ -220,6 +220,16 @@ class World {
         for (const auto& [name, sv] : servers_) {
           if (sv.alive && processes_[name].node == node) ++fault_deaths_[sv.shard];
         }
+        // A server placed there that has not said hello yet dies with the node too: the job
+        // counts it (its shard's server is gone) though it never started.
+        const auto views = job_->shards();
+        for (std::size_t shard = 0; shard < views.size(); ++shard) {
+          const auto p = processes_.find(views[shard].trainer);
+          if (p != processes_.end() && p->second.alive && p->second.node == node &&
+              !servers_.count(views[shard].trainer)) {
+            ++fault_deaths_[static_cast<std::int32_t>(shard)];
+          }
+        }
         frozen_.insert(node);  // its agent stops: the registry declares the node dead
         to_head([this, node] { job_->node_down(node, "dead", now_); });
       });
