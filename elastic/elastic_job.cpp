@@ -1109,6 +1109,10 @@ void ElasticJob::report(const std::string& trainer, const MemberReport& r, Milli
   // completed late (in the background) and that its leader's gate refused; such a step counts
   // once a sync adopts it, and the synced leader reports it (a leader whose group broke before
   // its sync reports the state it joined with, which may hold such a step).
+  // Every report says where its sender last synced: a lost kSynced report does not leave a
+  // trainer that adopted the job's state counted as holding none. [fix: elastic simulation
+  // seed 1301439]
+  t->synced_generation = std::max(t->synced_generation, r.synced_generation);
   const bool synced_leader = r.rank == 0 && (r.kind == MemberReport::Kind::kSynced ||
                                              t->synced_generation >= r.generation);
   // Steps of a timeline given up for a checkpoint are not the job's any more.

@@ -161,6 +161,7 @@ MemberAction ElasticMember::idle(Millis now) {
       r.generation = order.generation;
       r.rank = order.rank;
       r.step = step_;
+      r.synced_generation = synced_generation_;
       r.error = "rendezvous of generation " + std::to_string(order.generation) +
                 " does not fit: rank " + std::to_string(order.rank) + ", world " +
                 std::to_string(order.world) + ", " + std::to_string(order.batches.size()) +
@@ -299,6 +300,7 @@ void ElasticMember::report(MemberReport::Kind kind, const std::string& error,
   r.step = step_;
   r.error = error;
   r.checksum = checksum;
+  r.synced_generation = synced_generation_;
   outbox_.push_back(std::move(r));
 }
 
@@ -328,6 +330,7 @@ void ElasticMember::synced(bool ok, const std::string& error, std::int64_t step,
   }
   if (!ok) return broken(error, now);
   step_ = step;
+  synced_generation_ = generation_;
   phase_ = Phase::kTraining;
   last_step_ms_ = 0;
   report(MemberReport::Kind::kSynced, "", checksum);

@@ -223,6 +223,7 @@ class ElasticMember {
   std::string checkpoint_;  // the checkpoint this generation resumes from, if any
   std::int64_t checkpoint_step_ = -1;
   std::int64_t step_ = 0;
+  std::int64_t synced_generation_ = -1;     // the newest generation whose sync completed
   std::vector<std::int64_t> sent_words_;    // the leader's last control words
   std::vector<std::int64_t> plan_words_;    // the continue words in force (empty: none yet)
   bool abandon_sent_ = false;               // a stopped leader released its followers

@@ -79,6 +79,10 @@ struct MemberReport {
   std::int64_t step = 0;      // committed steps of the reporter
   std::string error;          // kBroken: what failed
   std::uint64_t checksum = 0; // kSynced: a digest of the replica's state (equal on every rank)
+  // The newest generation the reporter synced in (-1: none), in every report: a lost kSynced
+  // report is made up by the next one, or the scheduler would not count the reporter as
+  // holding the state it adopted there.
+  std::int64_t synced_generation = -1;
 };
 
 // A trainer's exit code for an error in the job's own input (a data file that is not a tensor

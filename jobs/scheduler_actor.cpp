@@ -603,6 +603,7 @@ void SchedulerActor::on_report(const TrainerReport& report) {
   r.rank = report.rank;
   r.step = report.step;
   r.error = report.error;
+  r.synced_generation = report.synced_generation;
   r.kind = report.synced             ? proto::MemberReport::Kind::kSynced
            : report.collective_failed ? proto::MemberReport::Kind::kBroken
            : report.left              ? proto::MemberReport::Kind::kLeft

@@ -536,6 +536,7 @@ class TrainingLoop {
         r.step = report->step;
         r.total_steps = total_steps_;
         r.error = report->error;
+        r.synced_generation = report->synced_generation;
         switch (report->kind) {
           case proto::MemberReport::Kind::kSynced:
             r.synced = true;

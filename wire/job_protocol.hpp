@@ -193,9 +193,11 @@ struct TrainerReport {
   double parameter_checksum = 0;  // with synced: sum of all parameters (equal on every rank)
   bool left = false;              // the leader stopped leading `generation` (regroup, abandon)
   std::string checkpoint;         // a checkpoint this step wrote (rank 0), on its node's disk
+  std::int64_t synced_generation = -1;  // the newest generation it synced in (-1: none)
   MSGPACK_DEFINE(job_id, trainer, generation, rank, step, total_steps, epoch, loss, batch, batches,
                  compute_time_s, step_time_s, allreduce_time_s, collective_failed, error,
-                 eval_accuracy, eval_loss, synced, parameter_checksum, left, checkpoint);
+                 eval_accuracy, eval_loss, synced, parameter_checksum, left, checkpoint,
+                 synced_generation);
 };
 
 // trainer -> scheduler: what this trainer did at the end of its part (a report, never a

@@ -911,6 +911,45 @@ TEST(ElasticJob, AHolderWrittenOffAsUnreachableIsTakenBackWhenItIsTheLast) {
   }
 }
 
+// A newcomer synced from the leader, but its synced report was lost; then the leader died.
+// The newcomer's next report (its collective broke) says where it last synced, so the job
+// counts it as holding the state and it leads, instead of the job waiting for a holder until it
+// fails.
+TEST(ElasticJob, AReportSaysWhereItsSenderLastSynced) {
+  ElasticJob job = started_job(job_options(1, 2, 100), 3);
+  for (const auto& spawn : commands_of<SpawnCommand>(job)) job.hello(spawn.trainer, 10);
+  const auto first = job.members();
+  const std::string leader = first[0], follower = first[1];
+  std::int64_t g = job.generation();
+  for (std::int32_t r = 0; r < 2; ++r) {
+    job.report(first[static_cast<std::size_t>(r)], {MemberReport::Kind::kSynced, g, r, 0, "", 0, g},
+               20);
+  }
+  job.lease_request(leader, {g, 1, 0}, 20);
+  job.report(leader, {MemberReport::Kind::kStep, g, 0, 12, "", 0, g}, 30);
+  job.trainer_exited(follower, 137, "killed by signal 9", 40);
+  const auto spawns = commands_of<SpawnCommand>(job);
+  ASSERT_EQ(spawns.size(), 1u);
+  const std::string newcomer = spawns[0].trainer;
+  g = job.generation();
+  ASSERT_EQ(job.members(), std::vector<std::string>{leader});
+  job.report(leader, {MemberReport::Kind::kSynced, g, 0, 12, "", 0, g}, 50);
+  job.lease_request(leader, {g, 1, 12}, 50);
+  job.report(leader, {MemberReport::Kind::kStep, g, 0, 13, "", 0, g}, 60);
+  job.hello(newcomer, 70);
+  g = job.generation();
+  ASSERT_EQ(job.members(), (std::vector<std::string>{leader, newcomer}));
+  job.report(leader, {MemberReport::Kind::kSynced, g, 0, 13, "", 0, g}, 80);
+  // The newcomer's synced report is lost. The leader dies; the newcomer's collective breaks.
+  job.trainer_exited(leader, 137, "killed by signal 9", 90);
+  job.report(newcomer, {MemberReport::Kind::kBroken, g, 1, 13, "peer exited", 0, g}, 95);
+  for (Millis now = 100; now < 3000; now += 100) job.tick(now);
+  ASSERT_FALSE(job.members().empty()) << job.reason();
+  EXPECT_EQ(job.members()[0], newcomer) << "it holds step 13 and leads";
+  EXPECT_EQ(job.committed_step(), 13);
+  EXPECT_FALSE(job.finished()) << job.reason();
+}
+
 // The checkpoint lies on a node that was down while the job replaced its dead trainers
 // elsewhere, up to max_workers. Once that node is back, a replacement that holds nothing
 // makes room for a trainer there, which loads the checkpoint and leads; the job does not wait

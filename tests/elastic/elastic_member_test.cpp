@@ -107,7 +107,9 @@ TEST(ElasticMember, CommitGateRenewsAStepThatOutlastedTheLease) {
       ASSERT_TRUE(is<DropAction>(drop));
       EXPECT_EQ(m.step(), 0);
       EXPECT_EQ(m.phase(), ElasticMember::Phase::kIdle);
-      ASSERT_EQ(sent<MemberReport>(m).back().kind, MemberReport::Kind::kBroken);
+      const MemberReport broken = sent<MemberReport>(m).back();
+      ASSERT_EQ(broken.kind, MemberReport::Kind::kBroken);
+      EXPECT_EQ(broken.synced_generation, 1) << "every report says where it last synced";
     }
     // Then the stop: a leader still in its group releases its followers first.
     auto after = m.next(2100);
