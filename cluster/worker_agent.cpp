@@ -166,7 +166,7 @@ void WorkerAgent::spawn(const SpawnTrainer& request) {
       "--job", request.job_id,
       "--scheduler", request.scheduler,
       "--trainer", request.trainer,
-      "--node", state().node_id,
+      "--node", request.node_id.empty() ? state().node_id : request.node_id,
       "--slowdown", fmt::format("{}", options_.slowdown),
       "--gloo-host", options_.gloo_host,
   };
@@ -234,11 +234,22 @@ void WorkerAgent::spawn(const SpawnTrainer& request) {
   hosted.job_id = request.job_id;
   hosted.trainer = request.trainer;
   hosted.scheduler = request.scheduler;
+  hosted.node_id = request.node_id.empty() ? state().node_id : request.node_id;
   hosted.pid = pid;
   hosted.stderr_tail = StderrTail(stderr_pipe[0]);
   hosted_[request.trainer] = std::move(hosted);
   spdlog::info("agent: started trainer {} for job {} (pid {})", request.trainer, request.job_id,
                pid);
+}
+
+void WorkerAgent::on_registered(const AgentState& state) {
+  for (auto& [name, hosted] : hosted_) {
+    if (hosted.pid <= 0 || hosted.node_id.empty() || hosted.node_id == state.node_id) continue;
+    spdlog::warn("agent: stopping trainer {}: it was started for node {}, which the head "
+                 "declared dead (this agent is node {} now)",
+                 name, hosted.node_id, state.node_id);
+    ::kill(hosted.pid, SIGTERM);
+  }
 }
 
 void WorkerAgent::on_forgotten() {

@@ -48,6 +48,10 @@ class WorkerAgent : public NodeAgent {
   void fill_usage(NodeUsage& usage) override;
   void on_other_message(const runtime::Envelope& message) override;
   void on_forgotten() override;
+  // Stops the trainers started for another node record than the one just registered: the
+  // head declared that one dead and wrote them off (a registration reply lost, then a new
+  // registration), so they would only idle until their own timeout.
+  void on_registered(const AgentState& state) override;
   // Asks the head about each job this node hosts trainers of, and stops the trainers of the
   // jobs it has ended or does not know: their scheduler is gone with the previous head.
   void on_head_restarted(std::uint64_t epoch) override;
@@ -82,6 +86,7 @@ class WorkerAgent : public NodeAgent {
     std::string job_id;
     std::string trainer;
     std::string scheduler;
+    std::string node_id;  // the node record it was started for
     pid_t pid = -1;
     StderrTail stderr_tail;
     std::string system;  // the trainer's actor system, once it reported

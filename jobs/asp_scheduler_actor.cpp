@@ -344,7 +344,8 @@ void AspSchedulerActor::carry_out(std::vector<asp::AspCommand>& commands) {
               if (node == node_systems_.end()) return;
               spdlog::info("job {}: starting {}", options_.job_id, c.trainer);
               tell(runtime::ActorAddress{node->second, kAgentActor},
-                   SpawnTrainer{options_.job_id, c.trainer, scheduler_actor_name(options_.job_id)});
+                   SpawnTrainer{options_.job_id, c.trainer, scheduler_actor_name(options_.job_id),
+                                c.node});
             },
             [&](asp::StopCommand& c) {
               tell_trainer(c.trainer, StopTrainer{options_.job_id, c.reason});

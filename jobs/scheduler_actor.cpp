@@ -313,7 +313,8 @@ void SchedulerActor::carry_out(std::vector<scheduler::JobCommand> commands) {
       spdlog::info("job {}: starting trainer {} on node {}", options_.job_id, spawn->trainer,
                    job_.node_name(spawn->node));
       tell(runtime::ActorAddress{node->second, kAgentActor},
-           SpawnTrainer{options_.job_id, spawn->trainer, scheduler_actor_name(options_.job_id)});
+           SpawnTrainer{options_.job_id, spawn->trainer, scheduler_actor_name(options_.job_id),
+                        spawn->node});
     } else if (auto* rv = std::get_if<proto::RendezvousCommand>(&command)) {
       const auto& o = rv->order;
       Rendezvous order{options_.job_id, o.generation,     o.rank,  o.world,

@@ -101,7 +101,10 @@ struct SpawnTrainer {
   std::string job_id;
   std::string trainer;    // unique name of the trainer within the job
   std::string scheduler;  // the scheduler actor's name on the head
-  MSGPACK_DEFINE(job_id, trainer, scheduler);
+  // The node record (registry id) the head placed it on: an agent that no longer is that node
+  // (the head declared it dead while its registration reply was lost) does not keep it.
+  std::string node_id;
+  MSGPACK_DEFINE(job_id, trainer, scheduler, node_id);
 };
 
 // trainer -> scheduler, first thing after it starts; answered with TrainerHelloReply.

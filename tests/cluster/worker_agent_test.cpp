@@ -8,8 +8,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "cluster/node_registry.hpp"
 #include "tests/support/actor_probe.hpp"
@@ -36,6 +38,7 @@ case "$trainer" in
     printf "the last words, without a newline" >&2
     exit 3 ;;
   killed) echo "about to be killed" >&2; kill -9 $$ ;;
+  sleeper*) exec sleep 60 ;;
 esac
 exit 99
 )";
@@ -135,6 +138,39 @@ TEST_F(Agent, ATrainerProgramThatCannotRunIsReportedWithWhy) {
   EXPECT_NE(exited->reason.find("could not run"), std::string::npos) << exited->reason;
   EXPECT_NE(exited->last_error.find("cannot execute the trainer program"), std::string::npos)
       << exited->last_error;
+}
+
+// The head placed trainers on this node while the agent's registration reply was lost; when
+// the agent gets through, it is another node record, the one they were started for having been
+// declared dead (their jobs wrote them off). Those are stopped at once instead of idling until
+// their own timeout; one started without a node record named is left alone.
+TEST_F(Agent, TrainersStartedForANodeRecordDeclaredDeadAreStoppedOnRegistering) {
+  runtime::ActorSystem late_head;  // no registry yet: the agent cannot register
+  const std::string endpoint = late_head.listen("tcp://127.0.0.1:0");
+  testing::Probe late_scheduler = testing::spawn_probe(late_head, "job-test");
+  worker = std::make_unique<runtime::ActorSystem>();
+  WorkerOptions options;
+  options.agent.head_endpoint = endpoint;
+  options.agent.name = "w1";
+  options.trainer_binary = trainer_program;
+  options.local_endpoint = worker->listen("tcp://127.0.0.1:0");
+  options.gloo_host = "127.0.0.1";
+  worker->spawn<WorkerAgent>(kAgentActor, options);
+  worker->tell(ActorAddress{"", kAgentActor},
+               SpawnTrainer{"job-1", "sleeper-stale", "job-test", "n-declared-dead"});
+  worker->tell(ActorAddress{"", kAgentActor},
+               SpawnTrainer{"job-1", "sleeper-unnamed", "job-test", ""});
+  std::this_thread::sleep_for(300ms);
+  MembershipConfig config;
+  config.heartbeat_interval = 100ms;
+  config.heartbeat_timeout = 5000ms;
+  late_head.spawn<NodeRegistry>(kRegistryActor, config);
+  auto exited = late_scheduler.queue->pop_as<TrainerExited>(20s);
+  ASSERT_TRUE(exited) << "the stale trainer was not stopped";
+  EXPECT_EQ(exited->trainer, "sleeper-stale");
+  EXPECT_EQ(exited->exit_code, 128 + SIGTERM);
+  EXPECT_FALSE(late_scheduler.queue->pop_as<TrainerExited>(1s)) << "the other keeps running";
+  worker.reset();  // stops the agent and the trainer left, while their head is still up
 }
 
 }  // namespace

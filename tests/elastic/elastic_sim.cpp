@@ -234,6 +234,7 @@ class Simulation {
     std::string name;
     int node = 0;
     int agent_pid = 0;
+    std::string node_id;   // the node record (incarnation) the head started it for
     bool alive = true;
     bool started = false;  // past its start-up delay
     bool ready = false;    // its hello was accepted
@@ -499,8 +500,10 @@ class Simulation {
     const int idx = it->second.node;
     const int agent = it->second.agent_pid;
     const std::string trainer = c.trainer;
-    send(0, agent, idx, [this, idx, agent, trainer] {
-      agent_input(idx, agent, [this, idx, trainer] { agent_spawn(idx, trainer); });
+    const std::string node_id = c.node;
+    send(0, agent, idx, [this, idx, agent, trainer, node_id] {
+      agent_input(idx, agent,
+                  [this, idx, trainer, node_id] { agent_spawn(idx, trainer, node_id); });
     });
   }
   void handle(RendezvousCommand& c) {
@@ -759,6 +762,14 @@ class Simulation {
           n.id = id;
           ++n.register_token;
           SLOG("agent ", n.name, ": registered as ", id);
+          // As WorkerAgent::on_registered: trainers started for an incarnation the head has
+          // declared dead since (this registration's reply was lost meanwhile) are stopped.
+          for (int pid : n.hosted) {
+            Proc* p = proc(pid);
+            if (!p || !p->alive || p->node_id.empty() || p->node_id == id) continue;
+            SLOG("agent ", n.name, ": stopping ", p->name, ", started for ", p->node_id);
+            stop_by_agent(pid, "started for a node declared dead");
+          }
         }
       });
     });
@@ -905,21 +916,24 @@ class Simulation {
     n.id.clear();
     for (int pid : n.hosted) {
       Proc* p = proc(pid);
-      if (!p || !p->alive) continue;
-      proc_input(*p, [this, pid] {
-        Proc& q = *proc(pid);
-        q.stopped_by_agent = true;
-        if (!q.ready) {
-          exit_process(q, 143, "stopped: node forgotten", true, true);
-        } else {
-          q.member->on_stop("node forgotten");
-        }
-      });
+      if (p && p->alive) stop_by_agent(pid, "node forgotten");
     }
     agent_register(idx, n.agent_pid);
   }
+  // The agent's SIGTERM: a trainer that said hello exits at its next step boundary.
+  void stop_by_agent(int pid, const std::string& why) {
+    proc_input(*proc(pid), [this, pid, why] {
+      Proc& q = *proc(pid);
+      q.stopped_by_agent = true;
+      if (!q.ready) {
+        exit_process(q, 143, "stopped: " + why, true, true);
+      } else {
+        q.member->on_stop(why);
+      }
+    });
+  }
 
-  void agent_spawn(int idx, const std::string& trainer) {
+  void agent_spawn(int idx, const std::string& trainer, const std::string& node_id) {
     Node& n = node(idx);
     for (int pid : n.hosted) {
       if (procs_.at(pid).name == trainer) return;  // a retried request
@@ -936,6 +950,7 @@ class Simulation {
     p.name = trainer;
     p.node = idx;
     p.agent_pid = n.agent_pid;
+    p.node_id = node_id;
     if (cfg_.skew_clocks) {
       p.rate = 1.0 + uniform_real(rng_, -cfg_.clock_drift, cfg_.clock_drift);
       p.offset = uniform(rng_, 0, 1000000000);  // monotonic clocks: since boot, >= 0
