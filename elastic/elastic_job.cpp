@@ -431,6 +431,12 @@ int ElasticJob::drain(const std::string& node_or_name, Millis now) {
   return leaving;
 }
 
+int ElasticJob::trainers_on(const std::string& node) const {
+  int count = 0;
+  for (const auto& [name, t] : trainers_) count += t.view.node == node && t.view.phase != Phase::kGone;
+  return count;
+}
+
 int ElasticJob::active_trainers() const {
   int count = 0;
   for (const auto& [name, t] : trainers_) {
@@ -455,8 +461,7 @@ void ElasticJob::place_trainers(Millis now, const std::string& first_node) {
     const std::string& id = entry->first;
     Node& node = entry->second;
     if (!node.alive || node.draining || now < node.no_spawn_before) continue;
-    int on_node = 0;
-    for (const auto& [name, t] : trainers_) on_node += t.view.node == id && t.view.phase != Phase::kGone;
+    int on_node = trainers_on(id);
     while (on_node < options_.slots && active() < options_.max_workers) {
       Trainer t;
       t.view.name = options_.trainer_prefix + node.name + "-t" + std::to_string(++trainer_counter_);
@@ -799,10 +804,7 @@ bool ElasticJob::revive_written_off(Millis now) {
     e.reason = "the last trainer holding step " + std::to_string(job_step_) +
                ", written off as unreachable, answered again";
     event(std::move(e));
-    int on_node = 0;
-    for (const auto& [other, o] : trainers_) {
-      on_node += o.view.node == t.view.node && o.view.phase != Phase::kGone;
-    }
+    int on_node = trainers_on(t.view.node);
     for (auto& [other, o] : trainers_) {
       if (on_node <= options_.slots) break;
       if (other == name || o.view.node != t.view.node || o.synced_generation >= 0 ||
@@ -830,11 +832,7 @@ void ElasticJob::make_room_for_checkpoint(const JobCheckpoint& checkpoint,
     if (n.name != checkpoint.node || !n.alive || n.draining || now < n.no_spawn_before) {
       return false;
     }
-    int on_node = 0;
-    for (const auto& [name, t] : trainers_) {
-      on_node += t.view.node == entry.first && t.view.phase != Phase::kGone;
-    }
-    return on_node < options_.slots;
+    return trainers_on(entry.first) < options_.slots;
   });
   if (!placeable) return;
   for (auto it = fresh.rbegin(); it != fresh.rend(); ++it) {

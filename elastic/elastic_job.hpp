@@ -303,6 +303,7 @@ class ElasticJob {
   // name) is served first.
   void place_trainers(Millis now, const std::string& first_node = std::string());
   int active_trainers() const;  // neither gone nor leaving
+  int trainers_on(const std::string& node) const;  // not gone, on the node (by id)
   // Waiting for a trainer on the node whose disk holds `checkpoint`: when the job already has
   // max_workers elsewhere, one of `fresh` that holds nothing is stopped and one placed there.
   void make_room_for_checkpoint(const JobCheckpoint& checkpoint,

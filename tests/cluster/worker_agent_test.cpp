@@ -65,15 +65,20 @@ class Agent : public ::testing::Test {
     fs::remove_all(dir, ec);
   }
 
-  void start_agent(const std::string& program) {
+  // A new worker system running agent w1 of the head at `endpoint`, not yet registered.
+  void spawn_agent(const std::string& endpoint, const std::string& program) {
     worker = std::make_unique<runtime::ActorSystem>();
     WorkerOptions options;
-    options.agent.head_endpoint = head_endpoint;
+    options.agent.head_endpoint = endpoint;
     options.agent.name = "w1";
     options.trainer_binary = program;
     options.local_endpoint = worker->listen("tcp://127.0.0.1:0");
     options.gloo_host = "127.0.0.1";
     worker->spawn<WorkerAgent>(kAgentActor, options);
+  }
+
+  void start_agent(const std::string& program) {
+    spawn_agent(head_endpoint, program);
     ASSERT_TRUE(testing::wait_until(
         [&] {
           auto reply = head.ask(ActorAddress{"", kRegistryActor}, StatusRequest{false}, 2s).get();
@@ -148,14 +153,7 @@ TEST_F(Agent, TrainersStartedForANodeRecordDeclaredDeadAreStoppedOnRegistering) 
   runtime::ActorSystem late_head;  // no registry yet: the agent cannot register
   const std::string endpoint = late_head.listen("tcp://127.0.0.1:0");
   testing::Probe late_scheduler = testing::spawn_probe(late_head, "job-test");
-  worker = std::make_unique<runtime::ActorSystem>();
-  WorkerOptions options;
-  options.agent.head_endpoint = endpoint;
-  options.agent.name = "w1";
-  options.trainer_binary = trainer_program;
-  options.local_endpoint = worker->listen("tcp://127.0.0.1:0");
-  options.gloo_host = "127.0.0.1";
-  worker->spawn<WorkerAgent>(kAgentActor, options);
+  spawn_agent(endpoint, trainer_program);
   worker->tell(ActorAddress{"", kAgentActor},
                SpawnTrainer{"job-1", "sleeper-stale", "job-test", "n-declared-dead"});
   worker->tell(ActorAddress{"", kAgentActor},
