@@ -704,11 +704,19 @@ bool ElasticJob::resume_from_checkpoint(const std::vector<std::string>& candidat
   for (const auto& [name, t] : trainers_) {
     if (t.view.phase != Phase::kGone && t.synced_generation >= 0) stale.push_back(name);
   }
-  for (const auto& name : stale) {
-    trainer_gone(name,
-                 "holds a state of the timeline given up for the checkpoint at step " +
-                     std::to_string(checkpoint.step),
-                 now, true);
+  const std::string given_up = "holds a state of the timeline given up for the checkpoint at step " +
+                               std::to_string(checkpoint.step);
+  for (const auto& name : stale) trainer_gone(name, given_up, now, true);
+  // So does a holder written off as unreachable whose stop was deferred: told now, it is not
+  // taken back into the new timeline (revive_written_off) with the old one's state.
+  for (auto& [name, t] : trainers_) {
+    if (t.view.phase != Phase::kGone || t.deferred_stop.empty()) continue;
+    if (!t.exited) {
+      t.stop_reason = given_up;
+      emit(StopCommand{name, given_up});
+    }
+    t.deferred_stop.clear();
+    persist();
   }
   if (!stale.empty()) place_trainers(now);
   std::vector<std::string> fresh;
@@ -776,7 +784,7 @@ bool ElasticJob::revive_written_off(Millis now) {
            holds_state(e.first);
   });
   if (live_holder) return false;
-  bool probe_due = now >= next_revive_probe_;
+  const bool probe_due = now >= next_revive_probe_;
   for (auto& [name, t] : trainers_) {
     if (t.deferred_stop.empty() || t.exited || t.view.phase != Phase::kGone || !holds_state(name)) {
       continue;

@@ -779,6 +779,43 @@ TEST(ElasticJob, WhenEveryHolderIsGoneTheJobResumesFromItsNewestCheckpoint) {
   EXPECT_EQ(snap.resumed_generation, g);
 }
 
+// A holder written off as unreachable (its stop deferred) does not answer in time, and the job
+// goes back to its checkpoint: the written-off holder is told to stop then, since it holds a
+// state of the timeline given up, and is not taken back into the new one when it speaks.
+TEST(ElasticJob, AResumeFromACheckpointStopsAWrittenOffHolder) {
+  TrainedJob t = trained_job(/*shared=*/true);
+  ElasticJob& job = t.job;
+  const std::string leader = t.members[0], follower = t.members[1];
+  job.progress(follower, 12);
+  job.report(follower, {MemberReport::Kind::kBroken, t.generation, 1, 12, "collective timeout", 0},
+             50);
+  job.probe_result(follower, t.generation, true, "", 60);
+  job.probe_result(leader, t.generation, false, "probe timed out", 1050);
+  for (auto& c : job.take_commands()) {
+    EXPECT_FALSE(std::holds_alternative<StopCommand>(c)) << "the leader's stop is deferred";
+    if (auto* spawn = std::get_if<SpawnCommand>(&c)) job.hello(spawn->trainer, 1060);
+  }
+  job.trainer_exited(follower, 137, "killed by signal 9", 1100);
+  std::vector<StopCommand> stops;
+  for (Millis now = 1100; now < 3000; now += 100) {
+    job.tick(now);
+    for (auto& c : job.take_commands()) {
+      if (auto* spawn = std::get_if<SpawnCommand>(&c)) job.hello(spawn->trainer, now);
+      if (auto* stop = std::get_if<StopCommand>(&c)) stops.push_back(*stop);
+    }
+  }
+  ASSERT_EQ(job.resumed_generation(), job.generation()) << job.reason();
+  ASSERT_EQ(stops.size(), 1u);
+  EXPECT_EQ(stops[0].trainer, leader);
+  EXPECT_NE(stops[0].reason.find("timeline given up"), std::string::npos) << stops[0].reason;
+  job.report(leader, {MemberReport::Kind::kBroken, t.generation, 0, 12, "peer exited", 0}, 3100);
+  for (auto& c : job.take_commands()) {
+    if (auto* e = std::get_if<JobEvent>(&c)) EXPECT_NE(e->kind, "trainer_back");
+  }
+  EXPECT_EQ(job.trainers().at(leader).phase, ElasticJob::Phase::kGone);
+  EXPECT_EQ(job.committed_step(), 10);
+}
+
 // A checkpoint on a node's own disk ([checkpoint] shared = false) can be loaded only by a
 // trainer on that node: it leads the resumed generation, whoever said hello first.
 // A member whose collective failed in the last generation that trained commits nothing more
