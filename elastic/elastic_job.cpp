@@ -1463,10 +1463,17 @@ void ElasticJob::write_off_unreachable(Millis now) {
     if (o.probed_seq > since) return o.answered_seq > o.probed_seq;
     return o.heard_seq > since;
   };
+  // "Holder" in the wide sense: a follower's steps reach the job through heartbeats, a step or
+  // two behind its leader's reports, so one cut off from the head looks behind the job's step
+  // though it holds it. Written off and stopped as a non-holder while the leader was gone, it
+  // took the job's only copy of the state with it. [fix: elastic simulation seed 1914308]
+  const auto holder = [&](const std::string& name) {
+    return holds_state(name) || may_hold_state(name);
+  };
   std::vector<std::string> gone;
   for (const auto& [name, t] : trainers_) {
     if (t.view.phase == Phase::kGone || t.unreachable_in != generation_) continue;
-    if (holds_state(name)) {
+    if (holder(name)) {
       bool other = false;
       for (const auto& [other_name, o] : trainers_) {
         other |= other_name != name && confirmed_holder(other_name, o, t.probed_seq);
@@ -1482,9 +1489,9 @@ void ElasticJob::write_off_unreachable(Millis now) {
     // the state, and told to stop it took the state with it. [fix: elastic simulation seed
     // 742600]
     const std::string why = "unreachable after a failed collective (" + unreachable_error_[name] + ")";
-    const bool holder = holds_state(name);
-    trainer_gone(name, why, now, !holder);
-    if (holder) {
+    const bool may_hold = holder(name);
+    trainer_gone(name, why, now, !may_hold);
+    if (may_hold) {
       Trainer& t = trainers_.at(name);
       t.deferred_stop = why;
       t.heard_since_write_off = false;

@@ -987,6 +987,42 @@ TEST(ElasticJob, AReportSaysWhereItsSenderLastSynced) {
   EXPECT_FALSE(job.finished()) << job.reason();
 }
 
+// Both members missed their probes after the leader's collective failed: the leader died (its
+// exit reported later), the follower was cut off from the head. The head knows the follower's
+// steps only from heartbeats, a step behind the leader's reports, so the follower looked
+// behind the job's step; it is still a trainer that may hold the state, and with no other
+// holder answering it is kept, not stopped. Once it speaks again it leads with the job's step.
+TEST(ElasticJob, AFollowerThatMayHoldTheStateIsNotWrittenOffWhenItIsTheLast) {
+  TrainedJob t = trained_job(/*shared=*/true);
+  ElasticJob& job = t.job;
+  const std::string leader = t.members[0], follower = t.members[1];
+  job.progress(follower, 11);  // its heartbeats lag the leader's step 12
+  job.report(leader, {MemberReport::Kind::kBroken, t.generation, 0, 12, "collective timeout", 0,
+                      t.generation},
+             50);
+  job.take_commands();
+  job.probe_result(leader, t.generation, false, "probe timed out", 1050);
+  job.probe_result(follower, t.generation, false, "probe timed out", 1050);
+  for (auto& c : job.take_commands()) {
+    if (auto* stop = std::get_if<StopCommand>(&c)) ADD_FAILURE() << stop->trainer << " stopped";
+  }
+  EXPECT_NE(job.trainers().at(follower).phase, ElasticJob::Phase::kGone);
+  job.trainer_exited(leader, 137, "killed by signal 9", 1100);
+  // The partition heals: the follower reports where it stopped, and leads.
+  job.report(follower, {MemberReport::Kind::kBroken, t.generation, 1, 12, "peer exited", 0,
+                        t.generation},
+             1500);
+  for (Millis now = 1500; now < 6000; now += 100) {
+    job.tick(now);
+    for (const auto& spawn : commands_of<SpawnCommand>(job)) job.hello(spawn.trainer, now);
+    if (!job.members().empty() && job.members()[0] == follower) break;
+  }
+  ASSERT_FALSE(job.members().empty()) << job.reason();
+  EXPECT_EQ(job.members()[0], follower);
+  EXPECT_EQ(job.committed_step(), 12);
+  EXPECT_EQ(job.resumed_generation(), 0) << "no step lost to the checkpoint";
+}
+
 // The checkpoint lies on a node that was down while the job replaced its dead trainers
 // elsewhere, up to max_workers. Once that node is back, a replacement that holds nothing
 // makes room for a trainer there, which loads the checkpoint and leads; the job does not wait
