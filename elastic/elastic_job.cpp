@@ -225,10 +225,10 @@ void ElasticJob::finish(const std::string& state, const std::string& reason, Mil
   state_ = state;
   reason_ = reason;
   forming_ = false;
-  // Only the scheduler ends a job: every trainer still there is told to exit.
+  // Only the scheduler ends a job: every trainer still there is told to exit. So is one
+  // written off whose stop was deferred: it would idle on its node until its own timeout.
+  // (One loop, not send_deferred_stops(): the stops go out in the trainers' order.)
   for (auto& [name, t] : trainers_) {
-    // So is one written off whose stop was deferred (it may hold the state, and the job
-    // would have taken it back): it would idle on its node until its own timeout.
     const bool owed = t.view.phase != Phase::kGone || !t.deferred_stop.empty();
     if (owed && !t.exited) emit(StopCommand{name, "job " + state});
     t.view.phase = Phase::kGone;
@@ -447,7 +447,6 @@ int ElasticJob::active_trainers() const {
 
 void ElasticJob::place_trainers(Millis now, const std::string& first_node) {
   if (finished_ || !started_) return;
-  auto active = [&] { return active_trainers(); };
   // The node named first_node gets the first free place (a checkpoint on its disk waits for a
   // trainer there), then the nodes in order.
   std::vector<std::pair<const std::string, Node>*> order;
@@ -462,7 +461,7 @@ void ElasticJob::place_trainers(Millis now, const std::string& first_node) {
     Node& node = entry->second;
     if (!node.alive || node.draining || now < node.no_spawn_before) continue;
     int on_node = trainers_on(id);
-    while (on_node < options_.slots && active() < options_.max_workers) {
+    while (on_node < options_.slots && active_trainers() < options_.max_workers) {
       Trainer t;
       t.view.name = options_.trainer_prefix + node.name + "-t" + std::to_string(++trainer_counter_);
       t.view.node = id;
@@ -709,15 +708,7 @@ bool ElasticJob::resume_from_checkpoint(const std::vector<std::string>& candidat
   for (const auto& name : stale) trainer_gone(name, given_up, now, true);
   // So does a holder written off as unreachable whose stop was deferred: told now, it is not
   // taken back into the new timeline (revive_written_off) with the old one's state.
-  for (auto& [name, t] : trainers_) {
-    if (t.view.phase != Phase::kGone || t.deferred_stop.empty()) continue;
-    if (!t.exited) {
-      t.stop_reason = given_up;
-      emit(StopCommand{name, given_up});
-    }
-    t.deferred_stop.clear();
-    persist();
-  }
+  send_deferred_stops(given_up);
   if (!stale.empty()) place_trainers(now);
   std::vector<std::string> fresh;
   for (const auto& name : candidates) {
@@ -775,6 +766,18 @@ bool ElasticJob::resume_from_checkpoint(const std::vector<std::string>& candidat
                       "checkpoint at step " + std::to_string(checkpoint.step) + ")",
                   now, &checkpoint);
   return true;
+}
+
+void ElasticJob::send_deferred_stops(const std::string& reason) {
+  for (auto& [name, t] : trainers_) {
+    if (t.deferred_stop.empty() || t.view.phase != Phase::kGone) continue;
+    if (!t.exited) {
+      t.stop_reason = reason.empty() ? t.deferred_stop : reason;
+      emit(StopCommand{name, t.stop_reason});
+    }
+    t.deferred_stop.clear();
+    persist();
+  }
 }
 
 bool ElasticJob::revive_written_off(Millis now) {
@@ -1245,15 +1248,7 @@ void ElasticJob::report(const std::string& trainer, const MemberReport& r, Milli
     }
     // Holders written off as unreachable hold an older state than this generation's: the stop
     // they are owed goes out now.
-    for (auto& [name, t] : trainers_) {
-      if (t.deferred_stop.empty() || t.view.phase != Phase::kGone) continue;
-      if (!t.exited) {
-        t.stop_reason = t.deferred_stop;
-        emit(StopCommand{name, t.stop_reason});
-        persist();
-      }
-      t.deferred_stop.clear();
-    }
+    send_deferred_stops("");
     // Drained members kept to hand the state over (maybe_regroup) leave once a member on a
     // node that is not draining trained with them. [fix: elastic simulation seed 190]
     auto draining = [&](const std::string& name) {

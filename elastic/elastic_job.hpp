@@ -331,6 +331,9 @@ class ElasticJob {
   // that has been heard from since (its deferred_stop), and probes those not heard from; true
   // if it took one back.
   bool revive_written_off(Millis now);
+  // Sends the stops held back from written-off holders (deferred_stop), with `reason`, or the
+  // one each is owed when it is empty.
+  void send_deferred_stops(const std::string& reason);
   void heard_from(Trainer& t, std::int64_t generation, Millis now);
   // A trainer not in trainers_ spoke (a report, a lease ask, a done): told to stop.
   void stranger(const std::string& trainer);
