@@ -9,14 +9,19 @@
 // kind of change: two control rounds are 2 x --interval steps), and plan changes per 100
 // steady steps (mean, worst).
 //
-//   scheduler_scenario_table [--seeds 20] [--steps 1200] [--interval 10] [--z NOISE_Z] BASE.csv
-// --z: the noise gate's z (ControllerConfig::noise_z), to see what a lower gate buys and costs.
+//   scheduler_scenario_table [--seeds 20] [--steps 1200] [--interval 10] [--z NOISE_Z]
+//                            [--deadband D] [--window N] [--persist-rounds N] [--persist-gain G]
+//                            BASE.csv
+// --z, --deadband, --window, --persist-rounds, --persist-gain: the controller's noise_z,
+// deadband (0.05 here), throughput_window, persist_rounds and persist_gain (ControllerConfig),
+// to see what other settings buy and cost.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -30,12 +35,19 @@ namespace {
 // The settings the traces were recorded with (bench/scheduler/traces.py): interval 10,
 // cool-down 3, warm-up 6, min batch 8; the controller otherwise at its defaults.
 double noise_z = ControllerConfig{}.noise_z;
+// The deadband the traces were recorded with, and the settings given on the command line.
+ControllerConfig recorded_settings() {
+  ControllerConfig c;
+  c.deadband = 0.05;
+  return c;
+}
+ControllerConfig controller_defaults = recorded_settings();
 
 ReplayConfig make(double noise, int seed, int interval) {
   ReplayConfig c;
+  c.controller = controller_defaults;
   c.controller.noise_z = noise_z;
   c.controller.min_batch = 8;
-  c.controller.deadband = 0.05;
   c.rounds = ControlRoundsConfig{interval, 3, 6};
   c.step_noise = noise;
   c.seed = static_cast<std::uint64_t>(seed);
@@ -100,6 +112,14 @@ int main(int argc, char** argv) {
       interval = std::atoi(argv[++i]);
     } else if (!std::strcmp(argv[i], "--z") && i + 1 < argc) {
       noise_z = std::atof(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--deadband") && i + 1 < argc) {
+      controller_defaults.deadband = std::atof(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--window") && i + 1 < argc) {
+      controller_defaults.throughput_window = static_cast<std::size_t>(std::atoll(argv[++i]));
+    } else if (!std::strcmp(argv[i], "--persist-rounds") && i + 1 < argc) {
+      controller_defaults.persist_rounds = static_cast<std::size_t>(std::atoll(argv[++i]));
+    } else if (!std::strcmp(argv[i], "--persist-gain") && i + 1 < argc) {
+      controller_defaults.persist_gain = std::atof(argv[++i]);
     } else if (file.empty() && argv[i][0] != '-') {
       file = argv[i];
     } else {
@@ -110,9 +130,16 @@ int main(int argc, char** argv) {
   if (file.empty() || seeds < 1 || interval < 1 || !(noise_z >= 0.0)) {
     std::fprintf(stderr,
                  "usage: %s [--seeds N] [--steps N] [--interval STEPS] [--z NOISE_Z >= 0] "
-                 "BASE.csv (a recorded "
+                 "[--deadband D] [--window N] [--persist-rounds N] [--persist-gain G] BASE.csv (a "
+                 "recorded "
                  "steady trace, e.g. tests/data/trace_clean.csv)\n",
                  argv[0]);
+    return 2;
+  }
+  try {
+    controller_defaults.validate();
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "%s\n", e.what());
     return 2;
   }
   std::ifstream in(file);
