@@ -36,7 +36,20 @@ std::vector<MemberMessage> ElasticMember::take_outbox() {
 // Messages
 
 void ElasticMember::on_rendezvous(const RendezvousOrder& order, Millis now) {
-  if (order.generation <= seen_generation_) return;  // a duplicate, or overtaken by a newer one
+  if (order.generation <= seen_generation_) {  // a duplicate, or overtaken by a newer one
+    // The scheduler repeats a generation's rendezvous only to members it has not seen sync in
+    // it. One whose part there already ended says so again: its report may have been lost (a
+    // partition), and the scheduler would take it for a member that never joined and stop it,
+    // though it may hold the only copy of the job's state (a newcomer synced from a leader
+    // that died since). [fix: elastic simulation seed 2537370]
+    if (order.generation == generation_ && phase_ == Phase::kIdle && !pending_ &&
+        ended_report_ && ended_report_->generation == generation_) {
+      MemberReport again = *ended_report_;
+      again.synced_generation = synced_generation_;
+      outbox_.push_back(std::move(again));
+    }
+    return;
+  }
   seen_generation_ = order.generation;
   pending_ = order;
   idle_since_ = now;  // the scheduler is there
@@ -301,6 +314,7 @@ void ElasticMember::report(MemberReport::Kind kind, const std::string& error,
   r.error = error;
   r.checksum = checksum;
   r.synced_generation = synced_generation_;
+  if (kind == MemberReport::Kind::kBroken || kind == MemberReport::Kind::kLeft) ended_report_ = r;
   outbox_.push_back(std::move(r));
 }
 

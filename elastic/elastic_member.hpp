@@ -213,6 +213,9 @@ class ElasticMember {
 
   std::optional<RendezvousOrder> pending_;  // the newest rendezvous not yet acted on
   std::int64_t seen_generation_ = 0;        // newest generation heard of
+  // The report that ended this member's part in `generation_` (kBroken or kLeft), said again
+  // when the scheduler repeats that generation's rendezvous (on_rendezvous).
+  std::optional<MemberReport> ended_report_;
   std::optional<PlanOrder> plan_;           // newest plan for the current generation
 
   std::int64_t generation_ = 0;

@@ -225,6 +225,43 @@ TEST(ElasticMember, OrdersThatDoNotFitTheirWorldAreRefused) {
   EXPECT_EQ(m.phase(), ElasticMember::Phase::kIdle);
 }
 
+// The scheduler repeats a rendezvous to members it has not seen sync in its generation. A
+// member whose part there already ended answers with that report again (the first may have
+// been lost to a partition): it says the member synced, so the scheduler keeps it as a holder
+// of the job's state instead of stopping it as one that never joined. A member still training
+// in the generation, or one that never reported its end, sends nothing.
+TEST(ElasticMember, ARepeatedRendezvousOfAGenerationItLeftGetsItsEndReportedAgain) {
+  ElasticMember m(options(), 0);
+  start(m, 1, 2, 0, 3);
+  const RendezvousOrder again{3, 1, 2, {8, 8}, 1, false};
+  m.take_outbox();
+  m.on_rendezvous(again, 5);
+  EXPECT_TRUE(sent<MemberReport>(m).empty()) << "training: nothing to say again";
+  ASSERT_TRUE(is<ControlAction>(m.next(10)));
+  m.control_done(false, "rank 0 process exited", {}, 10);
+  ASSERT_EQ(m.phase(), ElasticMember::Phase::kIdle);
+  const auto first = sent<MemberReport>(m);
+  ASSERT_EQ(first.size(), 1u);
+  ASSERT_EQ(first[0].kind, MemberReport::Kind::kBroken);
+  for (Millis now : {1000, 2000}) {
+    m.on_rendezvous(again, now);
+    EXPECT_TRUE(is<WaitAction>(m.next(now)));
+    const auto repeated = sent<MemberReport>(m);
+    ASSERT_EQ(repeated.size(), 1u) << "at " << now;
+    EXPECT_EQ(repeated[0].kind, MemberReport::Kind::kBroken);
+    EXPECT_EQ(repeated[0].generation, 3);
+    EXPECT_EQ(repeated[0].synced_generation, 3) << "the report says it synced there";
+    EXPECT_EQ(repeated[0].error, first[0].error);
+  }
+  // An older generation's rendezvous, arriving late, is not answered.
+  m.on_rendezvous({2, 0, 2, {8, 8}, 1, false}, 3000);
+  EXPECT_TRUE(sent<MemberReport>(m).empty());
+  // Nor is a repeat once a newer generation is pending.
+  m.on_rendezvous({4, 0, 1, {16}, 1, false}, 3100);
+  m.on_rendezvous(again, 3200);
+  EXPECT_TRUE(sent<MemberReport>(m).empty());
+}
+
 TEST(ElasticMember, DoneIsAReportResentUntilTheVerdict) {
   ElasticMember m(options(), 0);
   start(m, 1, 2);
