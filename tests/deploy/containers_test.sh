@@ -79,14 +79,18 @@ podman run -d --name "$tag-head" --hostname head --network "$tag" --ip "$head_ip
 head_up() { podman logs "$tag-head" 2>&1 | grep -q 'listening on'; }
 wait_for 60 "the head container did not start listening" head_up
 
-worker() {  # worker NAME LAST_OCTET
-  local ip="$net_prefix.$2"
-  start "$1" "$ip" worker --address "$head_ip:7070" --name "$1" --advertise-address "$ip" \
-    --cpus 1 --join-timeout-s 60
+worker() {  # worker NAME LAST_OCTET [ARGS...]
+  local name=$1 ip="$net_prefix.$2"
+  shift 2
+  start "$name" "$ip" worker --address "$head_ip:7070" --name "$name" --advertise-address "$ip" \
+    --cpus 1 --join-timeout-s 60 "$@"
 }
-worker w1 11
-worker w2 12
-worker w3 13
+# The first three emulate slow machines (each step's compute 50x as long): at full speed the
+# whole job takes about 3 s on a quiet machine, and it ended before w4's container had started.
+# w4 is a fast machine: once it joins, it takes most of each step's batch and the job ends soon.
+worker w1 11 --slowdown 50
+worker w2 12 --slowdown 50
+worker w3 13 --slowdown 50
 joined() { client status --address "$head_ip:7070" 2>/dev/null | grep -q "^$1 "; }
 for w in w1 w2 w3; do wait_for 60 "worker $w did not join" joined "$w"; done
 
