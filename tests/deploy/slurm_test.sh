@@ -92,12 +92,16 @@ slurmd -f "$SLURM_CONF"
 node_idle() { [ "$(sinfo --noheader --nodes="$node" --format=%T 2>/dev/null)" = idle ]; }
 wait_for 60 "the test's Slurm node never became idle" node_idle
 
-# A job long enough for a second worker to join while it runs.
-sed -e 's/^steps = .*/steps = 2500/' -e 's/^name = .*/name = "slurm-test"/' \
+# A job that lasts until a second worker joins: the allocation's own worker emulates a slow
+# machine (each step's compute 50x as long; at full speed the job's steps take a few ms each
+# and a join has only seconds to land), the second runs at full speed, takes most of each
+# step's batch once it joins, and the job then ends soon.
+sed -e 's/^steps = .*/steps = 400/' -e 's/^name = .*/name = "slurm-test"/' \
   "$src/examples/synthetic_quick.toml" >"$work/job.toml"
 export OMNILEARN="$build/bin/omnilearn"
 export OMNILEARN_RUN_ROOT="$work/cluster"
 export OMNILEARN_HEAD_ARGS="--heartbeat-interval-ms 200 --heartbeat-timeout-ms 1500"
+export OMNILEARN_WORKER_ARGS="--slowdown 50"
 cd "$work"
 jobid=$(sbatch --parsable --nodes=1 --output="$work/slurm-%j.out" \
   "$src/deploy/slurm/omnilearn.sbatch" "$work/job.toml")
