@@ -15,8 +15,10 @@ stands in for it, and nothing else in the pod templates changes:
 Each pod gets an IP from --prefix (head-like pods first); `podman kube play --ip` assigns it.
 Prints one line per pod, "pod NAME IP FILE KIND", in the order to start them (StatefulSets,
 Deployments, Jobs), and one per podman volume the pods make, "volume NAME".
+--slowdown POD=F (repeatable) adds `--slowdown F` to that pod's worker arguments: a pod that
+emulates a slow machine, for a test that needs the job to outlast a join.
 Usage: kube_pods.py MANIFEST_DIR OUT_DIR --prefix 10.89.1 --secret-dir DIR [--replicas N]
-       [--job-steps N]
+       [--job-steps N] [--slowdown POD=F ...]
 """
 import argparse
 import copy
@@ -37,7 +39,14 @@ def main():
     parser.add_argument("--secret-dir", required=True)
     parser.add_argument("--replicas", type=int)
     parser.add_argument("--job-steps", type=int)
+    parser.add_argument("--slowdown", action="append", default=[], metavar="POD=F")
     args = parser.parse_args()
+    slowdowns = {}
+    for item in args.slowdown:
+        pod, sep, factor = item.partition("=")
+        if not sep or not pod or not factor:
+            parser.error("--slowdown takes POD=F, got %r" % item)
+        slowdowns[pod] = factor
 
     docs = []
     for path in sorted(glob.glob(os.path.join(args.manifests, "*.yaml"))):
@@ -87,6 +96,9 @@ def main():
         if chosen:
             aliases.append({"ip": ips[chosen[0]], "hostnames": [service["metadata"]["name"]]})
 
+    unknown = sorted(set(slowdowns) - set(ips))
+    if unknown:
+        parser.error("--slowdown names no pod of the manifests: %s" % ", ".join(unknown))
     os.makedirs(args.out, exist_ok=True)
     for name, labels, spec, extra, kind in pods:
         spec["hostAliases"] = spec.get("hostAliases", []) + aliases
@@ -113,6 +125,8 @@ def main():
             for key in ("command", "args"):
                 if key in container:
                     container[key] = [expand(str(a), values) for a in container[key]]
+            if name in slowdowns and container.get("args", [None])[0] == "worker":
+                container["args"] += ["--slowdown", slowdowns[name]]
         pod = {"apiVersion": "v1", "kind": "Pod",
                "metadata": {"name": name, "labels": labels}, "spec": spec}
         path = os.path.join(args.out, name + ".yaml")

@@ -67,9 +67,13 @@ wait_for 30 "no cluster file from the key-making head" test -s "$work/secret/clu
 kill "$keys_pid"
 wait "$keys_pid" || true
 
+# The first two workers emulate slow machines (each step's compute 50x as long): at full speed
+# the job's steps take a few ms each, and it could end before the third pod had joined and the
+# first been drained. The third runs at full speed and takes most of each step's batch once it
+# joins; the job then ends soon after the drain.
 python3 "$src/tests/deploy/kube_pods.py" "$src/deploy/kubernetes" "$work/pods" \
-  --prefix "${subnet%.0/24}" --secret-dir "$work/secret" --job-steps 5000 --replicas 3 \
-  >"$work/pods.txt"
+  --prefix "${subnet%.0/24}" --secret-dir "$work/secret" --job-steps 600 --replicas 3 \
+  --slowdown omnilearn-worker-0=50 --slowdown omnilearn-worker-1=50 >"$work/pods.txt"
 pod_ip() { awk -v n="$1" '$1 == "pod" && $2 == n {print $3}' "$work/pods.txt"; }
 # The volumes the pods make (the head's claim, the ConfigMap's), removed at the end.
 mapfile -t volumes < <(awk '$1 == "volume" {print $2}' "$work/pods.txt" | sort -u)
@@ -106,6 +110,7 @@ run=$(run_dir)
 # Scale up: a third replica joins the running job.
 play omnilearn-worker-2
 wait_for 120 "the third worker did not join the job" generation_members "$run" omnilearn-worker-2
+step_at_join=$(trained_steps "$run")
 # Scale down: the pod's preStop hook, as the manifest has it, then the pod stops.
 pre_stop=$(python3 -c 'import sys, yaml
 for d in yaml.safe_load_all(open(sys.argv[1])):
@@ -118,6 +123,7 @@ status=0
 podman exec omnilearn-worker-0-worker "${pre_stop_argv[@]}" >"$work/prestop.log" 2>&1 || status=$?
 [ "$status" -eq 0 ] || { cat "$work/prestop.log"; fail "the preStop hook exited $status"; }
 grep -q '"event":"drain"' "$run/events.jsonl" || fail "no drain in the job's events after preStop"
+step_at_drain=$(trained_steps "$run")
 podman pod stop -t 30 omnilearn-worker-0 >/dev/null
 wait_for 120 "the job did not re-form without the drained worker" \
   generation_members "$run" omnilearn-worker-0 absent
@@ -129,4 +135,5 @@ status=$(podman wait omnilearn-submit-submit)
 lost=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("lost_steps", 0))' \
   "$run/summary.json")
 [ "$lost" = 0 ] || fail "the drained scale-down lost $lost steps"
-echo "kubernetes_test: job succeeded across a scale-up and a drained scale-down"
+echo "kubernetes_test: job succeeded across a scale-up (step $step_at_join) and a drained" \
+  "scale-down (step $step_at_drain)"
