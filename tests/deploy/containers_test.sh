@@ -86,8 +86,9 @@ worker() {  # worker NAME LAST_OCTET [ARGS...]
     --cpus 1 --join-timeout-s 60 "$@"
 }
 # The first three emulate slow machines (each step's compute 50x as long): at full speed the
-# whole job takes about 3 s on a quiet machine, and it ended before w4's container had started.
-# w4 is a fast machine: once it joins, it takes most of each step's batch and the job ends soon.
+# whole job takes about 3 s on a quiet machine, less than w4's container takes to start and
+# join. w4 is a fast machine: once it joins, it takes most of each step's batch and the job
+# ends soon.
 worker w1 11 --slowdown 50
 worker w2 12 --slowdown 50
 worker w3 13 --slowdown 50
