@@ -33,21 +33,19 @@ using namespace omnilearn::scheduler;
 namespace {
 
 // The settings the traces were recorded with (bench/scheduler/traces.py): interval 10,
-// cool-down 3, warm-up 6, min batch 8; the controller otherwise at its defaults.
-double noise_z = ControllerConfig{}.noise_z;
-// The deadband the traces were recorded with, and the settings given on the command line.
+// cool-down 3, warm-up 6, min batch 8, deadband 0.05; the controller otherwise at its
+// defaults, and then as the command line sets it.
 ControllerConfig recorded_settings() {
   ControllerConfig c;
   c.deadband = 0.05;
+  c.min_batch = 8;
   return c;
 }
-ControllerConfig controller_defaults = recorded_settings();
+ControllerConfig controller_settings = recorded_settings();
 
 ReplayConfig make(double noise, int seed, int interval) {
   ReplayConfig c;
-  c.controller = controller_defaults;
-  c.controller.noise_z = noise_z;
-  c.controller.min_batch = 8;
+  c.controller = controller_settings;
   c.rounds = ControlRoundsConfig{interval, 3, 6};
   c.step_noise = noise;
   c.seed = static_cast<std::uint64_t>(seed);
@@ -111,15 +109,15 @@ int main(int argc, char** argv) {
     } else if (!std::strcmp(argv[i], "--interval") && i + 1 < argc) {
       interval = std::atoi(argv[++i]);
     } else if (!std::strcmp(argv[i], "--z") && i + 1 < argc) {
-      noise_z = std::atof(argv[++i]);
+      controller_settings.noise_z = std::atof(argv[++i]);
     } else if (!std::strcmp(argv[i], "--deadband") && i + 1 < argc) {
-      controller_defaults.deadband = std::atof(argv[++i]);
+      controller_settings.deadband = std::atof(argv[++i]);
     } else if (!std::strcmp(argv[i], "--window") && i + 1 < argc) {
-      controller_defaults.throughput_window = static_cast<std::size_t>(std::atoll(argv[++i]));
+      controller_settings.throughput_window = static_cast<std::size_t>(std::atoll(argv[++i]));
     } else if (!std::strcmp(argv[i], "--persist-rounds") && i + 1 < argc) {
-      controller_defaults.persist_rounds = static_cast<std::size_t>(std::atoll(argv[++i]));
+      controller_settings.persist_rounds = static_cast<std::size_t>(std::atoll(argv[++i]));
     } else if (!std::strcmp(argv[i], "--persist-gain") && i + 1 < argc) {
-      controller_defaults.persist_gain = std::atof(argv[++i]);
+      controller_settings.persist_gain = std::atof(argv[++i]);
     } else if (file.empty() && argv[i][0] != '-') {
       file = argv[i];
     } else {
@@ -127,7 +125,7 @@ int main(int argc, char** argv) {
       break;
     }
   }
-  if (file.empty() || seeds < 1 || interval < 1 || !(noise_z >= 0.0)) {
+  if (file.empty() || seeds < 1 || interval < 1) {
     std::fprintf(stderr,
                  "usage: %s [--seeds N] [--steps N] [--interval STEPS] [--z NOISE_Z >= 0] "
                  "[--deadband D] [--window N] [--persist-rounds N] [--persist-gain G] BASE.csv (a "
@@ -137,7 +135,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    controller_defaults.validate();
+    controller_settings.validate();
   } catch (const std::invalid_argument& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return 2;
