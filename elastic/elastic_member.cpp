@@ -36,20 +36,27 @@ std::vector<MemberMessage> ElasticMember::take_outbox() {
 // Messages
 
 void ElasticMember::on_rendezvous(const RendezvousOrder& order, Millis now) {
-  if (order.generation <= seen_generation_) {  // a duplicate, or overtaken by a newer one
-    // The scheduler repeats a generation's rendezvous only to members it has not seen sync in
-    // it. One whose part there already ended says so again: its report may have been lost (a
-    // partition), and the scheduler would take it for a member that never joined and stop it,
-    // though it may hold the only copy of the job's state (a newcomer synced from a leader
-    // that died since). [fix: elastic simulation seed 2537370]
-    if (order.generation == generation_ && phase_ == Phase::kIdle && !pending_ &&
-        ended_report_ && ended_report_->generation == generation_) {
-      MemberReport again = *ended_report_;
-      again.synced_generation = synced_generation_;
-      outbox_.push_back(std::move(again));
-    }
-    return;
+  const bool repeated = order.generation <= seen_generation_;  // or overtaken by a newer one
+  // A member whose part in its generation already ended says so again when the scheduler
+  // asks in a way that shows it may not know:
+  // - it repeats that generation's rendezvous, which it does only to members it has not seen
+  //   sync there: the ending report may have been lost (a partition), and the scheduler would
+  //   take the member for one that never joined and stop it, though it may hold the only copy
+  //   of the job's state (a newcomer synced from a leader that died since) [fix: elastic
+  //   simulation seed 2537370];
+  // - a newer generation leaves it out: a restarted head asks every trainer for its committed
+  //   step that way, and a report sent while the old head was down is gone with it (a trainer
+  //   training in its generation reports when it leaves it). [fix: elastic simulation seed
+  //   6556624]
+  const bool ask_again = repeated ? order.generation == generation_ && !pending_
+                                  : order.rank < 0 && !order.leave;
+  if (ask_again && phase_ == Phase::kIdle && ended_report_ &&
+      ended_report_->generation == generation_) {
+    MemberReport again = *ended_report_;
+    again.synced_generation = synced_generation_;
+    outbox_.push_back(std::move(again));
   }
+  if (repeated) return;
   seen_generation_ = order.generation;
   pending_ = order;
   idle_since_ = now;  // the scheduler is there

@@ -262,6 +262,46 @@ TEST(ElasticMember, ARepeatedRendezvousOfAGenerationItLeftGetsItsEndReportedAgai
   EXPECT_TRUE(sent<MemberReport>(m).empty());
 }
 
+// A restarted head asks every trainer for its committed step with a generation that leaves
+// them all out. A trainer whose generation broke while the old head was down sent its report
+// into the void; it answers with that report again, which says it synced there and at which
+// step. A drain (leave) or a generation it takes part in asks nothing of the kind.
+TEST(ElasticMember, AGenerationThatLeavesItOutGetsTheEndOfItsLastOneReportedAgain) {
+  auto broken_in_4 = [](ElasticMember& m) {
+    start(m, 1, 2, 0, 4);
+    m.take_outbox();
+    ASSERT_TRUE(is<ControlAction>(m.next(10)));
+    m.control_done(false, "rank 0 process exited", {}, 10);
+    ASSERT_EQ(sent<MemberReport>(m).size(), 1u);
+  };
+  ElasticMember drained(options(), 0);
+  broken_in_4(drained);
+  drained.on_rendezvous({5, -1, 0, {}, 0, true}, 2000);
+  EXPECT_TRUE(sent<MemberReport>(drained).empty()) << "a drain: its done says where it stopped";
+
+  ElasticMember m(options(), 0);
+  broken_in_4(m);
+  m.on_rendezvous({5, -1, 0, {}, 0, false}, 2000);
+  const auto repeated = sent<MemberReport>(m);
+  ASSERT_EQ(repeated.size(), 1u);
+  EXPECT_EQ(repeated[0].kind, MemberReport::Kind::kBroken);
+  EXPECT_EQ(repeated[0].generation, 4);
+  EXPECT_EQ(repeated[0].synced_generation, 4);
+  EXPECT_TRUE(is<WaitAction>(m.next(2000)));
+  EXPECT_TRUE(sent<MemberReport>(m).empty());
+  // A generation it is in: it joins, nothing is said again.
+  m.on_rendezvous({6, 0, 1, {16}, 1, false}, 3000);
+  EXPECT_TRUE(sent<MemberReport>(m).empty());
+  ASSERT_TRUE(is<JoinAction>(m.next(3000)));
+
+  // A trainer still training reports when it leaves at the step boundary, once.
+  ElasticMember leader(options(), 0);
+  start(leader, 0, 1, 0, 4);
+  leader.take_outbox();
+  leader.on_rendezvous({5, -1, 0, {}, 0, false}, 100);
+  EXPECT_TRUE(sent<MemberReport>(leader).empty()) << "training: it reports when it leaves";
+}
+
 TEST(ElasticMember, DoneIsAReportResentUntilTheVerdict) {
   ElasticMember m(options(), 0);
   start(m, 1, 2);
