@@ -214,7 +214,8 @@ class ElasticMember {
   std::optional<RendezvousOrder> pending_;  // the newest rendezvous not yet acted on
   std::int64_t seen_generation_ = 0;        // newest generation heard of
   // The report that ended this member's part in `generation_` (kBroken or kLeft), said again
-  // when the scheduler repeats that generation's rendezvous (on_rendezvous).
+  // while it idles when the scheduler repeats that generation's rendezvous or announces a newer
+  // one that leaves it out (on_rendezvous): either shows the report may have been lost.
   std::optional<MemberReport> ended_report_;
   std::optional<PlanOrder> plan_;           // newest plan for the current generation
 
