@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <regex>
 #include <stdexcept>
@@ -186,8 +187,30 @@ std::size_t ClusterStatus::count(const std::string& state) const {
   }));
 }
 
+namespace {
+
+// A head keeps its state in head-<port> beside the cluster file unless told otherwise. Every
+// head of one test program shares that file, so a later cluster whose head got a port an
+// earlier one used would restore that head's nodes and jobs: each cluster gets a folder of its
+// own instead (kept across restart_head), unless the test chose a store itself.
+HeadOptions with_own_state(HeadOptions head) {
+  const auto& args = head.extra_args;
+  const bool chosen = std::any_of(args.begin(), args.end(), [](const std::string& a) {
+    return a.rfind("--state-dir", 0) == 0 || a.rfind("--store", 0) == 0;
+  });
+  if (chosen) return head;
+  static std::atomic<int> clusters{0};
+  const auto dir = test_cluster_dir().path() / ("cluster-" + std::to_string(++clusters) + "-state");
+  head.extra_args.push_back("--state-dir");
+  head.extra_args.push_back(dir.string());
+  return head;
+}
+
+}  // namespace
+
 TestCluster::TestCluster(HeadOptions head)
-    : head_options_(std::move(head)), head_(std::make_unique<HeadProcess>(head_options_)) {
+    : head_options_(with_own_state(std::move(head))),
+      head_(std::make_unique<HeadProcess>(head_options_)) {
   address_ = head_->address();
   head_options_.port = head_->port();  // a restarted head comes back on the same port
 }
