@@ -622,7 +622,12 @@ void SchedulerActor::on_report(const TrainerReport& report) {
   if (report.rank == 0 && report.generation != job_.generation()) {
     // A superseded generation's leader committed this step before its lease ran out. It counts
     // for nothing here, but it is written down: tests check that no step number is committed by
-    // two generations (no split brain).
+    // two generations (no split brain). A leader's reports come in order, so one at or below
+    // the last written for its generation, as either kind, is a copy (a leader whose done went
+    // unanswered sends its last report again).
+    auto [last, fresh] = last_step_written_.try_emplace(report.generation, report.step);
+    if (!fresh && report.step <= last->second) return;
+    last->second = report.step;
     ++superseded_steps_;
     recorder_.record(RunEvent(EventKind::kSupersededStep, Json{{"trainer", report.trainer},
                                                               {"generation", report.generation},
@@ -638,6 +643,7 @@ void SchedulerActor::on_report(const TrainerReport& report) {
     return;
   }
   step_ = report.step;
+  last_step_written_[report.generation] = report.step;
   epoch_ = report.epoch;
   loss_ = report.loss;
   const auto& members = job_.members();

@@ -162,6 +162,8 @@ class SchedulerActor : public runtime::Actor {
   std::string last_trainer_error_;       // the last training error a trainer reported
   std::string reason_;                   // the job's end, as written in the summary
   std::int64_t superseded_steps_ = 0;    // steps a superseded leader reported (see on_report)
+  // Generation -> the last step written for it (`step` or `superseded_step`; see on_report).
+  std::map<std::int64_t, std::int64_t> last_step_written_;
   std::string last_lease_refusal_;       // trainer/generation/reason of the last one written
   std::vector<std::string> membership_log_;
 

@@ -499,6 +499,23 @@ class TrainingLoop {
     std::_Exit(0);
   }
 
+  // Fault injection for the end-to-end tests (tests/integration/job_leader_faults_test.cpp):
+  // with OMNILEARN_FAULT_LOSE_FINAL_REPORT=FILE, the first leader to report the job's last step
+  // (the one that creates FILE) sends neither that report nor its first done to the scheduler,
+  // as when the head is killed as they arrive. True when this report is to be lost.
+  bool lose_final_report_if_asked(const TrainerReport& report) {
+    if (total_steps_ <= 0 || report.step != total_steps_) return false;
+    const char* marker = std::getenv("OMNILEARN_FAULT_LOSE_FINAL_REPORT");
+    if (!marker || !*marker) return false;
+    const int fd = ::open(marker, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
+    if (fd < 0) return false;
+    ::close(fd);
+    spdlog::warn("trainer {}: fault injection: the report of step {} is lost", args_.trainer,
+                 report.step);
+    losing_final_report_ = true;
+    return true;
+  }
+
   void after_step(std::int32_t rank) {
     eval_accuracy_ = eval_loss_ = -1;
     if (eval_every_ > 0 && last_.step % eval_every_ == 0 && last_.step < total_steps_) {
@@ -568,7 +585,10 @@ class TrainingLoop {
             }
             // Every step to the agent (heartbeat counters); the leader's to the scheduler.
             system_.tell(runtime::ActorAddress{args_.agent, kAgentActor}, r);
-            if (report->rank == 0) system_.tell(scheduler, r);
+            if (report->rank == 0) {
+              if (!lose_final_report_if_asked(r)) system_.tell(scheduler, r);
+              last_leader_report_ = r;
+            }
             break;
         }
       } else if (const auto* ask = std::get_if<proto::LeaseAsk>(&message)) {
@@ -588,6 +608,23 @@ class TrainingLoop {
           d.test_accuracy = final_accuracy_;
           d.test_loss = final_loss_;
           d.checkpoint = final_checkpoint_;
+        }
+        const bool again = last_done_ && last_done_->generation == done->generation &&
+                           last_done_->step == done->step && last_done_->outcome == done->outcome;
+        last_done_ = *done;
+        if (!again && losing_final_report_) {
+          spdlog::warn("trainer {}: fault injection: its first done is lost", args_.trainer);
+          continue;
+        }
+        // A done sent again was not answered: the head may have died, and with it the
+        // leader's report of the same step, which is told, not asked (or a restarted head
+        // received it before it had restored the job). Without it the job's last step would
+        // have no `step` event though the done ends the job at that step, so the report goes
+        // again first; the scheduler ignores a copy of a step it has.
+        if (again && done->rank == 0 && last_leader_report_ &&
+            last_leader_report_->generation == done->generation &&
+            last_leader_report_->step == done->step) {
+          system_.tell(scheduler, *last_leader_report_);
         }
         // Asked, not told: if the process exits next, the message must have left first.
         pending_.push_back(system_.ask(scheduler, d, std::chrono::seconds(2)));
@@ -669,6 +706,9 @@ class TrainingLoop {
   double checksum_ = 0;
   double final_accuracy_ = -1, final_loss_ = -1;
   std::string final_checkpoint_;
+  std::optional<TrainerReport> last_leader_report_;  // sent again with a done (see send)
+  std::optional<proto::MemberDone> last_done_;       // the last done sent
+  bool losing_final_report_ = false;                 // lose_final_report_if_asked injected
   std::deque<std::future<runtime::AskResult>> pending_;
 };
 

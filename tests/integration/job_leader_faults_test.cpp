@@ -4,7 +4,9 @@
 // - rank 0's agent frozen while its trainer ran gave two generations committing at once (split
 //   brain), then a job that never ended;
 // - the second of two jobs waited 60 s for trainer names the first had used;
-// - a leader that exits without its TrainerDone.
+// - a leader that exits without its TrainerDone;
+// - a leader whose report of the last step and first done are lost (the head killed as they
+//   arrive): the job ended without a `step` event for its last step.
 // The deterministic simulation (tests/elastic/elastic_simulation_test.cpp) covers the rest of
 // the fault matrix; these check that the actors carry the protocol out. The faulted jobs run in
 // float64 and end with a calm run's parameters (CalmRun).
@@ -200,6 +202,38 @@ TEST_F(JobLeaderFaults, ALeaderThatExitsWithoutItsDoneStillEndsTheJob) {
   }
   EXPECT_TRUE(found) << status.out;
   EXPECT_FALSE(events_named(run.events(), "trainer_gone").empty());
+  const std::vector<ProcessInfo> left = job_processes_left(run.id(), 20s);
+  EXPECT_TRUE(left.empty()) << describe(left);
+}
+
+TEST_F(JobLeaderFaults, ALeaderWhoseLastReportIsLostStillLogsTheLastStep) {
+  scratch_ = std::make_unique<ScratchDir>("lose-final-report");
+  const auto marker = scratch_->path() / "report-lost";
+  ::setenv("OMNILEARN_FAULT_LOSE_FINAL_REPORT", marker.c_str(), 1);
+  auto& cluster = start_cluster();
+  for (const auto* worker : {"w1", "w2"}) start_worker(worker);
+  ::unsetenv("OMNILEARN_FAULT_LOSE_FINAL_REPORT");
+  for (const auto* worker : {"w1", "w2"}) {
+    ASSERT_TRUE(cluster.wait_worker_joined(worker, 15s)) << cluster.worker(worker).describe();
+  }
+  constexpr std::int64_t kLast = 40;
+  const std::string job = synthetic_elastic_job("lose-final-report", kLast, 67, "float64");
+  JobRun run(cluster, scratch_->write("job.toml", job), scratch_->path() / "run");
+  auto summary = run.wait_finished(90s);
+  ASSERT_TRUE(summary) << run.describe();
+  SCOPED_TRACE(summary->dump(2));
+  EXPECT_TRUE(std::filesystem::exists(marker)) << "the fault was not injected";
+  EXPECT_EQ(summary->at("status"), "succeeded");
+  EXPECT_EQ(summary->at("steps"), kLast);
+  // The report came again with the leader's second done: the last step has its event, once,
+  // with the loss and the plan the leader reported, and no step was taken for a superseded one.
+  const auto steps = events_named(run.events(), "step");
+  ASSERT_FALSE(steps.empty()) << run.describe();
+  EXPECT_EQ(steps.back().at("step"), kLast) << steps.back();
+  EXPECT_TRUE(steps.back().contains("loss")) << steps.back();
+  EXPECT_EQ(steps.back().at("batches").size(), 2u) << steps.back();
+  EXPECT_TRUE(events_named(run.events(), "superseded_step").empty());
+  expect_no_split_brain(run.events(), kLast);
   const std::vector<ProcessInfo> left = job_processes_left(run.id(), 20s);
   EXPECT_TRUE(left.empty()) << describe(left);
 }
