@@ -1148,6 +1148,24 @@ void ElasticJob::report(const std::string& trainer, const MemberReport& r, Milli
   if (r.kind == MemberReport::Kind::kLeft || r.kind == MemberReport::Kind::kBroken) {
     t->left_generation = std::max(t->left_generation, r.generation);
   }
+  // It synced in a generation before the last resume from a checkpoint, and has synced in
+  // none since: it holds a state of the timeline given up. A resume stops every trainer it
+  // knows synced; this one's sync it learns only now (a trainer taken for fresh that was
+  // still joining an older generation, whose group then formed). Kept, it counted as a holder
+  // (synced after the last lease's generation, with at least the checkpoint's step), led the
+  // next generation and its sync adopted the given-up steps. [fix: elastic simulation seed
+  // 7296869]
+  if (!finished_ && t->view.phase != Phase::kGone && t->synced_generation >= 0 &&
+      t->synced_generation < resumed_generation_) {
+    trainer_gone(trainer,
+                 "synced in generation " + std::to_string(t->synced_generation) +
+                     ": holds a state of the timeline given up when generation " +
+                     std::to_string(resumed_generation_) + " resumed from a checkpoint",
+                 now, true);
+    maybe_regroup("trainer " + trainer + " holds a state of the timeline given up", now);
+    place_trainers(now);
+    return;
+  }
   if (t->view.phase == Phase::kGone && t->heard_since_write_off && !t->deferred_stop.empty()) {
     maybe_regroup("trainer " + trainer + " answered again", now);
     return;

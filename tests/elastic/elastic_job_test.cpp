@@ -816,6 +816,83 @@ TEST(ElasticJob, AResumeFromACheckpointStopsAWrittenOffHolder) {
   EXPECT_EQ(job.committed_step(), 10);
 }
 
+// A trainer taken for fresh when the job resumed (the head knew of no sync of it) may still
+// have been joining an older generation whose group then formed: its report that it synced
+// there comes after the resume. It holds a state of the timeline given up, so it is stopped
+// and replaced, as the resume stops every trainer it knows synced; kept, it counted as a
+// holder and led the next generation, whose sync adopted the given-up steps. [elastic
+// simulation seed 7296869]
+TEST(ElasticJob, ATrainerWhoseSyncBeforeAResumeIsLearnedLateIsStopped) {
+  ElasticJobOptions o = job_options(2, 2, 100);
+  ElasticJob job = started_job(o, 2);
+  auto spawns = commands_of<SpawnCommand>(job);
+  ASSERT_EQ(spawns.size(), 2u);
+  for (const auto& s : spawns) job.hello(s.trainer, 10);
+  const auto g1_members = job.members();
+  ASSERT_EQ(g1_members.size(), 2u);
+  const std::int64_t g1 = job.generation();
+  for (std::int32_t r = 0; r < 2; ++r) {
+    job.report(g1_members[static_cast<std::size_t>(r)],
+               {MemberReport::Kind::kSynced, g1, r, 0, "", 0, g1}, 20);
+  }
+  job.lease_request(g1_members[0], {g1, 1, 0}, 20);
+  job.report(g1_members[0], {MemberReport::Kind::kStep, g1, 0, 10, "", 0, g1}, 30);
+  job.checkpoint_written({10, "ckpt/step-00000010.pt", "w1", true}, 30);
+  job.report(g1_members[0], {MemberReport::Kind::kStep, g1, 0, 12, "", 0, g1}, 40);
+  job.take_commands();
+  // The follower dies; its replacement joins the leader in a new generation, which has not
+  // synced when the leader's node goes too.
+  const std::string leader = g1_members[0], follower = g1_members[1];
+  job.trainer_exited(follower, 137, "killed by signal 9", 100);
+  spawns = commands_of<SpawnCommand>(job);
+  ASSERT_EQ(spawns.size(), 1u);
+  const std::string joiner = spawns[0].trainer;
+  job.hello(joiner, 200);
+  const std::int64_t g_joined = job.generation();
+  ASSERT_EQ(job.members(), (std::vector<std::string>{leader, joiner}));
+  job.take_commands();
+  job.trainer_exited(leader, 137, "killed by signal 9", 300);
+  spawns = commands_of<SpawnCommand>(job);
+  ASSERT_EQ(spawns.size(), 1u);
+  job.hello(spawns[0].trainer, 400);
+  job.take_commands();
+  // No trainer the job knows of holds its state: it resumes, the joiner taken for fresh.
+  ASSERT_EQ(job.resumed_generation(), job.generation()) << job.reason();
+  ASSERT_EQ(job.committed_step(), 10);
+  // The joiner's group formed after all (the leader, frozen, thawed and joined it) and synced
+  // at the leader's step 12, of the timeline given up.
+  job.report(joiner, {MemberReport::Kind::kSynced, g_joined, 1, 12, "", 0, g_joined}, 500);
+  std::vector<StopCommand> stops;
+  std::vector<std::string> replacements;
+  for (auto& c : job.take_commands()) {
+    if (auto* stop = std::get_if<StopCommand>(&c)) stops.push_back(*stop);
+    if (auto* spawn = std::get_if<SpawnCommand>(&c)) replacements.push_back(spawn->trainer);
+  }
+  ASSERT_EQ(stops.size(), 1u);
+  EXPECT_EQ(stops[0].trainer, joiner);
+  EXPECT_EQ(replacements.size(), 1u) << "it is replaced";
+  EXPECT_NE(stops[0].reason.find("timeline given up"), std::string::npos) << stops[0].reason;
+  EXPECT_EQ(job.trainers().at(joiner).phase, ElasticJob::Phase::kGone);
+  EXPECT_EQ(job.committed_step(), 10);
+  // Its replacement and the other fresh trainer resume from the checkpoint again.
+  for (const auto& name : replacements) job.hello(name, 600);
+  int resumed_orders = 0;
+  for (Millis now = 600; now < 3000; now += 100) {
+    job.tick(now);
+    for (auto& c : job.take_commands()) {
+      if (auto* spawn = std::get_if<SpawnCommand>(&c)) job.hello(spawn->trainer, now);
+      if (auto* rv = std::get_if<RendezvousCommand>(&c); rv && rv->order.rank >= 0) {
+        EXPECT_NE(rv->trainer, joiner);
+        EXPECT_EQ(rv->order.checkpoint_step, 10) << "generation " << rv->order.generation;
+        ++resumed_orders;
+      }
+    }
+  }
+  EXPECT_GE(resumed_orders, 2);
+  EXPECT_EQ(job.resumed_generation(), job.generation()) << job.reason();
+  EXPECT_EQ(job.members().size(), 2u);
+}
+
 // A checkpoint on a node's own disk ([checkpoint] shared = false) can be loaded only by a
 // trainer on that node: it leads the resumed generation, whoever said hello first.
 // A member whose collective failed in the last generation that trained commits nothing more
