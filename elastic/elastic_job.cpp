@@ -284,8 +284,14 @@ void ElasticJob::tick(Millis now) {
       // A member holding the job's committed state is kept for the retry: writing off every
       // holder (one lost rendezvous fails the join for all) would lose committed steps for
       // good. A holder that really is stuck makes the job fail after its grace period instead.
-      // [fix: elastic simulation seed 28]
-      if (t.synced_generation != generation_ && !(lease_generation_ > 0 && holds_state(name))) {
+      // [fix: elastic simulation seed 28] A holder in the wide sense, as for a missed probe
+      // (write_off_unreachable): a survivor of the last generation that trained whose last
+      // reports were lost (a partition), or whose heartbeats stopped a step behind its
+      // leader's reports (frozen), looks behind the job's step though it holds it. Written off
+      // and stopped as a non-holder, it took the job's only copy of the state with it, and the
+      // job failed. [fix: elastic simulation seeds 8818504, 8252338]
+      const bool holder = holds_state(name) || may_hold_state(name);
+      if (t.synced_generation != generation_ && !(lease_generation_ > 0 && holder)) {
         trainer_gone(name, "did not join generation " + std::to_string(generation_) + " in time",
                      now, true);
       } else {

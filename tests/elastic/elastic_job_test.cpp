@@ -1100,6 +1100,127 @@ TEST(ElasticJob, AFollowerThatMayHoldTheStateIsNotWrittenOffWhenItIsTheLast) {
   EXPECT_EQ(job.resumed_generation(), 0) << "no step lost to the checkpoint";
 }
 
+// A follower frozen right after the first generation committed step 12 (its heartbeats last
+// said 11) is a member of the next generation, which a dead leader keeps from forming. At the
+// formation timeout it is kept like the leader, not stopped for not joining: should the leader
+// be gone, the frozen follower that thaws holds the only copy of the state. Stopped, it took
+// that copy with it and the job failed. [elastic simulation seed 8252338]
+TEST(ElasticJob, AFollowerBehindInItsHeartbeatsIsKeptAfterAFailedFormation) {
+  ElasticJobOptions o = job_options(3, 3, 100);
+  ElasticJob job = started_job(o, 3);
+  for (const auto& s : commands_of<SpawnCommand>(job)) ASSERT_TRUE(job.hello(s.trainer, 1));
+  const std::vector<std::string> first = job.members();
+  ASSERT_EQ(first.size(), 3u);
+  const std::int64_t g1 = job.generation();
+  for (std::int32_t r = 0; r < 3; ++r) {
+    job.report(first[static_cast<size_t>(r)], {MemberReport::Kind::kSynced, g1, r, 0, "", 0}, 2);
+  }
+  job.lease_request(first[0], {g1, 1, 0}, 2);
+  const std::string leader = first[0], killed = first[1], frozen = first[2];
+  job.report(leader, {MemberReport::Kind::kStep, g1, 0, 12, "", 0}, 50);
+  job.progress(killed, 12);
+  job.progress(frozen, 11);  // its heartbeats stopped a step behind the leader's report
+  job.take_commands();
+  job.trainer_exited(killed, 137, "killed by signal 9", 100);
+  const auto spawns = commands_of<SpawnCommand>(job);
+  ASSERT_EQ(spawns.size(), 1u);
+  ASSERT_TRUE(job.hello(spawns[0].trainer, 200));
+  const std::int64_t formed = job.generation();
+  ASSERT_EQ(job.members().size(), 3u) << job.reason();
+  EXPECT_EQ(job.members()[0], leader);
+  job.take_commands();
+  // Nobody syncs: the leader died (its machine too: no exit report), the follower is frozen.
+  job.tick(201 + o.form_timeout);
+  std::set<std::string> stopped, probed, placed;
+  for (auto& c : job.take_commands()) {
+    if (auto* stop = std::get_if<StopCommand>(&c)) stopped.insert(stop->trainer);
+    if (auto* probe = std::get_if<ProbeCommand>(&c)) probed.insert(probe->trainer);
+    if (auto* spawn = std::get_if<SpawnCommand>(&c)) placed.insert(spawn->trainer);
+  }
+  EXPECT_FALSE(stopped.count(frozen)) << "it may hold step 12";
+  EXPECT_NE(job.trainers().at(frozen).phase, ElasticJob::Phase::kGone);
+  EXPECT_TRUE(probed.count(frozen));
+  EXPECT_TRUE(stopped.count(spawns[0].trainer)) << "the newcomer never synced and holds nothing";
+  // The leader's death is proven; the follower thaws and says where its group broke: it leads.
+  job.probe_result(leader, formed, false, "peer unreachable", 300 + o.form_timeout, true);
+  job.report(frozen, {MemberReport::Kind::kBroken, g1, 2, 12, "process group broken", 0, g1},
+             400 + o.form_timeout);
+  for (const auto& name : placed) job.hello(name, 400 + o.form_timeout);
+  for (Millis now = 400 + o.form_timeout; now < 20000 + o.form_timeout; now += 100) {
+    job.tick(now);
+    for (const auto& spawn : commands_of<SpawnCommand>(job)) job.hello(spawn.trainer, now);
+    if (job.generation() > formed && job.members().size() == 3u) break;
+  }
+  ASSERT_EQ(job.members().size(), 3u) << job.reason();
+  ASSERT_GT(job.generation(), formed);
+  EXPECT_EQ(job.members()[0], frozen);
+  EXPECT_EQ(job.committed_step(), 12);
+  EXPECT_FALSE(job.finished()) << job.reason();
+}
+
+// A follower cut off from the head (a partition) when its leader died: its broken report is
+// lost and its heartbeats lag, so the head knows it only as a survivor of the last generation
+// that trained with fewer steps than the job's. The next generation, led by the other
+// survivor, does not form in time (that one's node died unseen, and the rendezvous to the cut
+// off follower was lost). The follower may hold the state, and is the only one left that
+// does: it is kept for the retry and asked whether it is there, not stopped as one that did
+// not join; once the partition heals it reports the job's step and leads. Stopped, it took
+// the job's only copy of the state with it and the job failed. [elastic simulation seed
+// 8818504]
+TEST(ElasticJob, AFollowerThatMayHoldTheStateIsKeptAfterAFailedFormation) {
+  ElasticJobOptions o = job_options(3, 3, 100);
+  ElasticJob job = started_job(o, 4);
+  for (const auto& s : commands_of<SpawnCommand>(job)) ASSERT_TRUE(job.hello(s.trainer, 1));
+  const std::vector<std::string> g1_members = job.members();
+  ASSERT_EQ(g1_members.size(), 3u);
+  const std::int64_t g1 = job.generation();
+  for (std::int32_t r = 0; r < 3; ++r) {
+    job.report(g1_members[static_cast<size_t>(r)], {MemberReport::Kind::kSynced, g1, r, 0, "", 0},
+               2);
+  }
+  job.lease_request(g1_members[0], {g1, 1, 0}, 2);
+  job.report(g1_members[0], {MemberReport::Kind::kStep, g1, 0, 9, "", 0}, 50);
+  job.take_commands();
+  const std::string leader = g1_members[0], survivor = g1_members[1], cut_off = g1_members[2];
+  // The leader is killed; the survivor says so, the cut-off follower's report is lost.
+  job.trainer_exited(leader, 137, "killed by signal 9", 100);
+  job.report(survivor, {MemberReport::Kind::kBroken, g1, 1, 9, "peer exited", 0, g1}, 110);
+  std::string replacement;
+  for (const auto& s : commands_of<SpawnCommand>(job)) replacement = s.trainer;
+  ASSERT_FALSE(replacement.empty());
+  ASSERT_TRUE(job.hello(replacement, 300));
+  job.tick(300);
+  const std::int64_t formed = job.generation();
+  ASSERT_EQ(job.members().size(), 3u) << job.reason();
+  ASSERT_EQ(job.members()[0], survivor);
+  // The survivor's node dies unseen; nobody syncs in the generation.
+  job.take_commands();
+  job.tick(301 + o.form_timeout);
+  for (const auto& stop : commands_of<StopCommand>(job)) {
+    EXPECT_NE(stop.trainer, cut_off) << "stopped: " << stop.reason;
+  }
+  ASSERT_NE(job.trainers().at(cut_off).phase, ElasticJob::Phase::kGone);
+  // The survivor's node is declared dead; the partition heals and the follower reports where
+  // it stopped (said again on the next rendezvous), and leads.
+  job.node_down(job.trainers().at(survivor).node, "no heartbeat", 400 + o.form_timeout);
+  job.report(cut_off, {MemberReport::Kind::kBroken, g1, 2, 9, "peer exited", 0, g1},
+             500 + o.form_timeout);
+  for (Millis now = 500 + o.form_timeout; now < 10000 + o.form_timeout; now += 100) {
+    job.tick(now);
+    std::vector<std::string> starting;
+    for (const auto& [name, v] : job.trainers()) {
+      if (v.phase == ElasticJob::Phase::kSpawning) starting.push_back(name);
+    }
+    for (const auto& name : starting) job.hello(name, now);
+    job.take_commands();
+    if (job.generation() > formed && !job.members().empty()) break;
+  }
+  ASSERT_FALSE(job.finished()) << job.reason();
+  ASSERT_FALSE(job.members().empty()) << job.reason();
+  EXPECT_EQ(job.members()[0], cut_off);
+  EXPECT_EQ(job.committed_step(), 9);
+}
+
 // The checkpoint lies on a node that was down while the job replaced its dead trainers
 // elsewhere, up to max_workers. Once that node is back, a replacement that holds nothing
 // makes room for a trainer there, which loads the checkpoint and leads; the job does not wait
