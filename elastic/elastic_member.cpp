@@ -172,7 +172,14 @@ MemberAction ElasticMember::idle(Millis now) {
         stop_reason_ = "drained";
         return ExitAction{exit_code_, stop_reason_};
       }
-      // Not in this generation: a report of an older one means nothing now.
+      // Not in this generation: a report of an older one means nothing now. A member that
+      // finished its part says where it stopped instead, as a training member leaving its
+      // generation does (kLeft): a restarted head asks every trainer for its committed step
+      // this way, and the done it sent (which names no sync) may have gone to the dead head.
+      // Silent, a follower that synced after the head's snapshot, the last holder of the
+      // job's state, was not counted and the job failed. [fix: elastic simulation seed
+      // 8979270]
+      if (phase_ == Phase::kFinished) report(MemberReport::Kind::kLeft);
       done_.reset();
       phase_ = Phase::kIdle;
     } else if (order.rank >= order.world || !fits(order.batches, order.world)) {

@@ -302,6 +302,55 @@ TEST(ElasticMember, AGenerationThatLeavesItOutGetsTheEndOfItsLastOneReportedAgai
   EXPECT_TRUE(sent<MemberReport>(leader).empty()) << "training: it reports when it leaves";
 }
 
+// A follower that finished (its done sent, waiting for the verdict) and is then left out of a
+// newer generation says where it stopped, as a training member leaving does: a restarted head
+// asks that way, its done may have gone to the dead head, and a done names no sync. Silent, it
+// was not counted as holding the job's state although it was the last trainer that did, and
+// the job failed. [elastic simulation seed 8979270]
+TEST(ElasticMember, AFinishedMemberLeftOutOfANewerGenerationReportsWhereItStopped) {
+  auto finished_in_4 = [](ElasticMember& m) {
+    start(m, 1, 2, 0, 4);
+    ASSERT_TRUE(is<ControlAction>(m.next(0)));
+    m.control_done(true, "", {kContinue, 4, 1, 8, 8}, 0);
+    for (int s = 1; s <= 3; ++s) {
+      ASSERT_TRUE(is<StepAction>(m.next(s)));
+      m.exchanged(true, "", {kContinue, 4, 1, 8, 8}, s);
+      ASSERT_TRUE(is<CommitAction>(m.next(s)));
+      m.step_done(true, "", s, s);
+    }
+    ASSERT_TRUE(is<WaitAction>(m.next(10)));
+    m.take_outbox();
+    ASSERT_EQ(m.phase(), ElasticMember::Phase::kFinished);
+  };
+  ElasticMember m(options(), 0);
+  finished_in_4(m);
+  m.on_rendezvous({5, -1, 0, {}, 0, false}, 2000);
+  EXPECT_TRUE(is<WaitAction>(m.next(2000)));
+  const auto left = sent<MemberReport>(m);
+  ASSERT_EQ(left.size(), 1u);
+  EXPECT_EQ(left[0].kind, MemberReport::Kind::kLeft);
+  EXPECT_EQ(left[0].generation, 4);
+  EXPECT_EQ(left[0].rank, 1);
+  EXPECT_EQ(left[0].step, 3);
+  EXPECT_EQ(left[0].synced_generation, 4);
+  EXPECT_EQ(m.phase(), ElasticMember::Phase::kIdle);
+  EXPECT_TRUE(is<WaitAction>(m.next(5000)));
+  EXPECT_TRUE(m.take_outbox().empty()) << "its done means nothing now: not resent";
+  // Asked again by a later restarted head: said again.
+  m.on_rendezvous({6, -1, 0, {}, 0, false}, 6000);
+  const auto again = sent<MemberReport>(m);
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].kind, MemberReport::Kind::kLeft);
+  EXPECT_EQ(again[0].step, 3);
+
+  // Drained instead: its done says where it stopped.
+  ElasticMember drained(options(), 0);
+  finished_in_4(drained);
+  drained.on_rendezvous({5, -1, 0, {}, 0, true}, 2000);
+  EXPECT_TRUE(is<ExitAction>(drained.next(2000)));
+  EXPECT_TRUE(sent<MemberReport>(drained).empty());
+}
+
 TEST(ElasticMember, DoneIsAReportResentUntilTheVerdict) {
   ElasticMember m(options(), 0);
   start(m, 1, 2);
