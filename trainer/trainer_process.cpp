@@ -614,6 +614,7 @@ class TrainingLoop {
         last_done_ = *done;
         if (!again && losing_final_report_) {
           spdlog::warn("trainer {}: fault injection: its first done is lost", args_.trainer);
+          losing_final_report_ = false;
           continue;
         }
         // A done sent again was not answered: the head may have died, and with it the
@@ -708,7 +709,7 @@ class TrainingLoop {
   std::string final_checkpoint_;
   std::optional<TrainerReport> last_leader_report_;  // sent again with a done (see send)
   std::optional<proto::MemberDone> last_done_;       // the last done sent
-  bool losing_final_report_ = false;                 // lose_final_report_if_asked injected
+  bool losing_final_report_ = false;                 // its next first done is lost (injected)
   std::deque<std::future<runtime::AskResult>> pending_;
 };
 
