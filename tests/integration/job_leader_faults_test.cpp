@@ -77,6 +77,19 @@ class JobLeaderFaults : public JobTest {
     return trainer_nodes(run_->events()).at(leader);
   }
 
+  // A cluster of two workers whose trainers inherit `variable` = `marker` (a fault injection
+  // of trainer/trainer_process.cpp that the first trainer to reach it marks by creating the
+  // file); workers started later do not.
+  void start_two_workers_with_fault(const char* variable, const std::filesystem::path& marker) {
+    ::setenv(variable, marker.c_str(), 1);
+    start_cluster();
+    for (const auto* worker : {"w1", "w2"}) start_worker(worker);
+    ::unsetenv(variable);
+    for (const auto* worker : {"w1", "w2"}) {
+      ASSERT_TRUE(cluster().wait_worker_joined(worker, 15s)) << cluster().worker(worker).describe();
+    }
+  }
+
   // No trainer of the job is left once it ended.
   void expect_trainers_gone() {
     const std::vector<ProcessInfo> left = job_processes_left(run_->id(), 20s);
@@ -165,14 +178,8 @@ TEST_F(JobLeaderFaults, TwoJobsBackToBackBothStartAtOnce) {
 TEST_F(JobLeaderFaults, ALeaderThatExitsWithoutItsDoneStillEndsTheJob) {
   scratch_ = std::make_unique<ScratchDir>("exit-before-done");
   const auto marker = scratch_->path() / "leader-exited";
-  // Inherited by the workers, and from them by their trainers.
-  ::setenv("OMNILEARN_FAULT_EXIT_BEFORE_DONE", marker.c_str(), 1);
-  auto& cluster = start_cluster();
-  for (const auto* worker : {"w1", "w2"}) start_worker(worker);
-  ::unsetenv("OMNILEARN_FAULT_EXIT_BEFORE_DONE");
-  for (const auto* worker : {"w1", "w2"}) {
-    ASSERT_TRUE(cluster.wait_worker_joined(worker, 15s)) << cluster.worker(worker).describe();
-  }
+  ASSERT_NO_FATAL_FAILURE(start_two_workers_with_fault("OMNILEARN_FAULT_EXIT_BEFORE_DONE", marker));
+  auto& cluster = this->cluster();
   const std::string job = synthetic_elastic_job("exit-before-done", 40, 61, "float64");
   CalmRun calm(job, 40);
   JobRun run(cluster, scratch_->write("job.toml", job), scratch_->path() / "run");
@@ -209,13 +216,9 @@ TEST_F(JobLeaderFaults, ALeaderThatExitsWithoutItsDoneStillEndsTheJob) {
 TEST_F(JobLeaderFaults, ALeaderWhoseLastReportIsLostStillLogsTheLastStep) {
   scratch_ = std::make_unique<ScratchDir>("lose-final-report");
   const auto marker = scratch_->path() / "report-lost";
-  ::setenv("OMNILEARN_FAULT_LOSE_FINAL_REPORT", marker.c_str(), 1);
-  auto& cluster = start_cluster();
-  for (const auto* worker : {"w1", "w2"}) start_worker(worker);
-  ::unsetenv("OMNILEARN_FAULT_LOSE_FINAL_REPORT");
-  for (const auto* worker : {"w1", "w2"}) {
-    ASSERT_TRUE(cluster.wait_worker_joined(worker, 15s)) << cluster.worker(worker).describe();
-  }
+  ASSERT_NO_FATAL_FAILURE(
+      start_two_workers_with_fault("OMNILEARN_FAULT_LOSE_FINAL_REPORT", marker));
+  auto& cluster = this->cluster();
   constexpr std::int64_t kLast = 40;
   const std::string job = synthetic_elastic_job("lose-final-report", kLast, 67, "float64");
   JobRun run(cluster, scratch_->write("job.toml", job), scratch_->path() / "run");
