@@ -1120,10 +1120,14 @@ void ElasticJob::report(const std::string& trainer, const MemberReport& r, Milli
   // Every leader's report's step is a committed step, even a superseded generation's: a
   // leader drained or cut off right after a commit reports it only then. Ignoring it let a
   // later generation start from an older state and commit the same steps again. [fix: elastic
-  // simulation seed 28] A follower's is not: it may have committed a step whose exchange
-  // completed late (in the background) and that its leader's gate refused; such a step counts
-  // once a sync adopts it, and the synced leader reports it (a leader whose group broke before
-  // its sync reports the state it joined with, which may hold such a step).
+  // simulation seed 28] Not once a newer generation was leased: that one started from every
+  // step committed under older leases, and a generation older than it, which can never be
+  // leased, may report a step a follower committed alone and its sync adopted after the leased
+  // generation formed without it. [fix: elastic simulation seed 7310887] A follower's is
+  // not: it may have committed a step whose exchange completed late (in the background) and
+  // that its leader's gate refused; such a step counts once a sync adopts it, and the synced
+  // leader reports it (a leader whose group broke before its sync reports the state it joined
+  // with, which may hold such a step).
   // Every report says where its sender last synced: a lost kSynced report does not leave a
   // trainer that adopted the job's state counted as holding none. [fix: elastic simulation
   // seed 1301439]
@@ -1132,7 +1136,9 @@ void ElasticJob::report(const std::string& trainer, const MemberReport& r, Milli
                                              t->synced_generation >= r.generation);
   // Steps of a timeline given up for a checkpoint are not the job's any more.
   const bool given_up = r.generation < resumed_generation_;
-  if (synced_leader && !given_up) job_step_ = std::max(job_step_, r.step);
+  if (synced_leader && !given_up && !superseded_by_lease(r.generation)) {
+    job_step_ = std::max(job_step_, r.step);
+  }
   // A sync is evidence of holding the state whatever became of the generation since
   // (holds_state). [fix: elastic simulation seed 53]
   if (r.kind == MemberReport::Kind::kSynced) {
@@ -1298,6 +1304,10 @@ bool ElasticJob::lease_free_for(const std::string& trainer, Millis now) const {
   return now > lease_until_ + options_.lease_margin;
 }
 
+bool ElasticJob::superseded_by_lease(std::int64_t generation) const {
+  return generation < lease_generation_;
+}
+
 void ElasticJob::lease_request(const std::string& trainer, const LeaseAsk& ask, Millis now) {
   LeaseAnswer answer;
   answer.generation = ask.generation;
@@ -1368,9 +1378,10 @@ void ElasticJob::done(const std::string& trainer, const MemberDone& d, Millis no
   heard_from(*t, d.generation, now);
   t->view.committed_step = std::max(t->view.committed_step, d.step);
   // A leader's committed step, whatever the generation (as with reports), unless the job gave
-  // that generation's timeline up for a checkpoint.
+  // that generation's timeline up for a checkpoint or leased a newer generation.
   const bool given_up = d.generation < resumed_generation_;
-  if (d.rank == 0 && !given_up) job_step_ = std::max(job_step_, d.step);
+  const bool superseded = superseded_by_lease(d.generation);
+  if (d.rank == 0 && !given_up && !superseded) job_step_ = std::max(job_step_, d.step);
   if (finished_) {
     emit(StopCommand{trainer, "job " + state_});  // its verdict was lost: say it again
     return;
@@ -1387,7 +1398,7 @@ void ElasticJob::done(const std::string& trainer, const MemberDone& d, Millis no
   // the lease kept any other generation from committing meanwhile). Ignored, the job went on
   // without it and could fail although it was done. [fix: elastic simulation seed 42280]
   if (d.outcome == MemberDone::Outcome::kFinished && d.ok && d.rank == 0 && !given_up &&
-      d.step >= options_.total_steps && d.step > 0) {
+      !superseded && d.step >= options_.total_steps && d.step > 0) {
     finish("succeeded", "", now);
     return;
   }

@@ -321,6 +321,10 @@ class ElasticJob {
   // last generation that trained, or one that synced after it): while one is there, the job
   // waits for it instead of going back to a checkpoint.
   bool may_hold_state(const std::string& trainer) const;
+  // Whether `generation` is older than the newest generation the job leased: it can never be
+  // leased, so no step its reports or its done name is the job's (a sync there may have
+  // adopted a step a follower committed alone after the leased generation formed without it).
+  bool superseded_by_lease(std::int64_t generation) const;
   // Forms the next generation from a checkpoint when no trainer may hold the job's state;
   // false (nothing done) when it cannot, with no_resume_reason_ saying why.
   bool resume_from_checkpoint(const std::vector<std::string>& candidates, const std::string& reason,

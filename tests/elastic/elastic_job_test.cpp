@@ -308,6 +308,65 @@ TEST(ElasticJob, AGenerationBehindTheJobsCommittedStepGetsNoLease) {
       << leases[0].answer.reason;
 }
 
+// A follower frozen in the middle of a step's exchange, its leader drained: the leader's
+// collective times out and it reports step 30, the follower's node is declared dead, and a
+// generation forms from the drained leader alone and is leased at step 30. Then the follower
+// thaws: the exchange its leader gave up on completes for it from the data left in flight, so
+// it commits step 31 alone, and it syncs alone in the stale generation it was last told of,
+// as its rank 0. That generation can never be leased: what it reports is not the job's step
+// (counted, the job believed a step 31 that the leased generation then commits differently),
+// nor can its done end the job. [fix: elastic simulation seed 7310887]
+TEST(ElasticJob, AGenerationOlderThanTheLeasedOneReportsNoStepOfTheJob) {
+  ElasticJobOptions o = job_options(1, 2, 31);
+  LeasedJob t = leased_job(o, 30);
+  ASSERT_EQ(t.members.size(), 2u);
+  const std::string leader = t.members[0], follower = t.members[1];
+  const std::string leader_node = t.job.trainers().at(leader).node;
+  const std::string follower_node = t.job.trainers().at(follower).node;
+  ASSERT_EQ(t.job.drain(leader_node, 100), 1);
+  // Every member stops to report its committed step; the follower, frozen, does not answer.
+  t.job.report(leader, {MemberReport::Kind::kLeft, t.generation, 0, 30, "", 0, t.generation}, 110);
+  std::int64_t stale = -1;
+  for (Millis now = 200; now < 20000 && stale < 0; now += 100) {
+    t.job.tick(now);
+    for (const auto& rv : commands_of<RendezvousCommand>(t.job)) {
+      if (rv.trainer == follower && rv.order.rank == 0) stale = rv.order.generation;
+    }
+  }
+  ASSERT_GT(stale, t.generation) << "the follower is told to lead a generation of its own";
+  t.job.node_down(follower_node, "no heartbeat", 20000);
+  std::int64_t leased = -1;
+  for (Millis now = 20000; now < 40000 && leased < 0; now += 100) {
+    t.job.tick(now);
+    for (const auto& rv : commands_of<RendezvousCommand>(t.job)) {
+      if (rv.trainer != leader || rv.order.rank != 0) continue;
+      t.job.report(leader, {MemberReport::Kind::kSynced, rv.order.generation, 0, 30, "", 0,
+                            rv.order.generation}, now);
+      t.job.lease_request(leader, {rv.order.generation, 2, 30}, now);
+      for (const auto& l : commands_of<LeaseCommand>(t.job)) {
+        if (l.answer.granted) leased = l.answer.generation;
+      }
+    }
+  }
+  ASSERT_GT(leased, stale) << "the drained leader's generation is leased at step 30";
+  ASSERT_EQ(t.job.committed_step(), 30);
+  // The follower thaws, commits step 31 alone and syncs in the stale generation as its rank 0.
+  t.job.report(follower, {MemberReport::Kind::kBroken, t.generation, 1, 31, "timeout", 0,
+                          t.generation}, 40100);
+  t.job.report(follower, {MemberReport::Kind::kSynced, stale, 0, 31, "", 0, stale}, 40100);
+  t.job.report(follower, {MemberReport::Kind::kLeft, stale, 0, 31, "", 0, stale}, 40110);
+  EXPECT_EQ(t.job.committed_step(), 30);
+  t.job.done(follower, {MemberDone::Outcome::kFinished, stale, 0, 31, "", true}, 40120);
+  EXPECT_FALSE(t.job.finished()) << t.job.reason();
+  EXPECT_EQ(t.job.committed_step(), 30);
+  // The leased generation's own step 31 is the job's, and its done ends the job.
+  t.job.report(leader, {MemberReport::Kind::kStep, leased, 0, 31, "", 0, leased}, 40200);
+  EXPECT_EQ(t.job.committed_step(), 31);
+  t.job.done(leader, {MemberDone::Outcome::kFinished, leased, 0, 31, "", true}, 40300);
+  EXPECT_TRUE(t.job.finished());
+  EXPECT_EQ(t.job.state(), "succeeded") << t.job.reason();
+}
+
 // A generation that did not form in time keeps the members holding the job's state for the
 // retry, and asks whether they are still there: one killed while its exit report was lost (a
 // partition) would otherwise be retried until the job failed.

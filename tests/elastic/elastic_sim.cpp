@@ -1519,6 +1519,9 @@ class Simulation {
           violation("(a) the sync in g" + std::to_string(gen) + ", of a timeline given up, adopts " +
                     best->name + "'s state, which no chain holds");
         }
+      } else if (gen < leased_generation_) {
+        // A generation older than one the job has leased syncing only now (its members were
+        // frozen or cut off): it can never be leased, so what it adopts extends no chain.
       } else if (off < std::min(best->history.size(), chain_.size())) {
         violation("(a) the sync in g" + std::to_string(gen) + " adopts " + best->name +
                   "'s state, whose step " + std::to_string(off + 1) + " g" +
