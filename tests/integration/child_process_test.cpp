@@ -96,6 +96,19 @@ TEST(ChildProcess, ReportsExitCodesAndSignals) {
   EXPECT_EQ(killed.kill_and_reap().signal, SIGKILL) << "idempotent";
 }
 
+// Once wait_exit reports an exit, everything the child wrote before it is in output(): a
+// test that checks the last line a stopped head logged must not race the reader thread.
+TEST(ChildProcess, AnExitIsReportedAfterTheOutputWrittenBeforeIt) {
+  for (int i = 0; i < 500; ++i) {
+    SCOPED_TRACE("run " + std::to_string(i));
+    // The last write fills most of a pipe's buffer, and the child exits right after it.
+    auto child = shell("{ head -c 60000 /dev/zero | tr '\\0' x; echo; echo last line; } >&2");
+    ASSERT_TRUE(child.wait_exit(10s));
+    const std::string err = child.output(Stream::kStderr);
+    ASSERT_NE(err.find("last line"), std::string::npos) << err.size() << " bytes captured";
+  }
+}
+
 TEST(ChildProcess, TheChildStartsWithDefaultSignalsAndNoStdin) {
   // Block SIGTERM in this (the parent's) thread; the child must not inherit the mask.
   sigset_t term, old;

@@ -97,6 +97,7 @@ struct ChildProcess::Impl {
   std::array<Captured, 2> captured;  // guarded by mutex; [Stream]
   std::optional<ExitStatus> exit;    // guarded by mutex; set once the child is seen to exit
   bool reaped = false;               // guarded by mutex
+  bool drained_after_exit = false;   // guarded by mutex
   std::thread reader;
 
   Captured& stream(Stream s) { return captured[static_cast<int>(s)]; }
@@ -195,7 +196,10 @@ struct ChildProcess::Impl {
     auto deadline = Clock::now() + timeout;
     auto nap = std::chrono::milliseconds(1);
     while (true) {
-      if (auto status = poll_exit()) return status;
+      if (auto status = poll_exit()) {
+        drain_after_exit();
+        return status;
+      }
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
       if (left <= std::chrono::milliseconds(0)) return std::nullopt;
       if (pidfd >= 0) {
@@ -210,6 +214,16 @@ struct ChildProcess::Impl {
   }
 
   bool all_streams_closed() const { return captured[0].closed && captured[1].closed; }
+
+  // What the child wrote before it exited is read before its exit is reported: a test that
+  // checks the last lines of a stopped process must not race the reader thread. Bounded, and
+  // waited for once: a grandchild that left the group may hold the pipes open.
+  void drain_after_exit() {
+    std::unique_lock lock(mutex);
+    if (drained_after_exit) return;
+    drained_after_exit = true;
+    changed.wait_for(lock, std::chrono::seconds(1), [&] { return all_streams_closed(); });
+  }
 
   ExitStatus kill_and_reap() {
     {

@@ -86,7 +86,8 @@ class ChildProcess {
   bool send_signal(int sig, bool whole_group = false);
 
   // Waits up to `timeout` for the process to exit; nullopt if it is still running. Once it has
-  // exited, returns the same status every time. The child stays a zombie until the destructor
+  // exited, returns the same status every time, after the output it wrote has been captured
+  // (up to 1 s more, once, while a grandchild holds the pipes open). The child stays a zombie until the destructor
   // or kill_and_reap(), so its PID and process group cannot be reused meanwhile.
   std::optional<ExitStatus> wait_exit(std::chrono::milliseconds timeout);
   bool running();
