@@ -222,25 +222,35 @@ TEST(ElasticJob, AKilledMemberIsWrittenOffWhenTheSurvivorAnswersInTheSameMillise
   EXPECT_EQ(job.members(), std::vector<std::string>{survivor});
 }
 
-// Two trainers on w1 and w2 that synced in the first generation, the leader under a lease
-// and past `steps` committed steps (the follower's heartbeats say the same).
+// A job started on `nodes` nodes whose first generation synced at step 0 (every member said
+// so), its leader under a lease.
 struct LeasedJob {
   ElasticJob job;
   std::vector<std::string> members;
   std::int64_t generation = 0;
 };
-LeasedJob leased_job(ElasticJobOptions o, std::int64_t steps) {
-  LeasedJob t{started_job(o, 2), {}, 0};
+LeasedJob synced_and_leased(ElasticJobOptions o, int nodes) {
+  LeasedJob t{started_job(o, nodes), {}, 0};
   for (const auto& s : commands_of<SpawnCommand>(t.job)) t.job.hello(s.trainer, 1);
   t.members = t.job.members();
   t.generation = t.job.generation();
   t.job.take_commands();
-  if (t.members.size() != 2) return t;  // the caller's ASSERT says so
-  for (std::int32_t r = 0; r < 2; ++r) {
-    t.job.report(t.members[static_cast<size_t>(r)],
-                 {MemberReport::Kind::kSynced, t.generation, r, 0, "", 0}, 2);
+  if (t.members.empty()) return t;  // the caller's ASSERT says so
+  for (std::size_t r = 0; r < t.members.size(); ++r) {
+    t.job.report(t.members[r],
+                 {MemberReport::Kind::kSynced, t.generation, static_cast<std::int32_t>(r), 0, "",
+                  0},
+                 2);
   }
   t.job.lease_request(t.members[0], {t.generation, 1, 0}, 2);
+  return t;
+}
+
+// Two trainers on w1 and w2 that synced in the first generation, the leader under a lease
+// and past `steps` committed steps (the follower's heartbeats say the same).
+LeasedJob leased_job(ElasticJobOptions o, std::int64_t steps) {
+  LeasedJob t = synced_and_leased(o, 2);
+  if (t.members.size() != 2) return t;  // the caller's ASSERT says so
   t.job.report(t.members[0], {MemberReport::Kind::kStep, t.generation, 0, steps, "", 0}, 50);
   t.job.progress(t.members[1], steps);
   t.job.take_commands();
@@ -1166,15 +1176,11 @@ TEST(ElasticJob, AFollowerThatMayHoldTheStateIsNotWrittenOffWhenItIsTheLast) {
 // that copy with it and the job failed. [elastic simulation seed 8252338]
 TEST(ElasticJob, AFollowerBehindInItsHeartbeatsIsKeptAfterAFailedFormation) {
   ElasticJobOptions o = job_options(3, 3, 100);
-  ElasticJob job = started_job(o, 3);
-  for (const auto& s : commands_of<SpawnCommand>(job)) ASSERT_TRUE(job.hello(s.trainer, 1));
-  const std::vector<std::string> first = job.members();
+  LeasedJob t = synced_and_leased(o, 3);
+  ElasticJob& job = t.job;
+  const std::vector<std::string> first = t.members;
   ASSERT_EQ(first.size(), 3u);
-  const std::int64_t g1 = job.generation();
-  for (std::int32_t r = 0; r < 3; ++r) {
-    job.report(first[static_cast<size_t>(r)], {MemberReport::Kind::kSynced, g1, r, 0, "", 0}, 2);
-  }
-  job.lease_request(first[0], {g1, 1, 0}, 2);
+  const std::int64_t g1 = t.generation;
   const std::string leader = first[0], killed = first[1], frozen = first[2];
   job.report(leader, {MemberReport::Kind::kStep, g1, 0, 12, "", 0}, 50);
   job.progress(killed, 12);
@@ -1228,16 +1234,11 @@ TEST(ElasticJob, AFollowerBehindInItsHeartbeatsIsKeptAfterAFailedFormation) {
 // 8818504]
 TEST(ElasticJob, AFollowerThatMayHoldTheStateIsKeptAfterAFailedFormation) {
   ElasticJobOptions o = job_options(3, 3, 100);
-  ElasticJob job = started_job(o, 4);
-  for (const auto& s : commands_of<SpawnCommand>(job)) ASSERT_TRUE(job.hello(s.trainer, 1));
-  const std::vector<std::string> g1_members = job.members();
+  LeasedJob t = synced_and_leased(o, 4);
+  ElasticJob& job = t.job;
+  const std::vector<std::string> g1_members = t.members;
   ASSERT_EQ(g1_members.size(), 3u);
-  const std::int64_t g1 = job.generation();
-  for (std::int32_t r = 0; r < 3; ++r) {
-    job.report(g1_members[static_cast<size_t>(r)], {MemberReport::Kind::kSynced, g1, r, 0, "", 0},
-               2);
-  }
-  job.lease_request(g1_members[0], {g1, 1, 0}, 2);
+  const std::int64_t g1 = t.generation;
   job.report(g1_members[0], {MemberReport::Kind::kStep, g1, 0, 9, "", 0}, 50);
   job.take_commands();
   const std::string leader = g1_members[0], survivor = g1_members[1], cut_off = g1_members[2];

@@ -45,6 +45,17 @@ void start(ElasticMember& m, std::int32_t rank, std::int32_t world, Millis now =
   ASSERT_EQ(m.phase(), ElasticMember::Phase::kTraining);
 }
 
+// A follower trains steps 1..last at times 1..last, rank 0's `words` confirming each, and
+// commits each.
+void commit_steps(ElasticMember& m, const std::vector<std::int64_t>& words, int last) {
+  for (int s = 1; s <= last; ++s) {
+    ASSERT_TRUE(is<StepAction>(m.next(s)));
+    m.exchanged(true, "", words, s);
+    ASSERT_TRUE(is<CommitAction>(m.next(s)));
+    m.step_done(true, "", s, s);
+  }
+}
+
 TEST(ElasticMember, LeaderCommitsOnlyUnderALease) {
   ElasticMember m(options(), 0);
   start(m, 0, 2);
@@ -312,12 +323,7 @@ TEST(ElasticMember, AFinishedMemberLeftOutOfANewerGenerationReportsWhereItStoppe
     start(m, 1, 2, 0, 4);
     ASSERT_TRUE(is<ControlAction>(m.next(0)));
     m.control_done(true, "", {kContinue, 4, 1, 8, 8}, 0);
-    for (int s = 1; s <= 3; ++s) {
-      ASSERT_TRUE(is<StepAction>(m.next(s)));
-      m.exchanged(true, "", {kContinue, 4, 1, 8, 8}, s);
-      ASSERT_TRUE(is<CommitAction>(m.next(s)));
-      m.step_done(true, "", s, s);
-    }
+    ASSERT_NO_FATAL_FAILURE(commit_steps(m, {kContinue, 4, 1, 8, 8}, 3));
     ASSERT_TRUE(is<WaitAction>(m.next(10)));
     m.take_outbox();
     ASSERT_EQ(m.phase(), ElasticMember::Phase::kFinished);
@@ -356,12 +362,7 @@ TEST(ElasticMember, DoneIsAReportResentUntilTheVerdict) {
   start(m, 1, 2);
   ASSERT_TRUE(is<ControlAction>(m.next(0)));
   m.control_done(true, "", {kContinue, 1, 1, 8, 8}, 0);
-  for (int s = 1; s <= 3; ++s) {
-    ASSERT_TRUE(is<StepAction>(m.next(s)));
-    m.exchanged(true, "", {kContinue, 1, 1, 8, 8}, s);
-    ASSERT_TRUE(is<CommitAction>(m.next(s)));
-    m.step_done(true, "", s, s);
-  }
+  ASSERT_NO_FATAL_FAILURE(commit_steps(m, {kContinue, 1, 1, 8, 8}, 3));
   m.take_outbox();
   EXPECT_TRUE(is<WaitAction>(m.next(10)));
   auto done = sent<MemberDone>(m);
