@@ -16,8 +16,6 @@
 #include <signal.h>
 
 #include <chrono>
-#include <map>
-#include <set>
 #include <thread>
 
 #include "tests/support/job_run.hpp"
@@ -29,30 +27,6 @@ using namespace std::chrono_literals;
 using Json = nlohmann::json;
 
 constexpr std::int64_t kSteps = 300;
-
-// Every step number was committed by exactly one generation: the current leader's "step"
-// events and a superseded leader's "superseded_step" events together name each step once, and
-// the steps the job counts are 1..last with none missing.
-void expect_no_split_brain(const std::vector<Json>& events, std::int64_t last_step) {
-  std::map<std::int64_t, std::set<std::int64_t>> generations_of_step;
-  for (const auto* kind : {"step", "superseded_step"}) {
-    for (const auto& e : events_named(events, kind)) {
-      generations_of_step[e.at("step").get<std::int64_t>()].insert(
-          e.at("generation").get<std::int64_t>());
-    }
-  }
-  for (const auto& [step, generations] : generations_of_step) {
-    EXPECT_EQ(generations.size(), 1u) << "step " << step << " committed by " << generations.size()
-                                      << " generations";
-  }
-  std::int64_t previous = 0;
-  for (const auto& e : events_named(events, "step")) {
-    const auto step = e.at("step").get<std::int64_t>();
-    EXPECT_GT(step, previous) << "the job's steps must only go up";
-    previous = step;
-  }
-  EXPECT_EQ(previous, last_step);
-}
 
 void expect_all_steps(const Json& summary) {
   EXPECT_EQ(summary.at("status"), "succeeded");

@@ -110,6 +110,27 @@ std::map<std::string, std::string> trainer_nodes(const std::vector<Json>& events
   return nodes;
 }
 
+void expect_no_split_brain(const std::vector<nlohmann::json>& events, std::int64_t last_step) {
+  std::map<std::int64_t, std::set<std::int64_t>> generations_of_step;
+  for (const auto* kind : {"step", "superseded_step"}) {
+    for (const auto& e : events_named(events, kind)) {
+      generations_of_step[e.at("step").get<std::int64_t>()].insert(
+          e.at("generation").get<std::int64_t>());
+    }
+  }
+  for (const auto& [step, generations] : generations_of_step) {
+    EXPECT_EQ(generations.size(), 1u) << "step " << step << " committed by " << generations.size()
+                                      << " generations";
+  }
+  std::int64_t previous = 0;
+  for (const auto& e : events_named(events, "step")) {
+    const auto step = e.at("step").get<std::int64_t>();
+    EXPECT_GT(step, previous) << "the job's steps must only go up";
+    previous = step;
+  }
+  EXPECT_EQ(previous, last_step);
+}
+
 std::vector<std::string> member_nodes(const std::vector<Json>& events, std::int64_t generation) {
   auto nodes = trainer_nodes(events);
   for (const auto& e : events_named(events, "generation")) {

@@ -57,6 +57,11 @@ std::vector<nlohmann::json> events_named(const std::vector<nlohmann::json>& even
 // Trainer name -> node name, from the "spawn" events.
 std::map<std::string, std::string> trainer_nodes(const std::vector<nlohmann::json>& events);
 
+// No split brain (gtest expectations): every step number was committed by exactly one
+// generation (the current leader's "step" events and a superseded leader's "superseded_step"
+// events together name each step once), and the job's steps went up one by one to `last_step`.
+void expect_no_split_brain(const std::vector<nlohmann::json>& events, std::int64_t last_step);
+
 // The node of each rank of generation `generation` (from its "generation" event and the "spawn"
 // events); empty if that generation is not in `events`.
 std::vector<std::string> member_nodes(const std::vector<nlohmann::json>& events,
