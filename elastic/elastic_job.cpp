@@ -317,15 +317,22 @@ void ElasticJob::tick(Millis now) {
     note_disruption(now);
     probe_members(now);
   }
-  // Finishing (the last step committed, the leader's done not yet in): the final evaluation
-  // and checkpoint may take long, so quiet is no disruption. But a leader that died there, its
-  // exit report lost, would keep the job waiting for a done that never comes until the stall
-  // limit failed it. Its members are probed every formation timeout: only a probe that proves
-  // one gone changes anything (the job goes on without it: another holder of the state leads,
-  // or the job resumes from a checkpoint). [fix: elastic simulation seed 125713]
-  if (!forming_ && !members_.empty() && finishing &&
-      now - std::max(last_progress_, last_finish_probe_) > options_.form_timeout) {
-    last_finish_probe_ = now;
+  // A hung trainer (SIGSTOP, a stuck call) whose agent still heartbeats holds the rest of its
+  // generation in their exchange, or in its formation, until the collective or the formation
+  // times out (30 s), and nothing tells the head. So a generation with no progress (no step
+  // committed, nobody synced) for two lease lengths, and at least a probe timeout, has its
+  // members probed, with no disruption noted: one that misses the probe is written off once
+  // another holder answered (write_off_unreachable), and the generation re-forms without it.
+  // Members that answer change nothing: a probe is answered by a trainer's runtime, not by its
+  // training loop, so a long checkpoint, evaluation or step is no reason to re-form. This
+  // holds when the job is finishing too (the last step committed, the leader's final
+  // evaluation and checkpoint under way, its done not yet in): a leader that died there, its
+  // exit report lost, would otherwise keep the job waiting for a done that never comes until
+  // the stall limit failed it; a probe that proves it gone lets another holder finish the job.
+  // [fix: elastic simulation seed 125713]
+  if (!members_.empty() && (!disruption_at_ || finishing) && state_ == "running" &&
+      now - std::max(last_progress_, last_stall_probe_) > stall_probe_after()) {
+    last_stall_probe_ = now;
     probe_members(now);
   }
   maybe_regroup("retry", now);
@@ -1518,7 +1525,7 @@ void ElasticJob::write_off_unreachable(Millis now) {
     // generation without this one trains, a frozen process that thaws holds the only copy of
     // the state, and told to stop it took the state with it. [fix: elastic simulation seed
     // 742600]
-    const std::string why = "unreachable after a failed collective (" + unreachable_error_[name] + ")";
+    const std::string why = "unreachable: no answer to a probe (" + unreachable_error_[name] + ")";
     const bool may_hold = holder(name);
     trainer_gone(name, why, now, !may_hold);
     if (may_hold) {

@@ -201,6 +201,11 @@ class ElasticJob {
     options_.lease_margin = std::max<Millis>(50, duration / 5);
   }
   Millis lease_duration() const { return options_.lease_duration; }
+  // How long a generation may go without progress before its members are probed (tick): two
+  // lease lengths (a lease outlasts several steps), at least a probe timeout.
+  Millis stall_probe_after() const {
+    return std::max(2 * options_.lease_duration, options_.probe_timeout);
+  }
   void tick(Millis now);                              // deadlines; call every ~100-200 ms
 
   // Membership (from the node registry).
@@ -398,7 +403,7 @@ class ElasticJob {
   // Progress and liveness.
   std::int64_t job_step_ = 0;
   Millis last_progress_ = 0;
-  Millis last_finish_probe_ = 0;  // finishing: when the members were last probed (tick)
+  Millis last_stall_probe_ = 0;   // when a generation without progress was last probed (tick)
   std::optional<Millis> below_min_since_;
 
   // Elasticity accounting.

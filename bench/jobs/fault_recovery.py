@@ -8,6 +8,8 @@ workers) submitted with `omnilearn submit`; once it trains with all three, one f
   kill         kill -9 of the victim's worker and trainer (a machine dies)
   freeze       SIGSTOP of the victim's worker and trainer for 4 s (a hung machine)
   freeze-agent SIGSTOP of the victim's worker only, 4 s: its trainer runs on (a partial failure)
+  kill-trainer kill -9 of the victim's trainer only (an OOM kill, a crash): its worker runs on
+  freeze-trainer SIGSTOP of the victim's trainer only, 4 s (a stuck call): its worker runs on
   partition    the victim's link to the head and the others down for 4 s
   drain        `omnilearn drain` of the victim (no failure: it leaves at a step boundary)
 Measured from the fault to the first step committed by a generation without the victim (the
@@ -88,6 +90,24 @@ def link(up):
 
 
 
+def trainer_pid(victim):
+    """The pid of the omnilearn-trainer process of node `victim` (its --trainer name is
+    <job>-<node>-t<N>)."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            args = open(f"/proc/{entry}/cmdline", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if not args or not args[0].endswith(b"omnilearn-trainer"):
+            continue
+        for flag, value in zip(args, args[1:]):
+            if flag == b"--trainer" and f"-{victim}-t".encode() in value:
+                return int(entry)
+    raise RuntimeError(f"no trainer process of {victim}")
+
+
 def one_cell(omnilearn, workdir, fault, role, index, env):
     tag = f"{fault}-{role}-{index}"
     cluster_file = os.path.join(workdir, f"cluster-{tag}.toml")
@@ -144,6 +164,7 @@ def one_cell(omnilearn, workdir, fault, role, index, env):
             raise RuntimeError(f"the victim has rank {rank} in {members}; wanted the {role}")
 
         victim_pid = procs[victim].pid
+        victim_trainer = trainer_pid(victim) if fault.endswith("-trainer") else None
         fault_at = time.time()
         if fault == "kill":
             os.killpg(victim_pid, signal.SIGKILL)
@@ -152,6 +173,10 @@ def one_cell(omnilearn, workdir, fault, role, index, env):
         elif fault == "freeze-agent":
             # `ip netns exec` execs the worker: the group leader's pid is the worker's.
             os.kill(victim_pid, signal.SIGSTOP)
+        elif fault == "kill-trainer":
+            os.kill(victim_trainer, signal.SIGKILL)
+        elif fault == "freeze-trainer":
+            os.kill(victim_trainer, signal.SIGSTOP)
         elif fault == "partition":
             link(False)
         elif fault == "drain":
@@ -167,12 +192,14 @@ def one_cell(omnilearn, workdir, fault, role, index, env):
             return gen and not any(f"-{victim}-t" in m for m in gen[0]["members"])
 
         resumed = wait_event(run_dir, without_victim, 120)
-        if fault in ("freeze", "freeze-agent", "partition"):
+        if fault in ("freeze", "freeze-agent", "freeze-trainer", "partition"):
             time.sleep(max(0.0, fault_at + 4 - time.time()))
             if fault == "partition":
                 link(True)
             elif fault == "freeze":
                 os.killpg(victim_pid, signal.SIGCONT)
+            elif fault == "freeze-trainer":
+                os.kill(victim_trainer, signal.SIGCONT)
             else:
                 os.kill(victim_pid, signal.SIGCONT)
         wait_event(run_dir, lambda e: e.get("event") == "step" and e["step"] >= resumed["step"] + 30,
@@ -211,7 +238,8 @@ def one_cell(omnilearn, workdir, fault, role, index, env):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--omnilearn", default="build/bin/omnilearn")
-    ap.add_argument("--faults", default="kill,freeze,freeze-agent,partition,drain")
+    ap.add_argument("--faults", default="kill,freeze,freeze-agent,kill-trainer,freeze-trainer,"
+                    "partition,drain")
     ap.add_argument("--repeats", type=int, default=1)
     args = ap.parse_args()
     if os.geteuid() != 0:

@@ -258,10 +258,11 @@ LeasedJob leased_job(ElasticJobOptions o, std::int64_t steps) {
 }
 
 // The last step is committed and the leader evaluates and writes the final checkpoint, which
-// may take long: quiet is no disruption then. But a leader that died there while its agent's
-// exit report was lost would keep the job waiting for its done until the job failed: the
-// members are probed every formation timeout, and a leader found gone is written off, so that
-// the job goes on without it.
+// may take long: quiet is no disruption then, and members that answer their probes change
+// nothing. But a leader that died there while its agent's exit report was lost would keep the
+// job waiting for its done until the job failed: quiet members are probed once every
+// stall_probe_after(), and a leader found gone is written off, so that the job goes on without
+// it.
 TEST(ElasticJob, AJobFinishingProbesItsQuietMembers) {
   for (const bool leader_gone : {false, true}) {
     SCOPED_TRACE(leader_gone ? "the leader is gone" : "both answer");
@@ -269,24 +270,70 @@ TEST(ElasticJob, AJobFinishingProbesItsQuietMembers) {
     LeasedJob t = leased_job(o, 20);
     ASSERT_EQ(t.members.size(), 2u);
     const std::string leader = t.members[0], follower = t.members[1];
-    t.job.tick(50 + o.form_timeout);
+    const Millis quiet = t.job.stall_probe_after();
+    t.job.tick(50 + quiet);
     EXPECT_TRUE(commands_of<ProbeCommand>(t.job).empty()) << "not quiet for long yet";
-    t.job.tick(51 + o.form_timeout);
+    t.job.tick(51 + quiet);
     EXPECT_EQ(commands_of<ProbeCommand>(t.job).size(), 2u);
-    t.job.tick(52 + o.form_timeout);
-    EXPECT_TRUE(commands_of<ProbeCommand>(t.job).empty()) << "once a formation timeout";
-    const Millis now = 60 + o.form_timeout;
+    t.job.tick(52 + quiet);
+    EXPECT_TRUE(commands_of<ProbeCommand>(t.job).empty()) << "once per quiet period";
+    const Millis now = 60 + quiet;
     t.job.probe_result(follower, t.generation, true, "", now);
     t.job.probe_result(leader, t.generation, !leader_gone, leader_gone ? "peer unreachable" : "",
                        now, leader_gone);
     EXPECT_FALSE(t.job.finished());
     if (!leader_gone) {
       EXPECT_EQ(t.job.generation(), t.generation) << "an answer changes nothing";
+      t.job.tick(52 + 2 * quiet);
+      EXPECT_EQ(commands_of<ProbeCommand>(t.job).size(), 2u) << "probed again while quiet";
       continue;
     }
     EXPECT_EQ(t.job.trainers().at(leader).phase, ElasticJob::Phase::kGone);
     EXPECT_GT(t.job.generation(), t.generation) << "the job goes on without it";
     EXPECT_EQ(t.job.members(), std::vector<std::string>{follower});
+  }
+}
+
+// A trainer that hangs (SIGSTOP, a stuck call) while its agent keeps sending heartbeats holds
+// its peers in their exchange and tells nobody. A generation without progress for
+// stall_probe_after() has its members probed. Members that all answer change nothing (a long
+// step or checkpoint: a probe is answered by the trainer's runtime, not its training loop). A
+// member that misses its probe while the other holder answered is written off, and the
+// generation re-forms without it, long before the 30 s a collective or a formation waits. It
+// may hold the only copy of the state, so its stop waits until a generation without it trains.
+TEST(ElasticJob, AHungMemberOfAQuietGenerationIsProbedAndLeftBehind) {
+  for (const bool leader_hangs : {false, true}) {
+    SCOPED_TRACE(leader_hangs ? "the leader hangs" : "the follower hangs");
+    ElasticJobOptions o = job_options(1, 2, 100);
+    LeasedJob t = leased_job(o, 10);  // the step report of step 10 at 50 ms
+    ASSERT_EQ(t.members.size(), 2u);
+    const std::string hung = t.members[leader_hangs ? 0 : 1];
+    const std::string alive = t.members[leader_hangs ? 1 : 0];
+    const Millis quiet = t.job.stall_probe_after();
+    EXPECT_LT(quiet, o.form_timeout);
+
+    // A quiet period in which both answer: nothing changes.
+    t.job.tick(50 + quiet);
+    EXPECT_TRUE(commands_of<ProbeCommand>(t.job).empty()) << "not quiet for long yet";
+    t.job.tick(51 + quiet);
+    ASSERT_EQ(commands_of<ProbeCommand>(t.job).size(), 2u);
+    for (const auto& name : t.members) t.job.probe_result(name, t.generation, true, "", 60 + quiet);
+    EXPECT_EQ(t.job.generation(), t.generation) << "answers change nothing";
+    EXPECT_TRUE(commands_of<RendezvousCommand>(t.job).empty());
+
+    // The next quiet period: the hung one's probe times out.
+    t.job.tick(52 + 2 * quiet);
+    ASSERT_EQ(commands_of<ProbeCommand>(t.job).size(), 2u) << "probed again while quiet";
+    const Millis now = 60 + 2 * quiet;
+    t.job.probe_result(alive, t.generation, true, "", now);
+    t.job.probe_result(hung, t.generation, false, "no reply within 1000 ms", now + 1000);
+    EXPECT_EQ(t.job.trainers().at(hung).phase, ElasticJob::Phase::kGone);
+    EXPECT_GT(t.job.generation(), t.generation) << "re-formed without it";
+    EXPECT_EQ(t.job.members(), std::vector<std::string>{alive});
+    for (const auto& stop : commands_of<StopCommand>(t.job)) {
+      EXPECT_NE(stop.trainer, hung) << "its stop waits: it may hold the only copy of the state";
+    }
+    EXPECT_FALSE(t.job.finished());
   }
 }
 

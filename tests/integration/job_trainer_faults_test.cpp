@@ -1,0 +1,143 @@
+// With real processes: faults of one trainer process alone, its agent and node healthy, as the
+// leader (rank 0) and as a follower.
+// - Killed (SIGKILL to the trainer only): the kernel's OOM killer, or a crash in a user's
+//   model. Its agent reports the exit, so the head knows at once that it is gone.
+// - Hung (SIGSTOP to the trainer only, then SIGCONT): a stuck device call, a swap storm, a
+//   long pause. Its agent keeps sending heartbeats that say the node is fine, so only the
+//   trainer's silence (a collective that times out, a probe left unanswered) shows it. When it
+//   thaws it may still hold a lease or an exchange in flight, and must not commit a step.
+// Each job must finish every step with no step committed twice and end with a calm run's
+// parameters (float64), the node must stay the same live incarnation throughout, and no trainer
+// may outlive the job. The deterministic simulation (tests/elastic/elastic_simulation_test.cpp)
+// covers these faults at every phase; these check that the processes carry them out.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <iostream>
+#include <thread>
+
+#include "tests/support/job_run.hpp"
+
+namespace omnilearn::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using Json = nlohmann::json;
+
+constexpr std::int64_t kSteps = 300;
+
+// The four jobs are one job file: one calm run for all, started with the first.
+const std::string kJob = synthetic_elastic_job("trainer-faults", kSteps, 43, "float64");
+
+CalmRun& calm_run() {
+  static CalmRun run(kJob, kSteps);
+  return run;
+}
+
+enum class Fault { kKill, kHang };
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+class JobTrainerFaults : public JobTest {
+ protected:
+  // Starts the job on three workers, faults the trainer of `rank` in the first generation, and
+  // checks what the file's comment promises.
+  void fault_trainer_and_check(int rank, Fault fault);
+};
+
+void JobTrainerFaults::fault_trainer_and_check(int rank, Fault fault) {
+  auto& calm = calm_run();
+  ASSERT_NO_FATAL_FAILURE(start_job_on_three_workers(
+      fault == Fault::kKill ? "trainer-killed" : "trainer-hung", kJob));
+  auto& run = *run_;
+  const auto victim_trainer = first_generation_.at("members")[rank].get<std::string>();
+  const auto victim = trainer_nodes(run.events()).at(victim_trainer);
+  const auto pids = trainer_processes(cluster().address(), victim_trainer);
+  ASSERT_EQ(pids.size(), 1u) << describe(pids);
+  const pid_t pid = pids.front().pid;
+  const auto before = cluster().status();
+  ASSERT_TRUE(before) << cluster().last_status_text();
+  ASSERT_EQ(before->nodes_named(victim).size(), 1u) << before->json().dump(2);
+  const auto node_id = before->node(victim)->at("id");
+
+  const auto faulted_at = std::chrono::steady_clock::now();
+  const double faulted_at_unix = unix_now();
+  ASSERT_EQ(::kill(pid, fault == Fault::kKill ? SIGKILL : SIGSTOP), 0) << victim_trainer;
+  auto recovered = run.wait_for_event("recovered", 30s);
+  ASSERT_TRUE(recovered) << run.describe();
+  // A killed trainer's agent reports the exit at once. A hung one is found by the probes of a
+  // generation without progress (about two lease lengths, then a probe timeout: 2-3 s here),
+  // not by the 30 s a collective waits; 10 s leaves room for a loaded machine.
+  const double recovered_after = recovered->at("time").get<double>() - faulted_at_unix;
+  std::cout << (fault == Fault::kKill ? "killed" : "hung") << " trainer of rank " << rank
+            << ": recovered " << recovered_after << " s after the fault\n";
+  EXPECT_LE(recovered_after, 10.0) << run.describe();
+  // The job goes on without the faulted trainer: steps committed after the recovery by a
+  // generation it is not a member of.
+  const auto recovered_generation = recovered->at("generation").get<std::int64_t>();
+  auto without = run.wait_for_event("generation", 1s, [&](const Json& e) {
+    if (e.at("generation").get<std::int64_t>() != recovered_generation) return false;
+    for (const auto& m : e.at("members")) {
+      if (m.get<std::string>() == victim_trainer) return false;
+    }
+    return true;
+  });
+  ASSERT_TRUE(without) << "the recovered generation still has " << victim_trainer << "\n"
+                       << run.describe();
+  const auto recovered_step = recovered->at("step").get<std::int64_t>();
+  auto progressed = run.wait_for_event("step", 30s, [&](const Json& e) {
+    return e.at("step").get<std::int64_t>() >= recovered_step + 5;
+  });
+  ASSERT_TRUE(progressed) << "no progress without the faulted trainer\n" << run.describe();
+  if (fault == Fault::kHang) {
+    // Thawed well after the job went on: its lease has run out, its exchange was given up.
+    std::this_thread::sleep_until(faulted_at + 4s);
+    ASSERT_EQ(::kill(pid, SIGCONT), 0) << victim_trainer;
+  }
+
+  auto summary = run.wait_finished(120s);
+  ASSERT_TRUE(summary) << run.describe();
+  SCOPED_TRACE(summary->dump(2));
+  EXPECT_EQ(summary->at("status"), "succeeded");
+  EXPECT_EQ(summary->at("steps"), kSteps);
+  EXPECT_EQ(summary->at("total_steps"), kSteps);
+  EXPECT_EQ(summary->at("lost_steps"), 0) << "committed steps are never redone";
+  expect_no_split_brain(run.events(), kSteps);
+  calm.expect_equal(summary->at("checkpoint").get<std::string>());
+
+  // Only the trainer failed: its node is the same incarnation, alive, and was never dead.
+  const auto after = cluster().status();
+  ASSERT_TRUE(after) << cluster().last_status_text();
+  ASSERT_EQ(after->nodes_named(victim).size(), 1u) << after->json().dump(2);
+  EXPECT_EQ(after->node(victim)->at("id"), node_id) << after->json().dump(2);
+  EXPECT_EQ(after->state(victim), "alive") << after->json().dump(2);
+
+  const std::vector<ProcessInfo> left = job_processes_left(run.id(), 20s);
+  EXPECT_TRUE(left.empty()) << "trainers still running after the job ended (the faulted one "
+                            << pid << " included?):\n"
+                            << describe(left);
+}
+
+TEST_F(JobTrainerFaults, AKilledFollowerTrainerIsLeftBehindAndNoStepIsLost) {
+  fault_trainer_and_check(1, Fault::kKill);
+}
+
+TEST_F(JobTrainerFaults, AKilledLeaderTrainerIsLeftBehindAndNoStepIsLost) {
+  fault_trainer_and_check(0, Fault::kKill);
+}
+
+TEST_F(JobTrainerFaults, AHungFollowerTrainerIsLeftBehindAndCommitsNothingWhenItThaws) {
+  fault_trainer_and_check(1, Fault::kHang);
+}
+
+TEST_F(JobTrainerFaults, AHungLeaderTrainerIsLeftBehindAndCommitsNothingWhenItThaws) {
+  fault_trainer_and_check(0, Fault::kHang);
+}
+
+}  // namespace
+}  // namespace omnilearn::testing
