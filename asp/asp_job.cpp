@@ -981,14 +981,43 @@ void AspJob::fence_answered(const FenceCommand& asked, const std::optional<Fence
     // push of the batch it still holds would be applied before the fence and said taken in the
     // answer. Counting it as not taken now could deal the samples twice: ask again. Gone: the
     // incarnation that resumes it is asked when it listens (server_ready), or was asked already
-    // if it listens now.
+    // if it listens now. Hung (SIGSTOP, a stuck call) while its agent still heartbeats, it
+    // would be asked again for as long as it hangs, every worker's pull failing meanwhile: a
+    // probe of its process tells slow from hung (probe_answered).
     if (shard.incarnation == asked.incarnation && shard.ready) {
       fence_shard(*asked.round, s, asked.worker, asked.through);
+      probe_server(s);
     }
     return;
   }
   // Answered with an error (a misaddressed fence): not taken.
   on_settled(fences_->answer(*dealer_, *asked.round, s, with_inherited(s, asked.worker, {})), now);
+}
+
+void AspJob::probe_server(std::int32_t s) {
+  const auto& shard = shards_[static_cast<std::size_t>(s)];
+  const auto it = trainers_.find(shard.trainer);
+  if (it == trainers_.end() || it->second.gone || it->second.probing) return;
+  it->second.probing = true;
+  commands_.push_back(ProbeCommand{shard.trainer, shard.incarnation});
+}
+
+void AspJob::probe_answered(const ProbeCommand& asked, bool reachable, const std::string& error,
+                            Millis now) {
+  const auto it = trainers_.find(asked.server);
+  if (it == trainers_.end()) return;
+  Trainer& t = it->second;
+  t.probing = false;
+  if (finished_ || reachable || t.gone || !t.server) return;
+  const auto& shard = shards_[static_cast<std::size_t>(t.shard)];
+  if (shard.trainer != asked.server || shard.incarnation != asked.incarnation) return;
+  changed();
+  // Its process may run again (a SIGSTOP ends): told to stop, it exits then, and until it
+  // reads the stop its incarnation is fenced off like a server on a node declared dead.
+  const std::string why = "hung: no answer to a fence or a probe (" + error + ")";
+  commands_.push_back(StopCommand{asked.server, why});
+  trainer_gone(asked.server, why, now);
+  if (!finished_) place(now);
 }
 
 std::vector<TakenBatch> AspJob::with_inherited(std::int32_t s, WorkerId worker,

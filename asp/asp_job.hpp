@@ -117,6 +117,13 @@ struct HandOverCommand {
   std::int32_t shard = 0;
   std::int64_t incarnation = 0;
 };
+// Ask whether `server`'s process still answers (a ping its runtime answers, not its training
+// loop; bound: a probe timeout, 1 s), then call probe_answered(). Sent when a fence of the
+// shard's live incarnation went unanswered.
+struct ProbeCommand {
+  std::string server;
+  std::int64_t incarnation = 0;
+};
 // A line for events.jsonl (the adapter adds the time).
 struct EventCommand {
   nlohmann::json event;
@@ -132,7 +139,8 @@ struct FinishCommand {
   std::string reason;
 };
 using AspCommand = std::variant<PersistCommand, SpawnCommand, StopCommand, FenceCommand,
-                                HandOverCommand, EventCommand, PublishCommand, FinishCommand>;
+                                HandOverCommand, ProbeCommand, EventCommand, PublishCommand,
+                                FinishCommand>;
 
 // A trainer's hello, answered.
 struct HelloAnswer {
@@ -300,6 +308,12 @@ class AspJob {
                       const std::string& error, Millis now);
   void handed_over(const HandOverCommand& asked, const std::optional<HandOverReply>& reply,
                    const std::string& error, Millis now);
+  // The answer to a ProbeCommand: `reachable` (it answered) or not (timed out, or `error` says
+  // its connection was closed). A server of the shard's live incarnation that does not answer
+  // is hung (SIGSTOP, a stuck call) while its agent still sends heartbeats: it is told to stop
+  // (it may run again) and the shard restarts elsewhere, as if its node had died.
+  void probe_answered(const ProbeCommand& asked, bool reachable, const std::string& error,
+                      Millis now);
   void finished(const FinishReport& report, Millis now);
   void trainer_exited(const std::string& trainer, int exit_code, bool bad_input,
                       const std::string& reason, const std::string& last_error, Millis now);
@@ -368,6 +382,7 @@ class AspJob {
     double compute_time_s = 0;
     double update_time_s = 0;
     std::int64_t since_plan = 0;
+    bool probing = false;  // servers: a ProbeCommand is out
   };
   struct Shard {
     std::string trainer;  // the live incarnation's ("" while none is spawned)
@@ -413,6 +428,7 @@ class AspJob {
                     bool drained = false);
   void send_fence(const FenceAsk& ask);
   void fence_shard(std::uint64_t round, std::int32_t shard, WorkerId worker, std::uint64_t through);
+  void probe_server(std::int32_t shard);  // a ProbeCommand for its live incarnation, once
   std::vector<TakenBatch> with_inherited(std::int32_t shard, WorkerId worker,
                                          std::vector<TakenBatch> taken) const;
   void on_settled(const std::vector<SettledBatch>& settled, Millis now);

@@ -19,6 +19,10 @@ using Json = nlohmann::json;
 
 constexpr std::chrono::milliseconds kTick{100};
 constexpr std::chrono::milliseconds kRestoreProbeTimeout{3000};
+// A server whose fence went unanswered is pinged: no answer within this is a hung process. A
+// restart loses the updates since the shard's last checkpoint, so the bound is generous (a ping
+// is answered by the trainer's runtime, whatever its training loop does).
+constexpr std::chrono::milliseconds kServerProbeTimeout{3000};
 // How long a restarted head waits to hear from a trainer it counts as live before it takes the
 // trainer for gone (a worker asks at least once per batch; a slower one is fenced and replaced,
 // which loses nothing).
@@ -352,6 +356,7 @@ void AspSchedulerActor::carry_out(std::vector<asp::AspCommand>& commands) {
             },
             [&](asp::FenceCommand& c) { fence(c); },
             [&](asp::HandOverCommand& c) { hand_over(c); },
+            [&](asp::ProbeCommand& c) { probe_server(c); },
             // The machine's events are JSON objects with their kind in `event`; one of no kind
             // is a broken invariant (it throws, and the job fails with the reason).
             [&](asp::EventCommand& c) { recorder_.record(RunEvent::from_json(std::move(c.event))); },
@@ -404,6 +409,29 @@ void AspSchedulerActor::fence(const asp::FenceCommand& command) {
                        command.shard, answer ? answer->error : result.error);
         }
         job_.fence_answered(command, answer, result.error, now());
+        run_commands();
+      });
+}
+
+void AspSchedulerActor::probe_server(const asp::ProbeCommand& command) {
+  const auto system = trainer_systems_.find(command.server);
+  if (system == trainer_systems_.end() || system->second.empty()) {
+    // Never listened here: nothing to ask; its fences are asked again as before.
+    job_.probe_answered(command, true, "", now());
+    return;
+  }
+  // The trainer's runtime answers a ping, not its training loop: a server busy with a long
+  // checkpoint write answers, a hung process (SIGSTOP, a stuck call) does not.
+  this->system().ask_envelope(
+      this->system().make_envelope(runtime::ActorAddress{system->second, "$system"},
+                                   runtime::MessageKind::kPing,
+                                   runtime::pack_payload(runtime::Ping{0}), self()),
+      kServerProbeTimeout, [this, command](runtime::AskResult result) {
+        if (!result.ok()) {
+          spdlog::warn("job {}: server {} did not answer a probe: {}", options_.job_id,
+                       command.server, result.error);
+        }
+        job_.probe_answered(command, result.ok(), result.error, now());
         run_commands();
       });
 }

@@ -72,6 +72,7 @@ class AspSchedulerActor : public runtime::Actor {
   void on_drain(const runtime::Envelope& message);
   void fence(const asp::FenceCommand& command);
   void hand_over(const asp::HandOverCommand& command);
+  void probe_server(const asp::ProbeCommand& command);
   void tell_trainer(const std::string& trainer, StopTrainer stop);
   void tick();
   void finished(const asp::FinishCommand& command);

@@ -20,6 +20,7 @@ namespace {
 
 constexpr Millis kPushBound = 5000;  // the worker's bound on a push's answer (AspPush asks)
 constexpr Millis kNever = -1;
+constexpr Millis kProbeTimeout = 3000;  // the adapter's ping of a server (kServerProbeTimeout)
 constexpr Millis kGiveUp = 4 * 3600 * 1000;  // virtual time: a run still going is a livelock
 const StalenessConfig kStaleness{StalenessMode::kNone, 0, LrScaling::kNone};
 
@@ -83,6 +84,7 @@ class World {
     Counts taken;
     bool alive = true;
     bool handed_over = false;  // refuses every push
+    Millis hung_until = 0;     // hung (SIGSTOP) before this: it reads nothing
   };
   struct Report {  // what a worker's next deal request says of its last batch
     std::uint64_t batch = 0;
@@ -142,6 +144,13 @@ class World {
     if (violations_.size() < 5) violations_.push_back("t=" + std::to_string(now_) + " ms: " + what);
   }
   bool node_frozen(const std::string& node) const { return frozen_.count(node) > 0; }
+  // A message that reaches server `name` while it hangs is read when it runs again: `fn` then.
+  bool later_if_hung(const std::string& name, const std::function<void()>& fn) {
+    const auto it = servers_.find(name);
+    if (it == servers_.end() || !it->second.alive || now_ >= it->second.hung_until) return false;
+    at(it->second.hung_until, fn);
+    return true;
+  }
 
   void tick() {
     job_->tick(now_);
@@ -246,6 +255,19 @@ class World {
         if (servers_.count(view.trainer)) kill(view.trainer);
       });
     }
+    for (int k = 0; k < c_.hung_servers; ++k) {
+      const auto shard = static_cast<std::int32_t>(uniform(0, c_.shards - 1));
+      at(uniform(1000, 60000), [this, shard] {
+        const auto view = job_->shards()[static_cast<std::size_t>(shard)];
+        auto it = servers_.find(view.trainer);
+        if (it == servers_.end() || !it->second.alive) return;
+        // Mostly for seconds; sometimes past the job's stall limit (no update for spawn
+        // timeout + grace period fails it): only a restart then lets the job finish.
+        it->second.hung_until = now_ + (coin(0.3) ? 150000 : uniform(3000, 20000));
+        ++hung_servers_;
+        if (c_.trace) std::cout << now_ << " ms " << view.trainer << " hangs\n";
+      });
+    }
     for (int k = 0; k < c_.worker_kills; ++k) {
       at(uniform(1000, 60000), [this] {
         std::vector<std::string> live;
@@ -310,6 +332,7 @@ class World {
                        [&](StopCommand& c) { stop(c); },
                        [&](FenceCommand& c) { fence(c); },
                        [&](HandOverCommand& c) { hand_over(c); },
+                       [&](ProbeCommand& c) { probe(c); },
                        [&](EventCommand& e) {
                          if (c_.trace) std::cout << now_ << " ms " << e.event.dump() << "\n";
                        },
@@ -394,7 +417,8 @@ class World {
       if (!server.alive) return;
       if (server.incarnation > 0) {
         truth_[server.shard].resumed(server.incarnation, version);
-        check_drain(server, version);
+        resumed_[server.shard][server.incarnation] = version;
+        check_drain(server.shard);
       }
       served_by_[server.shard] = trainer;
       job_->server_ready(ServerReady{trainer, server.shard, trainer, server.incarnation, version, 1,
@@ -403,20 +427,34 @@ class World {
     }
   }
 
-  // A drained server's successor resumes where the drained one stopped.
-  void check_drain(const Server& server, std::int64_t version) {
-    auto it = drained_.find(server.shard);
-    if (it == drained_.end() || server.incarnation <= it->second.first) return;
-    if (version != it->second.second) {
-      fail("shard " + std::to_string(server.shard) + " was drained at version " +
+  // A drained server's successor (the next incarnation) resumes where the drained one stopped.
+  // Checked once both are known: the drained server reads its stop late when it hung after
+  // its hand-over, maybe after its successor listened.
+  void check_drain(std::int32_t shard) {
+    auto it = drained_.find(shard);
+    if (it == drained_.end()) return;
+    const auto& resumed = resumed_[shard];
+    const auto successor = resumed.find(it->second.first + 1);
+    if (successor == resumed.end()) return;
+    if (successor->second != it->second.second) {
+      fail("shard " + std::to_string(shard) + " was drained at version " +
            std::to_string(it->second.second) + " and its restart resumed at " +
-           std::to_string(version) + ": the drain lost updates");
+           std::to_string(successor->second) + ": the drain lost updates");
     }
     drained_.erase(it);
   }
 
   void stop(const StopCommand& c) {
-    at(now_ + uniform(5, 50), [this, c] {
+    if (const auto s = servers_.find(c.trainer);
+        s != servers_.end() && c.reason.rfind("hung:", 0) == 0) {
+      ++fault_deaths_[s->second.shard];
+      ++hung_restarts_;
+    }
+    at(now_ + uniform(5, 50), [this, c] { stop_arrives(c); });
+  }
+  void stop_arrives(const StopCommand& c) {
+    if (later_if_hung(c.trainer, [this, c] { stop_arrives(c); })) return;
+    {
       auto p = processes_.find(c.trainer);
       if (p == processes_.end() || !p->second.alive) return;
       p->second.alive = false;
@@ -424,6 +462,7 @@ class World {
         s->second.alive = false;
         if (c.reason == "drained") {
           drained_[s->second.shard] = {s->second.incarnation, s->second.core->pull().number};
+          check_drain(s->second.shard);
         }
       }
       if (auto w = workers_.find(c.trainer); w != workers_.end()) {
@@ -431,7 +470,7 @@ class World {
         unreported_ += w->second.report.pushes;
       }
       exited(c.trainer, p->second.node, 0, c.reason);
-    });
+    }
   }
 
   // Writes the server's checkpoint and reports it; returns its path.
@@ -559,7 +598,7 @@ class World {
       }
       const std::int64_t incarnation = it->second.incarnation;
       // The pull: a dead server does not answer it, and the batch is reported failed for it.
-      const bool pulled_ok = it->second.alive;
+      const bool pulled_ok = it->second.alive && now_ >= it->second.hung_until;
       const Version pulled = it->second.core->pull();
       Millis delay = coin(c_.lost)                   ? kNever
                      : coin(c_.late / (1 - c_.lost)) ? uniform(kPushBound + 10, 3 * kPushBound)
@@ -577,6 +616,33 @@ class World {
       ++next.pushes;
       const bool answered = delay <= kPushBound;
       at(pushed_at + delay, [this, trainer, server, s, d, pulled, answered, incarnation] {
+        push_arrives(trainer, server, s, d, pulled, answered, incarnation);
+      });
+    }
+    at(waits_for_bound ? pushed_at + kPushBound : answers_by, [this, trainer] { ask(trainer); });
+  }
+
+  void push_arrives(const std::string& trainer, const std::string& server, std::size_t s,
+                    const DealAnswer& d, const Version& pulled, bool answered,
+                    std::int64_t incarnation) {
+    {
+      if (answered && later_if_hung(server, [=, this] {
+            push_arrives(trainer, server, s, d, pulled, false, incarnation);
+          })) {
+        // Read when the server runs again, long after the worker's bound: unanswered.
+        Report& waiting = workers_[trainer].report;
+        if (waiting.batch == d.batch_id) {
+          waiting.unanswered[s] = incarnation;
+          waiting.failed = true;
+        }
+        return;
+      }
+      if (later_if_hung(server, [=, this] {
+            push_arrives(trainer, server, s, d, pulled, answered, incarnation);
+          })) {
+        return;
+      }
+      {
         Server& sv = servers_[server];
         Report& r = workers_[trainer].report;
         const bool mine = answered && r.batch == d.batch_id;
@@ -617,9 +683,8 @@ class World {
         } else {
           r.failed = true;  // fenced or rejected: answered, not taken
         }
-      });
+      }
     }
-    at(waits_for_bound ? pushed_at + kPushBound : answers_by, [this, trainer] { ask(trainer); });
   }
 
   // ---- the head's asks
@@ -636,7 +701,19 @@ class World {
                                                          job_->options().fence_timeout * 3)
                                                : uniform(0, 500);
     const std::uint64_t epoch = head_epoch_;
-    at(now_ + arrive, [this, c, over, epoch] {
+    at(now_ + arrive, [this, c, over, epoch] { fence_arrives(c, over, epoch); });
+    at(now_ + job_->options().fence_timeout, [this, c, over, epoch] {
+      if (*over || !reaches(epoch)) return;
+      *over = true;
+      ++fence_timeouts_;
+      job_->fence_answered(c, std::nullopt, "timed out", now_);
+    });
+  }
+
+  void fence_arrives(const FenceCommand& c, const std::shared_ptr<bool>& over,
+                     std::uint64_t epoch) {
+    if (later_if_hung(c.server, [=, this] { fence_arrives(c, over, epoch); })) return;
+    {
       auto it = servers_.find(c.server);
       if (it == servers_.end() || !it->second.alive) return;  // lost with it
       if (coin(c_.kill_on_fence)) {
@@ -654,19 +731,40 @@ class World {
         *over = true;
         job_->fence_answered(c, reply, "", now_);
       });
-    });
-    at(now_ + job_->options().fence_timeout, [this, c, over, epoch] {
-      if (*over || !reaches(epoch)) return;
-      *over = true;
-      ++fence_timeouts_;
-      job_->fence_answered(c, std::nullopt, "timed out", now_);
+    }
+  }
+
+  // The adapter's ping of a server (a probe timeout of 3 s): a dead process's connection is
+  // closed and the ping fails at once, a hung one's times out, a live one answers.
+  void probe(const ProbeCommand& c) {
+    const std::uint64_t epoch = head_epoch_;
+    at(now_ + uniform(0, 100), [this, c, epoch] {
+      const auto it = servers_.find(c.server);
+      const bool dead = it != servers_.end() && !it->second.alive;
+      const bool hung = it != servers_.end() && it->second.alive && now_ < it->second.hung_until;
+      const Millis answer_at = now_ + (dead ? 0 : hung ? kProbeTimeout : uniform(0, 100));
+      at(answer_at, [this, c, epoch, answered = !dead && !hung] {
+        if (!reaches(epoch)) return;
+        job_->probe_answered(c, answered, answered ? "" : "no reply", now_);
+      });
     });
   }
 
   void hand_over(const HandOverCommand& c) {
     auto over = std::make_shared<bool>(false);
     const std::uint64_t epoch = head_epoch_;
-    at(now_ + uniform(0, 300), [this, c, over, epoch] {
+    at(now_ + uniform(0, 300), [this, c, over, epoch] { hand_over_arrives(c, over, epoch); });
+    at(now_ + job_->options().hand_over_timeout, [this, c, over, epoch] {
+      if (*over || !reaches(epoch)) return;
+      *over = true;
+      job_->handed_over(c, std::nullopt, "timed out", now_);
+    });
+  }
+
+  void hand_over_arrives(const HandOverCommand& c, const std::shared_ptr<bool>& over,
+                         std::uint64_t epoch) {
+    if (later_if_hung(c.server, [=, this] { hand_over_arrives(c, over, epoch); })) return;
+    {
       auto it = servers_.find(c.server);
       if (it == servers_.end() || !it->second.alive) return;
       Server& sv = it->second;
@@ -685,12 +783,7 @@ class World {
         ++hand_overs_;
         job_->handed_over(c, reply, "", now_);
       });
-    });
-    at(now_ + job_->options().hand_over_timeout, [this, c, over, epoch] {
-      if (*over || !reaches(epoch)) return;
-      *over = true;
-      job_->handed_over(c, std::nullopt, "timed out", now_);
-    });
+    }
   }
 
   // ---- the end
@@ -768,6 +861,8 @@ class World {
     out.evaluations = evaluations_;
     out.head_restarts = head_restarts_;
     out.lost_deals = lost_deals_;
+    out.hung_servers = hung_servers_;
+    out.hung_restarts = hung_restarts_;
     if (job_->dealer()) out.partial_pushes = job_->dealer()->counters().partial_pushes;
     return out;
   }
@@ -787,6 +882,7 @@ class World {
   std::map<std::string, Snapshot> files_;
   std::map<std::int32_t, std::string> served_by_;  // per shard: the last incarnation that listened
   std::map<std::int32_t, std::pair<std::int64_t, std::int64_t>> drained_;  // incarnation, version
+  std::map<std::int32_t, std::map<std::int64_t, std::int64_t>> resumed_;  // incarnation -> version
   std::vector<Counts> ever_taken_;               // [shard]: taken by some incarnation
   std::map<std::int32_t, RestartLedger> truth_;  // per shard: what incarnations really reached
   std::vector<std::string> violations_;
@@ -796,6 +892,7 @@ class World {
   std::vector<std::function<void()>> retry_;  // sent to the dead head, sent again
   bool crash_after_deal_ = false;
   std::int64_t head_restarts_ = 0, lost_deals_ = 0;
+  std::int64_t hung_servers_ = 0, hung_restarts_ = 0;
   std::int64_t unreported_ = 0;  // pushes whose worker never reported them
   std::int64_t late_pushes_ = 0, zombie_pushes_ = 0, fence_timeouts_ = 0, hand_overs_ = 0,
                evaluations_ = 0;
@@ -815,6 +912,7 @@ SimConfig random_config(std::uint64_t seed) {
   c.worker_kills = static_cast<int>(rng() % 2);
   c.drains = (rng() % 3) ? 1 : 0;
   c.head_restarts = (rng() % 10 < 3) ? 1 + static_cast<int>(rng() % 2) : 0;
+  c.hung_servers = (rng() % 3 == 0) ? 1 : 0;
   return c;
 }
 

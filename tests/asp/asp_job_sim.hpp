@@ -12,6 +12,8 @@
 //   first;
 // - a server killed (at random, and just as a fence reaches it) that restarts from its last
 //   reported checkpoint, pushes and fences in flight to it lost; a worker killed;
+// - a server process hung for a while (SIGSTOP, a stuck call) while its agent runs on:
+//   everything sent to it waits until it runs again, its pings go unanswered meanwhile;
 // - a node drained (`omnilearn drain`) while its server serves: the hand-over;
 // - the head killed (kill -9; in half of them just after it wrote a deal down and before the
 //   answer left) and restarted 0.2-5 s later from the last snapshot the machine asked to write
@@ -51,6 +53,8 @@ struct SimConfig {
   double kill_on_fence = 0;           // a server killed just as a fence reaches it
   int worker_kills = 0;               // worker processes killed
   int drains = 0;                     // nodes drained (their servers hand over)
+  int hung_servers = 0;               // server processes hung for 3-20 s (SIGSTOP), their
+                                      // agents fine: the head must tell hung from slow
   int head_restarts = 0;              // head kills, each restarted from its last snapshot
   std::int64_t checkpoint_every = 3;  // applied updates between a server's checkpoints
   AspMutation mutation = AspMutation::kNone;
@@ -72,6 +76,8 @@ struct SimResult {
   std::int64_t partial_pushes = 0;
   std::int64_t head_restarts = 0;
   std::int64_t lost_deals = 0;  // deal answers lost with a head that had written them down
+  std::int64_t hung_servers = 0;   // server processes hung (hung_servers faults that hit one)
+  std::int64_t hung_restarts = 0;  // of those, restarted by the head as hung
   bool ok() const { return violations.empty(); }
 };
 

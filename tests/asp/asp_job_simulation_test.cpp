@@ -56,6 +56,8 @@ TEST(AspJobSimulation, EveryScheduleKeepsEveryInvariant) {
     total.partial_pushes += r.partial_pushes;
     total.head_restarts += r.head_restarts;
     total.lost_deals += r.lost_deals;
+    total.hung_servers += r.hung_servers;
+    total.hung_restarts += r.hung_restarts;
   }
   // The faults the invariants are about happened.
   if (all.size() >= 200) {
@@ -70,6 +72,7 @@ TEST(AspJobSimulation, EveryScheduleKeepsEveryInvariant) {
     EXPECT_GT(total.partial_pushes, 0);
     EXPECT_GT(total.head_restarts, 0);
     EXPECT_GT(total.lost_deals, 0);
+    EXPECT_GT(total.hung_restarts, 0);
   }
   std::cout << all.size() << " schedules: " << total.updates << " updates, " << total.late_pushes
             << " late pushes, " << total.zombie_pushes << " pushes from trainers declared gone, "
@@ -78,7 +81,8 @@ TEST(AspJobSimulation, EveryScheduleKeepsEveryInvariant) {
             << total.hand_overs << " hand-overs, " << total.partial_pushes << " partial pushes, "
             << total.lost_samples << " (epoch, shard, sample) updates lost with an incarnation, "
             << total.evaluations << " evaluations, " << total.head_restarts << " head restarts ("
-            << total.lost_deals << " with a written deal's answer lost)\n";
+            << total.lost_deals << " with a written deal's answer lost), " << total.hung_servers
+            << " servers hung, " << total.hung_restarts << " restarted for it\n";
 }
 
 }  // namespace

@@ -202,6 +202,69 @@ TEST(AspJob, ASilentLiveShardIsAskedAgainAndADeadOnesRoundGoesToItsRestart) {
   EXPECT_EQ(s.job.updates(), 1);
 }
 
+// A live shard silent past a fence's bound has its process pinged (once while a ping is out).
+// Answered, it is slow: nothing changes. Unanswered, it is hung while its agent still sends
+// heartbeats: told to stop, and its shard restarts as incarnation + 1, whose listening is when
+// the round is asked again.
+TEST(AspJob, ASilentShardWhoseProcessDoesNotAnswerAPingIsRestartedAsHung) {
+  Started s(options(2, 2), 2);
+  const DealAnswer batch = s.job.deal(asking(s.workers[0]), 30);
+  ASSERT_EQ(batch.action, DealAnswer::Action::kBatch);
+  DealAsk failed = asking(s.workers[0]);
+  failed.failed_batch = batch.batch_id;
+  failed.incarnations = {0, -1};
+  failed.versions = {1, 0};
+  failed.unanswered = {-1, 0};
+  s.job.deal(failed, 40);
+  auto fences = of<FenceCommand>(s.job.take_commands());
+  ASSERT_EQ(fences.size(), 1u);
+  s.job.fence_answered(fences[0], std::nullopt, "timed out", 5040);
+  auto commands = s.job.take_commands();
+  auto probes = of<ProbeCommand>(commands);
+  ASSERT_EQ(probes.size(), 1u);
+  EXPECT_EQ(probes[0].server, fences[0].server);
+  EXPECT_EQ(probes[0].incarnation, 0);
+  auto again = of<FenceCommand>(commands);
+  ASSERT_EQ(again.size(), 1u);
+  // Silent again while the ping is out: asked again, not pinged twice.
+  s.job.fence_answered(again[0], std::nullopt, "timed out", 7000);
+  commands = s.job.take_commands();
+  EXPECT_TRUE(of<ProbeCommand>(commands).empty());
+  again = of<FenceCommand>(commands);
+  ASSERT_EQ(again.size(), 1u);
+
+  // The ping answered: slow, not hung.
+  s.job.probe_answered(probes[0], true, "", 7100);
+  EXPECT_TRUE(s.job.take_commands().empty());
+  EXPECT_EQ(s.job.shards()[1].incarnation, 0);
+
+  // Silent once more, and this time the ping goes unanswered.
+  s.job.fence_answered(again[0], std::nullopt, "timed out", 12000);
+  probes = of<ProbeCommand>(s.job.take_commands());
+  ASSERT_EQ(probes.size(), 1u);
+  s.job.probe_answered(probes[0], false, "no reply within 3000 ms", 15000);
+  commands = s.job.take_commands();
+  const auto stops = of<StopCommand>(commands);
+  ASSERT_EQ(stops.size(), 1u);
+  EXPECT_EQ(stops[0].trainer, fences[0].server);
+  EXPECT_EQ(stops[0].reason.rfind("hung:", 0), 0u) << stops[0].reason;
+  const auto spawns = of<SpawnCommand>(commands);
+  ASSERT_EQ(spawns.size(), 1u);
+  EXPECT_EQ(s.job.shards()[1].incarnation, 1);
+  EXPECT_FALSE(s.job.finished());
+  // A late answer about the old incarnation changes nothing.
+  s.job.probe_answered(probes[0], false, "no reply", 15100);
+  EXPECT_TRUE(s.job.take_commands().empty());
+  // Its restart is asked the round once it listens.
+  const HelloAnswer a = s.job.hello(spawns[0].trainer, 15200);
+  EXPECT_EQ(a.incarnation, 1);
+  s.job.server_ready(
+      ServerReady{spawns[0].trainer, 1, "tcp://new", a.incarnation, 0, 10, 100, "initial"}, 15300);
+  const auto restart = of<FenceCommand>(s.job.take_commands());
+  ASSERT_EQ(restart.size(), 1u);
+  EXPECT_EQ(restart[0].round, fences[0].round);
+}
+
 TEST(AspJob, TheFirstWorkerToAskOnceTrainingIsDoneFinishesAndAnotherTakesOverIfItGoes) {
   AspJobOptions o = options(1, 2);
   o.steps = 1;

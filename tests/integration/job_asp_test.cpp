@@ -533,6 +533,74 @@ TEST_F(JobAsp, AFrozenAgentWhoseServerKeepsServingIsReplacedAndTheJobFinishes) {
   expect_trainers_gone(*run, "the stale server included", 30s);
 }
 
+// The only server's process hung (SIGSTOP on the server alone) while its agent keeps sending
+// heartbeats: nothing reports it, and every worker's pull fails. A fence of it that goes
+// unanswered has the head ping its process; no answer, and the shard restarts from its last
+// checkpoint (5 s fence bound + 3 s probe bound), the hung process told to stop. Without that
+// the job stood still for as long as it hung, and failed after 90 s without an update.
+TEST_F(JobAsp, AHungServerWhoseAgentIsFineIsReplacedAndTheJobFinishes) {
+  auto run = start_fault_job("hung-server", "\n[asp]\nservers = 1\n\n[checkpoint]\nevery = 20\n");
+  ASSERT_TRUE(run);
+  const std::string victim = server_node(*run);
+  ASSERT_FALSE(victim.empty());
+  ASSERT_TRUE(run->wait_for_event("checkpoint", 90s)) << run->describe();
+  const auto servers = trainer_processes(cluster().address(), run->id() + "-" + victim + "-s");
+  ASSERT_EQ(servers.size(), 1u) << describe(servers);
+  ASSERT_EQ(::kill(servers[0].pid, SIGSTOP), 0);
+  const auto frozen_at = std::chrono::steady_clock::now();
+  auto gone = run->wait_for_event("server_gone", 60s);
+  ASSERT_TRUE(gone) << run->describe();
+  EXPECT_EQ(gone->at("reason").get<std::string>().rfind("hung:", 0), 0u) << gone->dump();
+  auto recovered = run->wait_for_event("server_recovered", 60s);
+  ASSERT_TRUE(recovered) << run->describe();
+  std::printf("hung server: recovered after %.1f s\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - frozen_at).count());
+  // Still hung when the shard restarted; thawed, it reads its stop and exits.
+  EXPECT_EQ(::kill(servers[0].pid, 0), 0) << "the hung server died by itself";
+  ASSERT_EQ(::kill(servers[0].pid, SIGCONT), 0);
+  auto summary = run->wait_finished(240s);
+  ASSERT_TRUE(summary) << run->describe();
+  SCOPED_TRACE(summary->dump(2));
+  ASSERT_EQ(summary->at("status"), "succeeded");
+  EXPECT_EQ(summary->at("servers")[0].at("restarts"), 1);
+  EXPECT_EQ(summary->at("sampling").at("samples_accepted"), kFaultEpochs * 1024);
+  EXPECT_EQ(summary->at("sampling").at("duplicates"), 0);
+  expect_trainers_gone(*run, "the hung server included", 30s);
+}
+
+// A worker's trainer hung (SIGSTOP on the trainer alone), its agent fine: the other worker goes
+// on at once (nothing waits for the hung one's batch), and once it thaws it pushes on. Every
+// sample is still accepted once per epoch.
+TEST_F(JobAsp, AHungWorkerWhoseAgentIsFineHoldsNobodyUp) {
+  auto run = start_fault_job("hung-worker", "\n[asp]\nservers = 1\n");
+  ASSERT_TRUE(run);
+  const std::string server = server_node(*run);
+  ASSERT_FALSE(server.empty());
+  const std::string victim = server == "w1" ? "w2" : "w1";
+  ASSERT_TRUE(run->wait_for_event("asp_interval", 90s, [](const Json& e) {
+    return e.value("step", 0) >= 40;
+  })) << run->describe();
+  const auto victims = trainer_processes(cluster().address(), run->id() + "-" + victim + "-t");
+  ASSERT_EQ(victims.size(), 1u) << describe(victims);
+  ASSERT_EQ(::kill(victims[0].pid, SIGSTOP), 0);
+  const auto frozen_at = std::chrono::steady_clock::now();
+  const auto after = latest_step(*run);
+  EXPECT_TRUE(run->wait_for_event("asp_interval", 60s, [&](const Json& e) {
+    return e.value("step", std::int64_t{0}) > after + 20;
+  })) << "no progress while the worker hung\n" << run->describe();
+  std::printf("hung worker: progress after %.1f s\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - frozen_at).count());
+  std::this_thread::sleep_until(frozen_at + 4s);
+  ::kill(victims[0].pid, SIGCONT);
+  auto summary = run->wait_finished(240s);
+  ASSERT_TRUE(summary) << run->describe();
+  SCOPED_TRACE(summary->dump(2));
+  ASSERT_EQ(summary->at("status"), "succeeded");
+  EXPECT_EQ(summary->at("sampling").at("samples_accepted"), kFaultEpochs * 1024);
+  EXPECT_EQ(summary->at("sampling").at("duplicates"), 0);
+  expect_trainers_gone(*run, "the hung worker included", 30s);
+}
+
 // `omnilearn drain` of the node hosting the only server, with no periodic checkpoints: the
 // server hands its shard over (refuses every later push, checkpoints at its last version) and
 // restarts on the other node from that checkpoint, so not one update is lost, where a restart
