@@ -204,7 +204,11 @@ class Simulation {
         job_(config.job,
              [this](const std::vector<std::string>& members) { return plan(members); }) {
     result_.seed = config.seed;
-    exit_bound_ms_ = cfg_.exit_bound_ms > 0 ? cfg_.exit_bound_ms : cfg_.member.idle_limit + 15000;
+    // A trainer whose stop was lost leaves on its own: after the collective it may be stuck in
+    // (a join no one else completes) times out, and then the idle limit.
+    exit_bound_ms_ = cfg_.exit_bound_ms > 0
+                         ? cfg_.exit_bound_ms
+                         : cfg_.member.idle_limit + cfg_.collective_timeout_ms + 15000;
   }
 
   SimResult run();
@@ -508,7 +512,49 @@ class Simulation {
   }
   void handle(RendezvousCommand& c) {
     RendezvousOrder order = c.order;
-    to_trainer(c.trainer, [this, order](Proc& p) { p.member->on_rendezvous(order, local_now(p)); });
+    to_trainer(c.trainer, [this, order](Proc& p) {
+      p.member->on_rendezvous(order, local_now(p));
+      abandon_if_superseded(p, order);
+    });
+  }
+  // As the trainer's waits do: its join of an older generation is given up once a newer
+  // rendezvous arrives (RuntimeStore's abandon check), any other collective of an older
+  // generation once a rendezvous says a member was lost (abandon_previous; training::
+  // Collectives' abandon check, every 50 ms). The member then reports the generation broken
+  // and leaves its group, whose connections close under the others.
+  void abandon_if_superseded(Proc& p, const RendezvousOrder& order) {
+    if (!p.alive || p.in_collective < 0 || order.generation <= p.in_collective) return;
+    auto it = groups_.find(p.in_collective);
+    if (it == groups_.end()) return;
+    Group& g = it->second;
+    if (g.kind != Coll::kJoin && !order.abandon_previous) return;
+    const auto post = g.pending.find(p.rank);
+    if (post == g.pending.end() || post->second.pid != p.pid) return;
+    const std::string why = std::string(coll_name(g.kind)) + " of generation " +
+                            std::to_string(g.generation) + " abandoned: generation " +
+                            std::to_string(order.generation) + " replaces it";
+    if (g.kind == Coll::kStep) {
+      // Only the wait ends: the posted data lives on in the rank's background threads, as
+      // after a timeout (time_out), and a peer that posts late may still complete the exchange
+      // with it. The group is torn down only after that.
+      if (!g.broken) {
+        g.broken = true;
+        g.broken_reason = why;
+        g.ghost_until = now_ + ms(cfg_.collective_timeout_ms);
+        const std::int64_t gen = g.generation;
+        at(g.ghost_until, [this, gen] {
+          Group& h = groups_[gen];
+          h.ghosts.clear();
+          h.ghost_until = 0;
+          fail_pending(h, h.broken_reason);
+        });
+      }
+      g.ghosts[p.rank] = post->second;
+    }
+    g.pending.erase(post);
+    p.in_collective = -1;
+    ++result_.stats.abandoned_waits;
+    fail_post(p, g.kind, why);
   }
   void handle(PlanCommand& c) {
     PlanOrder order = c.order;

@@ -83,7 +83,9 @@ struct SimConfig {
   std::int64_t heartbeat_interval_ms = 500;
   std::int64_t heartbeat_timeout_ms = 3000;
   std::int64_t tick_ms = 100;
-  std::int64_t collective_timeout_ms = 3000;
+  // The trainer's process-group timeout (max(heartbeat timeout, 30 s)): how long a wait in a
+  // collective lasts unless a newer rendezvous gives it up first.
+  std::int64_t collective_timeout_ms = 30000;
   std::int64_t startup_min_ms = 50, startup_max_ms = 800;  // SpawnTrainer -> process runs
   std::int64_t speed_min_ms = 5, speed_max_ms = 40;        // compute per step, per node
   double step_noise = 0.2;                                 // +0..20% per step
@@ -141,6 +143,7 @@ struct SimStats {
   std::int64_t gate_waits = 0;   // a leader's commit gate waited for a renewal
   std::int64_t gate_drops = 0;   // ... and dropped the step (no renewal)
   std::int64_t late_exchanges = 0;  // an exchange completed by a late post (background)
+  std::int64_t abandoned_waits = 0;  // a wait given up for a newer rendezvous
   std::int64_t follower_only = 0;   // steps committed by followers whose leader did not
   std::int64_t persists = 0;        // snapshots the job asked to be written (PersistCommand)
   // The longest a generation's leader waited for its lease because the previous leader's had

@@ -127,6 +127,7 @@ TEST(ElasticSimulation, SeededFaultSchedules) {
     total.gate_waits += r.stats.gate_waits;
     total.gate_drops += r.stats.gate_drops;
     total.late_exchanges += r.stats.late_exchanges;
+    total.abandoned_waits += r.stats.abandoned_waits;
     total.follower_only += r.stats.follower_only;
     total.sync_ties += r.stats.sync_ties;
     total.checkpoints += r.stats.checkpoints;
@@ -189,7 +190,8 @@ TEST(ElasticSimulation, SeededFaultSchedules) {
             << " job events\n";
   std::cout << "fused step: " << total.gate_waits << " commit-gate waits for a renewal, "
             << total.gate_drops << " steps dropped at the gate, " << total.late_exchanges
-            << " exchanges completed by a late post, " << total.follower_only
+            << " exchanges completed by a late post, " << total.abandoned_waits
+            << " waits given up for a newer rendezvous, " << total.follower_only
             << " steps committed by followers alone, " << total.sync_ties
             << " syncs decided by the tie-break; the longest wait for a lease "
             << total.lease_wait_ms << " ms\n";
