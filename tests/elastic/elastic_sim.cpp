@@ -541,13 +541,7 @@ class Simulation {
         g.broken = true;
         g.broken_reason = why;
         g.ghost_until = now_ + ms(cfg_.collective_timeout_ms);
-        const std::int64_t gen = g.generation;
-        at(g.ghost_until, [this, gen] {
-          Group& h = groups_[gen];
-          h.ghosts.clear();
-          h.ghost_until = 0;
-          fail_pending(h, h.broken_reason);
-        });
+        end_ghosts_at_their_timeout(g);
       }
       g.ghosts[p.rank] = post->second;
     }
@@ -1433,6 +1427,12 @@ class Simulation {
       p->in_collective = -1;
       if (p->alive) fail_post(*p, g.kind, reason);
     }
+    end_ghosts_at_their_timeout(g);
+  }
+
+  // At ghost_until the transport's own timeout ends the exchange's background life: the data
+  // left in flight is gone, and every wait still in the exchange fails.
+  void end_ghosts_at_their_timeout(const Group& g) {
     const std::int64_t gen = g.generation;
     at(g.ghost_until, [this, gen] {
       Group& h = groups_[gen];
