@@ -317,6 +317,24 @@ void ElasticJob::tick(Millis now) {
     note_disruption(now);
     probe_members(now);
   }
+  // The old lease is over: whoever this generation's rendezvous did not yet allow to give up a
+  // wait in the old one is allowed now (form_generation).
+  if (!abandon_told_later_.empty() && old_lease_over(members_, now)) {
+    for (const auto& name : abandon_told_later_) {
+      const Trainer* t = find(name);
+      if (!t || t->view.phase == Phase::kGone) continue;
+      RendezvousOrder order;
+      if (auto it = member_orders_.find(name); it != member_orders_.end()) {
+        it->second.abandon_previous = true;
+        order = it->second;
+      } else {
+        order = RendezvousOrder{generation_, -1, static_cast<std::int32_t>(members_.size()),
+                                batches_, plan_version_, false, true, std::string(), -1};
+      }
+      emit(RendezvousCommand{name, order});
+    }
+    abandon_told_later_.clear();
+  }
   // A hung trainer (SIGSTOP, a stuck call) whose agent still heartbeats holds the rest of its
   // generation in their exchange, or in its formation, until the collective or the formation
   // times out (30 s), and nothing tells the head. So a generation with no progress (no step
@@ -1023,8 +1041,17 @@ void ElasticJob::form_generation(std::vector<std::string> members, const std::st
   orders_sent_at_ = now;
   batches_ = batches;
   const auto world = static_cast<std::int32_t>(members.size());
-  // Formed because a member was lost: the others may be waiting on it in a collective.
+  // Formed because a member was lost: the others may be waiting on it in a collective, and are
+  // told they may give that wait up (abandon_previous). Not while the old generation's lease
+  // may still be used by a leader outside the new one: a follower that gives up its wait leaves
+  // its data in flight, the leader's exchange can still complete with it, and the leader would
+  // commit that step alone under its lease, unseen if its report is lost, while the new
+  // generation syncs from the follower one step behind and commits the same step number again.
+  // Once that lease is over, a late exchange needs a renewal, which is refused. Those who were
+  // not told are told when it is (tick). [fix: elastic simulation seed 69188]
   const bool lost_member = disruption_at_.has_value();
+  const bool abandon = lost_member && old_lease_over(members, now);
+  abandon_told_later_.clear();
   for (std::size_t rank = 0; rank < members.size(); ++rank) {
     Trainer& t = trainers_.at(members[rank]);
     t.view.phase = Phase::kMember;
@@ -1036,10 +1063,11 @@ void ElasticJob::form_generation(std::vector<std::string> members, const std::st
                           batches,
                           plan_version_,
                           false,
-                          lost_member,
+                          abandon,
                           resume ? resume->path : std::string(),
                           resume ? resume->step : -1};
     member_orders_[members[rank]] = order;
+    if (lost_member && !abandon) abandon_told_later_.push_back(members[rank]);
     emit(RendezvousCommand{members[rank], std::move(order)});
   }
   // Everyone who was in the old generation but not in the new one stops training in it and
@@ -1052,7 +1080,8 @@ void ElasticJob::form_generation(std::vector<std::string> members, const std::st
     Trainer& t = trainers_.at(name);
     if (t.view.phase == Phase::kGone) continue;
     emit(RendezvousCommand{name, RendezvousOrder{generation_, -1, world, batches, plan_version_,
-                                                 false, lost_member, std::string(), -1}});
+                                                 false, abandon, std::string(), -1}});
+    if (lost_member && !abandon) abandon_told_later_.push_back(name);
     t.view.rank = -1;
     if (t.view.phase != Phase::kLeaving) t.view.phase = Phase::kReady;
   }
@@ -1308,6 +1337,13 @@ void ElasticJob::report(const std::string& trainer, const MemberReport& r, Milli
 
 bool ElasticJob::lease_free_for(const std::string& trainer, Millis now) const {
   if (lease_released_ || lease_holder_ == trainer) return true;
+  return now > lease_until_ + options_.lease_margin;
+}
+
+bool ElasticJob::old_lease_over(const std::vector<std::string>& members, Millis now) const {
+  if (lease_released_ || lease_holder_.empty()) return true;
+  // Its holder in the new generation: a step it commits late is in the new generation's sync.
+  if (std::find(members.begin(), members.end(), lease_holder_) != members.end()) return true;
   return now > lease_until_ + options_.lease_margin;
 }
 

@@ -349,6 +349,9 @@ class ElasticJob {
   void probe(const std::string& trainer, Millis now);
   void probe_members(Millis now);  // every member of generation_ still in it
   bool lease_free_for(const std::string& trainer, Millis now) const;
+  // Whether the last lease granted can no longer commit a step that `members` (a generation
+  // being formed) would not sync: released, run out (plus the margin), or held by one of them.
+  bool old_lease_over(const std::vector<std::string>& members, Millis now) const;
   void emit(JobCommand command) { commands_.push_back(std::move(command)); }
   void event(JobEvent e) { commands_.push_back(std::move(e)); }
   JobEvent event_now(const std::string& kind) const;  // with the job's step and generation
@@ -376,6 +379,9 @@ class ElasticJob {
   Millis formed_at_ = 0;
   // What each member of generation_ was told, said again while it forms (tick).
   std::map<std::string, RendezvousOrder> member_orders_;
+  // Told of the current generation without abandon_previous while the old lease was not over;
+  // told again with it once it is (tick).
+  std::vector<std::string> abandon_told_later_;
   Millis orders_sent_at_ = 0;
   Millis retry_after_ = 0;         // no new generation before this (back-off)
   // Members stopped so that a drained leader's state can pass to one of them: wait for their

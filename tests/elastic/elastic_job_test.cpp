@@ -337,6 +337,54 @@ TEST(ElasticJob, AHungMemberOfAQuietGenerationIsProbedAndLeftBehind) {
   }
 }
 
+// A generation formed because a member was lost tells its trainers they may give up their
+// waits in the old one (abandon_previous), but not while the old lease may still be used by a
+// leader outside the new generation: a follower that gives up leaves its data in flight, the
+// cut-off leader's exchange completes with it, and the leader commits that step alone under
+// its lease while the new generation syncs from the follower a step behind. Told again once the
+// lease is over (a late exchange then needs a renewal, which is refused), or at once when the
+// lease holder is in the new generation (its late step is in the new generation's sync).
+TEST(ElasticJob, AbandoningTheOldGenerationWaitsForItsLeaseUnlessItsHolderIsAMember) {
+  const auto abandons = [](const std::vector<RendezvousCommand>& orders, const std::string& to) {
+    for (const auto& rv : orders) {
+      if (rv.trainer == to) return std::optional<bool>(rv.order.abandon_previous);
+    }
+    return std::optional<bool>();
+  };
+  {
+    SCOPED_TRACE("the leader's node declared dead while its lease holds");
+    ElasticJobOptions o = job_options(1, 2, 100);
+    LeasedJob t = leased_job(o, 10);  // the lease granted at 2 ms for lease_duration
+    ASSERT_EQ(t.members.size(), 2u);
+    const std::string leader = t.members[0], follower = t.members[1];
+    const Millis lease_over = 2 + o.lease_duration + o.lease_margin;
+    t.job.node_down(t.job.trainers().at(leader).node, "no heartbeat", 500);
+    ASSERT_GT(t.job.generation(), t.generation);
+    EXPECT_EQ(abandons(commands_of<RendezvousCommand>(t.job), follower), false)
+        << "the cut-off leader may still commit under its lease";
+    t.job.tick(lease_over);
+    EXPECT_EQ(abandons(commands_of<RendezvousCommand>(t.job), follower), std::nullopt);
+    t.job.tick(lease_over + 1);
+    const auto again = commands_of<RendezvousCommand>(t.job);
+    EXPECT_EQ(abandons(again, follower), true) << "told again once the lease is over";
+    for (const auto& rv : again) EXPECT_EQ(rv.order.generation, t.job.generation());
+    // The rendezvous said again to a member that has not synced says so too.
+    t.job.tick(lease_over + 2000);
+    EXPECT_EQ(abandons(commands_of<RendezvousCommand>(t.job), follower), true);
+  }
+  {
+    SCOPED_TRACE("a follower lost, the lease holder in the new generation");
+    ElasticJobOptions o = job_options(1, 2, 100);
+    LeasedJob t = leased_job(o, 10);
+    ASSERT_EQ(t.members.size(), 2u);
+    const std::string leader = t.members[0], follower = t.members[1];
+    t.job.node_down(t.job.trainers().at(follower).node, "no heartbeat", 500);
+    ASSERT_GT(t.job.generation(), t.generation);
+    EXPECT_EQ(t.job.members(), std::vector<std::string>{leader});
+    EXPECT_EQ(abandons(commands_of<RendezvousCommand>(t.job), leader), true);
+  }
+}
+
 // The leader, frozen, is written off and a generation forms without it from step 10. Thawed, it
 // completes its last exchange late and commits step 11 under a renewed lease before it dies,
 // and its report of step 11 reaches the head after the new generation formed. That generation
