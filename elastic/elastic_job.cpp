@@ -319,7 +319,7 @@ void ElasticJob::tick(Millis now) {
   }
   // The old lease is over: whoever this generation's rendezvous did not yet allow to give up a
   // wait in the old one is allowed now (form_generation).
-  if (!abandon_told_later_.empty() && old_lease_over(members_, now)) {
+  if (!abandon_told_later_.empty() && old_lease_over(now)) {
     for (const auto& name : abandon_told_later_) {
       const Trainer* t = find(name);
       if (!t || t->view.phase == Phase::kGone) continue;
@@ -1047,10 +1047,11 @@ void ElasticJob::form_generation(std::vector<std::string> members, const std::st
   // its data in flight, the leader's exchange can still complete with it, and the leader would
   // commit that step alone under its lease, unseen if its report is lost, while the new
   // generation syncs from the follower one step behind and commits the same step number again.
-  // Once that lease is over, a late exchange needs a renewal, which is refused. Those who were
-  // not told are told when it is (tick). [fix: elastic simulation seed 69188]
+  // Once that lease is over (released, or run out plus the margin), a late exchange needs a
+  // renewal, which is refused. Those who were not told are told when it is (tick). [fix:
+  // elastic simulation seed 69188]
   const bool lost_member = disruption_at_.has_value();
-  const bool abandon = lost_member && old_lease_over(members, now);
+  const bool abandon = lost_member && old_lease_over(now);
   abandon_told_later_.clear();
   for (std::size_t rank = 0; rank < members.size(); ++rank) {
     Trainer& t = trainers_.at(members[rank]);
@@ -1340,10 +1341,11 @@ bool ElasticJob::lease_free_for(const std::string& trainer, Millis now) const {
   return now > lease_until_ + options_.lease_margin;
 }
 
-bool ElasticJob::old_lease_over(const std::vector<std::string>& members, Millis now) const {
+bool ElasticJob::old_lease_over(Millis now) const {
+  // Its holder being a member of the new generation is not enough: that generation may never
+  // form with it (the holder cut off from the head), and the next one synced without the step
+  // it committed late. [fix: elastic simulation seed 88408]
   if (lease_released_ || lease_holder_.empty()) return true;
-  // Its holder in the new generation: a step it commits late is in the new generation's sync.
-  if (std::find(members.begin(), members.end(), lease_holder_) != members.end()) return true;
   return now > lease_until_ + options_.lease_margin;
 }
 

@@ -349,9 +349,9 @@ class ElasticJob {
   void probe(const std::string& trainer, Millis now);
   void probe_members(Millis now);  // every member of generation_ still in it
   bool lease_free_for(const std::string& trainer, Millis now) const;
-  // Whether the last lease granted can no longer commit a step that `members` (a generation
-  // being formed) would not sync: released, run out (plus the margin), or held by one of them.
-  bool old_lease_over(const std::vector<std::string>& members, Millis now) const;
+  // Whether the last lease granted can no longer be used to commit a step: released (its holder
+  // known gone or moved on) or run out, plus the margin.
+  bool old_lease_over(Millis now) const;
   void emit(JobCommand command) { commands_.push_back(std::move(command)); }
   void event(JobEvent e) { commands_.push_back(std::move(e)); }
   JobEvent event_now(const std::string& kind) const;  // with the job's step and generation

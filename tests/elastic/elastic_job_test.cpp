@@ -338,13 +338,13 @@ TEST(ElasticJob, AHungMemberOfAQuietGenerationIsProbedAndLeftBehind) {
 }
 
 // A generation formed because a member was lost tells its trainers they may give up their
-// waits in the old one (abandon_previous), but not while the old lease may still be used by a
-// leader outside the new generation: a follower that gives up leaves its data in flight, the
-// cut-off leader's exchange completes with it, and the leader commits that step alone under
-// its lease while the new generation syncs from the follower a step behind. Told again once the
-// lease is over (a late exchange then needs a renewal, which is refused), or at once when the
-// lease holder is in the new generation (its late step is in the new generation's sync).
-TEST(ElasticJob, AbandoningTheOldGenerationWaitsForItsLeaseUnlessItsHolderIsAMember) {
+// waits in the old one (abandon_previous), but not while the old lease may still be used: a
+// follower that gives up leaves its data in flight, the leader's exchange completes with it,
+// and the leader commits that step alone under its lease while the next generation to form
+// syncs from the follower a step behind. Its leader named in the new generation does not make
+// that safe: the new generation may never form with it. Told again once the lease is over (a
+// late exchange then needs a renewal, which is refused).
+TEST(ElasticJob, AbandoningTheOldGenerationWaitsForItsLease) {
   const auto abandons = [](const std::vector<RendezvousCommand>& orders, const std::string& to) {
     for (const auto& rv : orders) {
       if (rv.trainer == to) return std::optional<bool>(rv.order.abandon_previous);
@@ -378,10 +378,23 @@ TEST(ElasticJob, AbandoningTheOldGenerationWaitsForItsLeaseUnlessItsHolderIsAMem
     LeasedJob t = leased_job(o, 10);
     ASSERT_EQ(t.members.size(), 2u);
     const std::string leader = t.members[0], follower = t.members[1];
+    const Millis lease_over = 2 + o.lease_duration + o.lease_margin;
     t.job.node_down(t.job.trainers().at(follower).node, "no heartbeat", 500);
     ASSERT_GT(t.job.generation(), t.generation);
     EXPECT_EQ(t.job.members(), std::vector<std::string>{leader});
+    EXPECT_EQ(abandons(commands_of<RendezvousCommand>(t.job), leader), false);
+    t.job.tick(lease_over + 1);
     EXPECT_EQ(abandons(commands_of<RendezvousCommand>(t.job), leader), true);
+  }
+  {
+    SCOPED_TRACE("the leader's process gone: its lease released at once");
+    ElasticJobOptions o = job_options(1, 2, 100);
+    LeasedJob t = leased_job(o, 10);
+    ASSERT_EQ(t.members.size(), 2u);
+    const std::string leader = t.members[0], follower = t.members[1];
+    t.job.trainer_exited(leader, 137, "killed by signal 9", 500);
+    ASSERT_GT(t.job.generation(), t.generation);
+    EXPECT_EQ(abandons(commands_of<RendezvousCommand>(t.job), follower), true);
   }
 }
 
