@@ -570,7 +570,10 @@ TEST_F(JobAsp, AHungServerWhoseAgentIsFineIsReplacedAndTheJobFinishes) {
 
 // A worker's trainer hung (SIGSTOP on the trainer alone), its agent fine: the other worker goes
 // on at once (nothing waits for the hung one's batch), and once it thaws it pushes on. Every
-// sample is still accepted once per epoch.
+// sample is still accepted once per epoch. A deal request the hang caught in flight times out
+// on the worker's side and is sent again with the same report, which the dealer then counts as
+// a duplicate and ignores: `duplicates` may be 1 here, and the accepted samples say that no
+// batch counted twice.
 TEST_F(JobAsp, AHungWorkerWhoseAgentIsFineHoldsNobodyUp) {
   auto run = start_fault_job("hung-worker", "\n[asp]\nservers = 1\n");
   ASSERT_TRUE(run);
@@ -597,7 +600,10 @@ TEST_F(JobAsp, AHungWorkerWhoseAgentIsFineHoldsNobodyUp) {
   SCOPED_TRACE(summary->dump(2));
   ASSERT_EQ(summary->at("status"), "succeeded");
   EXPECT_EQ(summary->at("sampling").at("samples_accepted"), kFaultEpochs * 1024);
-  EXPECT_EQ(summary->at("sampling").at("duplicates"), 0);
+  EXPECT_EQ(summary->at("sampling").at("epochs_completed"), kFaultEpochs);
+  EXPECT_LE(summary->at("sampling").at("duplicates").get<std::int64_t>(), 1);
+  std::printf("hung worker: %lld report(s) sent again and ignored\n",
+              static_cast<long long>(summary->at("sampling").at("duplicates").get<std::int64_t>()));
   expect_trainers_gone(*run, "the hung worker included", 30s);
 }
 
