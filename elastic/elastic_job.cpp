@@ -318,8 +318,9 @@ void ElasticJob::tick(Millis now) {
     probe_members(now);
   }
   // The old lease is over: whoever this generation's rendezvous did not yet allow to give up a
-  // wait in the old one is allowed now (form_generation).
-  if (!abandon_told_later_.empty() && old_lease_over(now)) {
+  // wait in the old one is allowed now (form_generation). A lease granted to this generation
+  // says so too: it was granted only once the old one was over.
+  if (!abandon_told_later_.empty() && (old_lease_over(now) || lease_generation_ >= generation_)) {
     for (const auto& name : abandon_told_later_) {
       const Trainer* t = find(name);
       if (!t || t->view.phase == Phase::kGone) continue;
@@ -1043,10 +1044,11 @@ void ElasticJob::form_generation(std::vector<std::string> members, const std::st
   const auto world = static_cast<std::int32_t>(members.size());
   // Formed because a member was lost: the others may be waiting on it in a collective, and are
   // told they may give that wait up (abandon_previous). Not while the old generation's lease
-  // may still be used by a leader outside the new one: a follower that gives up its wait leaves
-  // its data in flight, the leader's exchange can still complete with it, and the leader would
-  // commit that step alone under its lease, unseen if its report is lost, while the new
-  // generation syncs from the follower one step behind and commits the same step number again.
+  // may still be used, even by a leader named in the new generation: a follower that gives up
+  // its wait leaves its data in flight, the leader's exchange can still complete with it, and
+  // the leader would commit that step alone under its lease, unseen if its report is lost, while
+  // the next generation to form syncs from the follower one step behind and commits the same
+  // step number again.
   // Once that lease is over (released, or run out plus the margin), a late exchange needs a
   // renewal, which is refused. Those who were not told are told when it is (tick). [fix:
   // elastic simulation seed 69188]
