@@ -230,26 +230,30 @@ void AspSchedulerActor::restore_run() {
   for (const auto& name : job_.live_trainers()) probe(name, deadline);
 }
 
+void AspSchedulerActor::ping(const std::string& system, std::chrono::milliseconds timeout,
+                             std::function<void(runtime::AskResult)> done) {
+  this->system().ask_envelope(
+      this->system().make_envelope(runtime::ActorAddress{system, "$system"},
+                                   runtime::MessageKind::kPing,
+                                   runtime::pack_payload(runtime::Ping{0}), self()),
+      timeout, std::move(done));
+}
+
 void AspSchedulerActor::probe(const std::string& trainer, Clock::time_point deadline) {
   const auto system = trainer_systems_.find(trainer);
   if (system == trainer_systems_.end() || system->second.empty() || job_.finished()) return;
-  this->system().ask_envelope(
-      this->system().make_envelope(runtime::ActorAddress{system->second, "$system"},
-                                   runtime::MessageKind::kPing,
-                                   runtime::pack_payload(runtime::Ping{0}), self()),
-      kRestoreProbeTimeout, [this, trainer, deadline](runtime::AskResult result) {
-        if (result.ok() || job_.finished()) return;
-        if (result.error.rfind("no route", 0) == 0 && Clock::now() < deadline) {
-          // Not heard from yet: asked again until the window closes.
-          after(std::chrono::seconds(1), [this, trainer, deadline] { probe(trainer, deadline); });
-          return;
-        }
-        spdlog::warn("job {}: trainer {} did not answer after the head restarted: {}",
-                     options_.job_id, trainer, result.error);
-        job_.trainer_exited(trainer, 1, false, "did not answer after the head restarted", "",
-                            now());
-        run_commands();
-      });
+  ping(system->second, kRestoreProbeTimeout, [this, trainer, deadline](runtime::AskResult result) {
+    if (result.ok() || job_.finished()) return;
+    if (result.error.rfind("no route", 0) == 0 && Clock::now() < deadline) {
+      // Not heard from yet: asked again until the window closes.
+      after(std::chrono::seconds(1), [this, trainer, deadline] { probe(trainer, deadline); });
+      return;
+    }
+    spdlog::warn("job {}: trainer {} did not answer after the head restarted: {}", options_.job_id,
+                 trainer, result.error);
+    job_.trainer_exited(trainer, 1, false, "did not answer after the head restarted", "", now());
+    run_commands();
+  });
 }
 
 bool AspSchedulerActor::persist_run() {
@@ -422,18 +426,14 @@ void AspSchedulerActor::probe_server(const asp::ProbeCommand& command) {
   }
   // The trainer's runtime answers a ping, not its training loop: a server busy with a long
   // checkpoint write answers, a hung process (SIGSTOP, a stuck call) does not.
-  this->system().ask_envelope(
-      this->system().make_envelope(runtime::ActorAddress{system->second, "$system"},
-                                   runtime::MessageKind::kPing,
-                                   runtime::pack_payload(runtime::Ping{0}), self()),
-      kServerProbeTimeout, [this, command](runtime::AskResult result) {
-        if (!result.ok()) {
-          spdlog::warn("job {}: server {} did not answer a probe: {}", options_.job_id,
-                       command.server, result.error);
-        }
-        job_.probe_answered(command, result.ok(), result.error, now());
-        run_commands();
-      });
+  ping(system->second, kServerProbeTimeout, [this, command](runtime::AskResult result) {
+    if (!result.ok()) {
+      spdlog::warn("job {}: server {} did not answer a probe: {}", options_.job_id, command.server,
+                   result.error);
+    }
+    job_.probe_answered(command, result.ok(), result.error, now());
+    run_commands();
+  });
 }
 
 void AspSchedulerActor::hand_over(const asp::HandOverCommand& command) {

@@ -73,6 +73,10 @@ class AspSchedulerActor : public runtime::Actor {
   void fence(const asp::FenceCommand& command);
   void hand_over(const asp::HandOverCommand& command);
   void probe_server(const asp::ProbeCommand& command);
+  // Asks the trainer runtime `system` for a ping (answered by its runtime, whatever its
+  // training loop does); `done` gets the answer or the reason there is none.
+  void ping(const std::string& system, std::chrono::milliseconds timeout,
+            std::function<void(runtime::AskResult)> done);
   void tell_trainer(const std::string& trainer, StopTrainer stop);
   void tick();
   void finished(const asp::FinishCommand& command);
