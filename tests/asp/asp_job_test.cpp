@@ -39,6 +39,17 @@ std::vector<T> of(const std::vector<AspCommand>& commands) {
   return out;
 }
 
+// `worker`'s next ask after pushing `batch` to two shards: shard 0 took it, shard 1 did not
+// answer within the worker's bound.
+DealAsk pushed_to_shard_0_only(const std::string& worker, std::uint64_t batch) {
+  DealAsk failed = asking(worker);
+  failed.failed_batch = batch;
+  failed.incarnations = {0, -1};
+  failed.versions = {1, 0};
+  failed.unanswered = {-1, 0};
+  return failed;
+}
+
 // A job with every trainer started: servers listening, workers said hello.
 struct Started {
   AspJob job;
@@ -164,13 +175,7 @@ TEST(AspJob, ASilentLiveShardIsAskedAgainAndADeadOnesRoundGoesToItsRestart) {
   Started s(options(2, 2), 2);
   const DealAnswer batch = s.job.deal(asking(s.workers[0]), 30);
   ASSERT_EQ(batch.action, DealAnswer::Action::kBatch);
-  // Shard 0 took the push, shard 1 did not answer within the worker's bound.
-  DealAsk failed = asking(s.workers[0]);
-  failed.failed_batch = batch.batch_id;
-  failed.incarnations = {0, -1};
-  failed.versions = {1, 0};
-  failed.unanswered = {-1, 0};
-  s.job.deal(failed, 40);
+  s.job.deal(pushed_to_shard_0_only(s.workers[0], batch.batch_id), 40);
   auto fences = of<FenceCommand>(s.job.take_commands());
   ASSERT_EQ(fences.size(), 1u);
   EXPECT_EQ(fences[0].shard, 1);
@@ -210,12 +215,7 @@ TEST(AspJob, ASilentShardWhoseProcessDoesNotAnswerAPingIsRestartedAsHung) {
   Started s(options(2, 2), 2);
   const DealAnswer batch = s.job.deal(asking(s.workers[0]), 30);
   ASSERT_EQ(batch.action, DealAnswer::Action::kBatch);
-  DealAsk failed = asking(s.workers[0]);
-  failed.failed_batch = batch.batch_id;
-  failed.incarnations = {0, -1};
-  failed.versions = {1, 0};
-  failed.unanswered = {-1, 0};
-  s.job.deal(failed, 40);
+  s.job.deal(pushed_to_shard_0_only(s.workers[0], batch.batch_id), 40);
   auto fences = of<FenceCommand>(s.job.take_commands());
   ASSERT_EQ(fences.size(), 1u);
   s.job.fence_answered(fences[0], std::nullopt, "timed out", 5040);
