@@ -677,6 +677,15 @@ DealAnswer AspJob::deal(const DealAsk& request, Millis now) {
     return reply;
   }
   auto& t = it->second;
+  // A pull that got no reply, where no push was out to be fenced: the only word the head gets
+  // of a server hung while its agent heartbeats. Its process is pinged (probe_answered); a
+  // server merely slow, or restarted since the pull, answers and nothing changes.
+  for (const std::int32_t s : request.unreachable) {
+    if (s >= 0 && s < static_cast<std::int32_t>(shards_.size()) &&
+        shards_[static_cast<std::size_t>(s)].ready) {
+      probe_server(s);
+    }
+  }
   if (dealer_ && options_.mutation != AspMutation::kUndeliveredStaysDealt) {
     // A worker asks again only once it is done with what the last answer gave it, and says what
     // that was (the batch it pushed, or whose push failed). Any other batch it holds, it never
@@ -1014,7 +1023,7 @@ void AspJob::probe_answered(const ProbeCommand& asked, bool reachable, const std
   changed();
   // Its process may run again (a SIGSTOP ends): told to stop, it exits then, and until it
   // reads the stop its incarnation is fenced off like a server on a node declared dead.
-  const std::string why = "hung: no answer to a fence or a probe (" + error + ")";
+  const std::string why = "hung: a pull or fence went unanswered, then a ping (" + error + ")";
   commands_.push_back(StopCommand{asked.server, why});
   trainer_gone(asked.server, why, now);
   if (!finished_) place(now);

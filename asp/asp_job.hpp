@@ -191,6 +191,7 @@ struct DealAsk {
   std::vector<std::int64_t> incarnations;  // per shard: the push reply's (-1: none)
   std::vector<std::int64_t> versions;
   std::vector<std::int64_t> unanswered;  // per shard: the incarnation that did not answer
+  std::vector<std::int32_t> unreachable;  // shards whose pull got no reply: their servers probed
   bool evaluated = false;
   std::string eval_error;
   double eval_accuracy = -1;

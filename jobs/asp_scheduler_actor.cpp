@@ -50,6 +50,7 @@ asp::DealAsk deal_ask(const AspDealRequest& r) {
   a.incarnations = r.incarnations;
   a.versions = r.versions;
   a.unanswered = r.unanswered;
+  a.unreachable = r.unreachable;
   a.evaluated = r.evaluated;
   a.eval_error = r.eval_error;
   a.eval_accuracy = r.eval_accuracy;

@@ -73,10 +73,14 @@ runtime::Envelope server_envelope(runtime::ActorSystem& system, const std::strin
                               std::move(payload), {});
 }
 
-// Pulls every shard into the replica; returns what each said, or nullopt with *error set.
+// Pulls every shard into the replica; returns what each said, or nullopt with *error set and
+// the shards that gave no reply at all added to *unreachable (once each): a server that
+// answers with an error is alive, one that does not may be hung, which only the scheduler can
+// tell (it pings the process).
 std::optional<std::vector<PulledShard>> pull_all(AspRoleContext& c,
                                                  const std::vector<std::string>& servers,
-                                                 std::string* error) {
+                                                 std::string* error,
+                                                 std::vector<std::int32_t>* unreachable) {
   std::vector<std::future<runtime::AskResult>> asks;
   for (std::size_t s = 0; s < servers.size(); ++s) {
     asks.push_back(c.system.ask_envelope(
@@ -90,6 +94,13 @@ std::optional<std::vector<PulledShard>> pull_all(AspRoleContext& c,
   bool ok = true;
   for (std::size_t s = 0; s < asks.size(); ++s) {
     const runtime::AskResult result = asks[s].get();  // every ask completes (timeout at most)
+    const bool silent = result.status == runtime::AskResult::Status::kTimeout ||
+                        result.status == runtime::AskResult::Status::kUnreachable;
+    const auto shard = static_cast<std::int32_t>(s);
+    if (silent &&
+        std::find(unreachable->begin(), unreachable->end(), shard) == unreachable->end()) {
+      unreachable->push_back(shard);
+    }
     if (!ok) continue;
     auto r = result.as<AspPullReply>();
     if (!r || !r->ok) {
@@ -360,7 +371,7 @@ int run_asp_worker(AspRoleContext& c) {
       std::string error;
       std::optional<std::vector<PulledShard>> pulled;
       for (int attempt = 0; attempt < 5 && !pulled; ++attempt) {
-        pulled = pull_all(c, deal->servers, &error);
+        pulled = pull_all(c, deal->servers, &error, &request.unreachable);
         if (!pulled && c.wait_stop(500ms)) return 0;
       }
       if (!pulled) {
@@ -401,7 +412,7 @@ int run_asp_worker(AspRoleContext& c) {
       // training meanwhile. The figures go with the next ask.
       const Clock::time_point started = Clock::now();
       std::string error;
-      auto pulled = pull_all(c, deal->servers, &error);
+      auto pulled = pull_all(c, deal->servers, &error, &request.unreachable);
       if (pulled) {
         try {
           refresh_statistics(c, *pulled);
@@ -424,7 +435,7 @@ int run_asp_worker(AspRoleContext& c) {
     // A batch.
     const Clock::time_point started = Clock::now();
     std::string error;
-    auto pulled = pull_all(c, deal->servers, &error);
+    auto pulled = pull_all(c, deal->servers, &error, &request.unreachable);
     if (!pulled) {
       spdlog::warn("worker {}: batch {} abandoned: {}", c.trainer, deal->batch_id, error);
       request.failed_batch = deal->batch_id;

@@ -69,10 +69,13 @@ struct AspDealRequest {
   // With failed_batch, per shard: the incarnation whose push got no reply (the ask failed or
   // timed out: it may have been applied before the server died), -1 otherwise.
   std::vector<std::int64_t> unanswered;
+  // Shards whose pull got no reply since the last deal: a server that answers
+  // nothing while its agent still heartbeats is found only this way when no push was out.
+  std::vector<std::int32_t> unreachable;
   MSGPACK_DEFINE(job_id, trainer, pushed_batch, failed_batch, staleness, applied, dropped, batch,
                  compute_time_s, update_time_s, loss, version_seen, incarnations, versions,
                  evaluated, eval_error, eval_accuracy, eval_loss, eval_version, eval_time_s,
-                 unanswered);
+                 unanswered, unreachable);
 };
 
 struct AspDealReply {

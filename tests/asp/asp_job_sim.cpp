@@ -102,6 +102,8 @@ class World {
     double ms_per_sample = 10;
     bool alive = true;
     bool evaluated = false;  // its next ask carries an evaluation's figures
+    std::string eval_error;  // ... or says why it could not evaluate
+    std::vector<std::int32_t> unreachable;  // shards whose pull got no reply since its last ask
     Report report;
   };
   struct Process {
@@ -150,6 +152,25 @@ class World {
     if (it == servers_.end() || !it->second.alive || now_ >= it->second.hung_until) return false;
     at(it->second.hung_until, fn);
     return true;
+  }
+  // The shards among `endpoints` whose pull gets no reply within the worker's bound: the
+  // server is dead, or hung now. (A real pull of a server that runs again within the bound is
+  // answered late; counting it silent is the harsher case: the batch is abandoned.)
+  std::vector<std::int32_t> silent_shards(const std::vector<std::string>& endpoints) const {
+    std::vector<std::int32_t> silent;
+    for (std::size_t s = 0; s < endpoints.size(); ++s) {
+      const auto it = servers_.find(endpoints[s]);
+      if (it != servers_.end() && (!it->second.alive || now_ < it->second.hung_until)) {
+        silent.push_back(static_cast<std::int32_t>(s));
+      }
+    }
+    return silent;
+  }
+  static void note_unreachable(std::vector<std::int32_t>& into,
+                               const std::vector<std::int32_t>& silent) {
+    for (const std::int32_t s : silent) {
+      if (std::find(into.begin(), into.end(), s) == into.end()) into.push_back(s);
+    }
   }
 
   void tick() {
@@ -524,7 +545,11 @@ class World {
       a.evaluated = true;
       a.eval_accuracy = 0.5;
       a.eval_loss = 1.0;
+    } else if (!w.eval_error.empty()) {
+      a.eval_error = std::exchange(w.eval_error, "");
     }
+    const std::vector<std::int32_t> unreachable = std::exchange(w.unreachable, {});
+    a.unreachable = unreachable;
     const DealAnswer d = job_->deal(a, now_);
     commands();
     if (crash_after_deal_ && d.action == DealAnswer::Action::kBatch) {
@@ -534,6 +559,8 @@ class World {
       ++lost_deals_;
       w.report = sent;
       w.evaluated = a.evaluated;
+      w.eval_error = a.eval_error;
+      w.unreachable = unreachable;
       at(now_ + 500, [this, trainer] { ask(trainer); });
       return;
     }
@@ -548,14 +575,29 @@ class World {
         return;
       case DealAnswer::Action::kEvaluate:
         ++evaluations_;
-        at(now_ + uniform(100, 600), [this, trainer] {
-          workers_[trainer].evaluated = true;
+        at(now_ + uniform(100, 600), [this, trainer, servers = d.servers] {
+          Worker& e = workers_[trainer];
+          const auto silent = silent_shards(servers);
+          if (!silent.empty()) {  // its pull failed: evaluation skipped, said with the next ask
+            note_unreachable(e.unreachable, silent);
+            e.eval_error = "pull failed: no reply";
+            at(now_ + kPushBound, [this, trainer] { ask(trainer); });
+            return;
+          }
+          e.evaluated = true;
           ask(trainer);
         });
         return;
       case DealAnswer::Action::kFinish:
-        at(now_ + uniform(100, 600), [this, trainer] {
+        at(now_ + uniform(100, 600), [this, trainer, servers = d.servers] {
           if (!workers_[trainer].alive) return;
+          if (const auto silent = silent_shards(servers); !silent.empty()) {
+            // Five pulls of the final parameters failed (each at its bound, 0.5 s apart): it
+            // asks again, and the scheduler tells it to finish once every shard is back.
+            note_unreachable(workers_[trainer].unreachable, silent);
+            at(now_ + 5 * (kPushBound + 500), [this, trainer] { ask(trainer); });
+            return;
+          }
           to_head([this, trainer] {
             if (!workers_[trainer].alive) return;
             job_->finished(FinishReport{trainer, true, "", 0.5, 1.0, "final.pt"}, now_);
@@ -580,6 +622,16 @@ class World {
     const double compute = static_cast<double>(d.indices.size()) * w.ms_per_sample *
                            std::uniform_real_distribution<double>(0.8, 1.2)(rng_);
     next.compute_s = compute / 1000.0;
+    // The pulls come first, from every shard (the worker's pull_all): one that gets no reply
+    // abandons the batch before anything is pushed, reported failed with no push unanswered
+    // and the silent shards named, once the pull's bound has passed.
+    if (const auto silent = silent_shards(d.servers); !silent.empty()) {
+      next.failed = true;
+      note_unreachable(w.unreachable, silent);
+      ++abandoned_pulls_;
+      at(now_ + kPushBound, [this, trainer] { ask(trainer); });
+      return;
+    }
     const Millis pushed_at = now_ + static_cast<Millis>(compute) + 1;
     Millis answers_by = pushed_at;
     bool waits_for_bound = false;
@@ -597,13 +649,10 @@ class World {
         continue;
       }
       const std::int64_t incarnation = it->second.incarnation;
-      // The pull: a dead server does not answer it, and the batch is reported failed for it.
-      const bool pulled_ok = it->second.alive && now_ >= it->second.hung_until;
       const Version pulled = it->second.core->pull();
       Millis delay = coin(c_.lost)                   ? kNever
                      : coin(c_.late / (1 - c_.lost)) ? uniform(kPushBound + 10, 3 * kPushBound)
                                                      : uniform(0, kPushBound / 20);
-      if (!pulled_ok) delay = kNever;
       if (delay == kNever || delay > kPushBound) {
         next.unanswered[s] = incarnation;
         next.failed = true;
@@ -855,6 +904,7 @@ class World {
     }
     for (const auto& [name, sv] : servers_) out.fenced_pushes += sv.core->fenced_pushes();
     out.late_pushes = late_pushes_;
+    out.abandoned_pulls = abandoned_pulls_;
     out.zombie_pushes = zombie_pushes_;
     out.fence_timeouts = fence_timeouts_;
     out.hand_overs = hand_overs_;
@@ -894,6 +944,7 @@ class World {
   std::int64_t head_restarts_ = 0, lost_deals_ = 0;
   std::int64_t hung_servers_ = 0, hung_restarts_ = 0;
   std::int64_t unreported_ = 0;  // pushes whose worker never reported them
+  std::int64_t abandoned_pulls_ = 0;
   std::int64_t late_pushes_ = 0, zombie_pushes_ = 0, fence_timeouts_ = 0, hand_overs_ = 0,
                evaluations_ = 0;
 };

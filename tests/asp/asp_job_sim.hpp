@@ -6,6 +6,8 @@
 // server processes, real asp::ServerCore shards with their checkpoints, pushes, fences and
 // hand-overs with delays, and faults:
 // - a push that arrives after the worker's bound (reported unanswered, applied late) or never;
+// - a pull from a dead or hung server: no reply within the worker's bound, the batch abandoned
+//   before any push and the silent shard named in the next deal request;
 // - a node declared dead while its trainers keep running (its agent froze): its workers push on
 //   (zombies) and its server keeps serving the workers that still know its endpoint;
 // - a fence slow to reach its shard (past the fence's bound), so that a late push gets there
@@ -66,6 +68,7 @@ struct SimResult {
   std::string state;                    // the job's end state
   std::int64_t updates = 0;
   std::int64_t late_pushes = 0;
+  std::int64_t abandoned_pulls = 0;  // batches given up on before a push: a pull got no reply
   std::int64_t zombie_pushes = 0;   // pushes from workers the machine declared gone
   std::int64_t fenced_pushes = 0;   // refused by a fence
   std::int64_t fence_timeouts = 0;  // fence asks past their bound

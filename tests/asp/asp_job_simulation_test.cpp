@@ -46,6 +46,7 @@ TEST(AspJobSimulation, EveryScheduleKeepsEveryInvariant) {
                         << "\n  replay: " << replay_line(config);
     total.updates += r.updates;
     total.late_pushes += r.late_pushes;
+    total.abandoned_pulls += r.abandoned_pulls;
     total.zombie_pushes += r.zombie_pushes;
     total.fenced_pushes += r.fenced_pushes;
     total.fence_timeouts += r.fence_timeouts;
@@ -62,6 +63,7 @@ TEST(AspJobSimulation, EveryScheduleKeepsEveryInvariant) {
   // The faults the invariants are about happened.
   if (all.size() >= 200) {
     EXPECT_GT(total.late_pushes, 0);
+    EXPECT_GT(total.abandoned_pulls, 0);
     EXPECT_GT(total.zombie_pushes, 0);
     EXPECT_GT(total.fenced_pushes, 0);
     EXPECT_GT(total.fence_timeouts, 0);
@@ -75,7 +77,8 @@ TEST(AspJobSimulation, EveryScheduleKeepsEveryInvariant) {
     EXPECT_GT(total.hung_restarts, 0);
   }
   std::cout << all.size() << " schedules: " << total.updates << " updates, " << total.late_pushes
-            << " late pushes, " << total.zombie_pushes << " pushes from trainers declared gone, "
+            << " late pushes, " << total.abandoned_pulls << " batches abandoned at the pull, "
+            << total.zombie_pushes << " pushes from trainers declared gone, "
             << total.fenced_pushes << " refused by a fence, " << total.fence_timeouts
             << " fences past their bound, " << total.server_restarts << " server restarts, "
             << total.hand_overs << " hand-overs, " << total.partial_pushes << " partial pushes, "

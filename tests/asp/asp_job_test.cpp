@@ -265,6 +265,51 @@ TEST(AspJob, ASilentShardWhoseProcessDoesNotAnswerAPingIsRestartedAsHung) {
   EXPECT_EQ(restart[0].round, fences[0].round);
 }
 
+// A server hung between a worker's push and its next pull: the push was answered, so nothing
+// is fenced, and the next pull gets no reply. The worker abandons that batch before pushing and
+// names the silent shard in its next ask; the server's process is pinged once while a ping is
+// out, restarted when the ping goes unanswered, and the abandoned batch is dealt again.
+TEST(AspJob, APullThatGotNoReplyHasItsServerPingedAndRestartedIfHung) {
+  Started s(options(2, 2), 2);
+  const DealAnswer batch = s.job.deal(asking(s.workers[0]), 30);
+  ASSERT_EQ(batch.action, DealAnswer::Action::kBatch);
+  DealAsk abandoned = asking(s.workers[0]);
+  abandoned.failed_batch = batch.batch_id;
+  abandoned.incarnations = {-1, -1};
+  abandoned.unanswered = {-1, -1};
+  abandoned.unreachable = {1};
+  const DealAnswer again = s.job.deal(abandoned, 5040);
+  auto commands = s.job.take_commands();
+  EXPECT_TRUE(of<FenceCommand>(commands).empty()) << "nothing was pushed: nothing to fence";
+  auto probes = of<ProbeCommand>(commands);
+  ASSERT_EQ(probes.size(), 1u);
+  EXPECT_EQ(probes[0].server, s.job.shards()[1].trainer);
+  EXPECT_EQ(probes[0].incarnation, 0);
+  ASSERT_EQ(again.action, DealAnswer::Action::kBatch);
+  EXPECT_EQ(again.indices, batch.indices) << "the abandoned batch is dealt again";
+
+  // The other worker's pull fails too while the ping is out: not pinged twice.
+  DealAsk also = asking(s.workers[1]);
+  also.unreachable = {1};
+  s.job.deal(also, 5100);
+  EXPECT_TRUE(of<ProbeCommand>(s.job.take_commands()).empty());
+
+  s.job.probe_answered(probes[0], false, "no reply within 3000 ms", 8040);
+  commands = s.job.take_commands();
+  const auto stops = of<StopCommand>(commands);
+  ASSERT_EQ(stops.size(), 1u);
+  EXPECT_EQ(stops[0].trainer, probes[0].server);
+  EXPECT_EQ(stops[0].reason.rfind("hung:", 0), 0u) << stops[0].reason;
+  ASSERT_EQ(of<SpawnCommand>(commands).size(), 1u);
+  EXPECT_EQ(s.job.shards()[1].incarnation, 1);
+
+  // A report naming a shard that is down (its restart not yet listening) pings nobody.
+  DealAsk late = asking(s.workers[1]);
+  late.unreachable = {1};
+  s.job.deal(late, 8100);
+  EXPECT_TRUE(of<ProbeCommand>(s.job.take_commands()).empty());
+}
+
 TEST(AspJob, TheFirstWorkerToAskOnceTrainingIsDoneFinishesAndAnotherTakesOverIfItGoes) {
   AspJobOptions o = options(1, 2);
   o.steps = 1;

@@ -534,10 +534,12 @@ TEST_F(JobAsp, AFrozenAgentWhoseServerKeepsServingIsReplacedAndTheJobFinishes) {
 }
 
 // The only server's process hung (SIGSTOP on the server alone) while its agent keeps sending
-// heartbeats: nothing reports it, and every worker's pull fails. A fence of it that goes
-// unanswered has the head ping its process; no answer, and the shard restarts from its last
-// checkpoint (5 s fence bound + 3 s probe bound), the hung process told to stop. Without that
-// the job stood still for as long as it hung, and failed after 90 s without an update.
+// heartbeats: nothing reports it, and every worker's pull fails. A pull that got no reply, or a
+// push whose fence then goes unanswered (which of the two depends on where the workers were
+// when it stopped), has the head ping its process; no answer, and the shard restarts from its
+// last checkpoint (5 s pull or fence bound + 3 s probe bound), the hung process told to stop.
+// Without that the job stood still for as long as it hung, and failed after 90 s without an
+// update.
 TEST_F(JobAsp, AHungServerWhoseAgentIsFineIsReplacedAndTheJobFinishes) {
   auto run = start_fault_job("hung-server", "\n[asp]\nservers = 1\n\n[checkpoint]\nevery = 20\n");
   ASSERT_TRUE(run);
@@ -565,6 +567,10 @@ TEST_F(JobAsp, AHungServerWhoseAgentIsFineIsReplacedAndTheJobFinishes) {
   EXPECT_EQ(summary->at("servers")[0].at("restarts"), 1);
   EXPECT_EQ(summary->at("sampling").at("samples_accepted"), kFaultEpochs * 1024);
   EXPECT_EQ(summary->at("sampling").at("duplicates"), 0);
+  std::printf("hung server: found by %s\n",
+              summary->at("fences").at("no_answer").get<std::int64_t>() > 0
+                  ? "a fence that went unanswered"
+                  : "pulls that got no reply");
   expect_trainers_gone(*run, "the hung server included", 30s);
 }
 
