@@ -30,7 +30,8 @@ RuntimeStore::Reply RuntimeStore::call(int op, std::vector<std::string> keys, st
   if (abandon_) {
     while (pending.wait_for(std::chrono::milliseconds(50)) != std::future_status::ready) {
       if (abandon_()) {
-        throw std::runtime_error("rendezvous abandoned: a newer generation replaces it");
+        throw std::runtime_error(
+            "rendezvous abandoned: a newer generation replaces it, or this trainer is stopping");
       }
     }
   }

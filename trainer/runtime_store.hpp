@@ -36,7 +36,8 @@ class RuntimeStore : public c10d::Store {
 
   // While an operation waits (a rendezvous waiting for its peers' keys), `abandon` is asked
   // about every 50 ms; true makes it throw at once: the scheduler formed a newer generation,
-  // so this rendezvous will not complete. Set it before the store is shared with other threads.
+  // so this rendezvous will not complete, or this trainer was told to stop. Set it before the
+  // store is shared with other threads.
   void set_abandon_check(std::function<bool()> abandon) { abandon_ = std::move(abandon); }
 
  private:

@@ -83,6 +83,20 @@ struct Control {
   // Collectives of generations below this one give up (the scheduler lost one of their members).
   std::atomic<std::int64_t> abandon_below{0};
   std::atomic<std::int64_t> newest_generation{0};  // the newest rendezvous received
+  // A stop (from the scheduler, its agent or a signal) the training thread has not read yet:
+  // the wait it is in ends at once (the abandon checks, every 50 ms), so that the stop is read
+  // then rather than after a collective's 30 s. Once read, a stopping leader's last word to
+  // its followers (ElasticMember's abandon at a boundary) still goes out, but no wait lasts
+  // past kStoppingGrace after the stop was read: a peer that hangs cannot hold a trainer that
+  // is leaving. A stop goes only to a trainer the job no longer counts in a generation, or at
+  // the job's end.
+  std::atomic<bool> stop_unread{false};
+  std::atomic<std::int64_t> stop_read_at_ms{0};  // 0: no stop read
+  static constexpr std::int64_t kStoppingGraceMs = 1000;
+  bool stopping_waits_end(std::int64_t now_ms) const {
+    const std::int64_t read_at = stop_read_at_ms.load();
+    return stop_unread.load() || (read_at > 0 && now_ms - read_at > kStoppingGraceMs);
+  }
 
   // The head the trainer sends to (cluster/head_follower.hpp: the same rule for synchronous
   // and asynchronous jobs).
@@ -115,6 +129,7 @@ struct Control {
   std::string gloo_host;
 
   void push(Inbound message) {
+    if (std::holds_alternative<StopRequest>(message)) stop_unread = true;
     {
       std::lock_guard lock(mutex);
       inbox.push_back(std::move(message));
@@ -224,7 +239,10 @@ class TrainingLoop {
     trainer_->set_slowdown_spins(args_.slowdown_spins);
     if (!hello->role.empty()) return run_asp(*hello, spec);
     trainer_->set_abandon_check(
-        [this] { return control_.abandon_below.load() > trainer_->generation(); });
+        [this] {
+          return control_.stopping_waits_end(now_ms()) ||
+                 control_.abandon_below.load() > trainer_->generation();
+        });
     auto runtime_store = c10::make_intrusive<RuntimeStore>(
         system_,
         [this] {
@@ -232,8 +250,11 @@ class TrainingLoop {
         },
         std::chrono::milliseconds(60000));
     // A rendezvous that a newer generation has replaced will not complete: stop waiting for it.
-    runtime_store->set_abandon_check(
-        [this] { return control_.newest_generation.load() > joining_generation_; });
+    // Nor for one this trainer will leave anyway.
+    runtime_store->set_abandon_check([this] {
+      return control_.stopping_waits_end(now_ms()) ||
+             control_.newest_generation.load() > joining_generation_;
+    });
     store_ = c10::make_intrusive<c10d::PrefixStore>("job/" + args_.job, runtime_store);
     spdlog::info("trainer {}: ready ({} samples, {} steps)", args_.trainer, N, total_steps_);
 
@@ -281,6 +302,8 @@ class TrainingLoop {
       } else if (auto* lease = std::get_if<proto::LeaseAnswer>(&message)) {
         member.on_lease(*lease, now);
       } else if (auto* stop = std::get_if<StopRequest>(&message)) {
+        if (control_.stop_read_at_ms.load() == 0) control_.stop_read_at_ms = now;
+        control_.stop_unread = false;
         if (stop->signal) signal_ = stop->signal;
         spdlog::info("trainer {}: told to stop ({})", args_.trainer, stop->reason);
         member.on_stop(stop->reason);
@@ -773,6 +796,7 @@ int main(int argc, char** argv) {
               runtime::ActorAddress{system.id(), "trainer"});
 
   std::atomic<int> exit_code{-1};
+  std::atomic<bool> loop_done{false};
   std::thread loop([&] {
     try {
       actors::TrainingLoop training(args, system, control);
@@ -796,6 +820,7 @@ int main(int argc, char** argv) {
           .wait_for(std::chrono::seconds(2));
       exit_code = bad_input ? scheduler::kTrainerExitBadInput : 1;
     }
+    loop_done = true;
   });
   while (exit_code.load() < 0) {
     if (int signal = runtime::wait_for_shutdown_signal(std::chrono::milliseconds(100))) {
@@ -808,6 +833,20 @@ int main(int argc, char** argv) {
       }
       if (exit_code.load() < 0) std::_Exit(128 + signal);
     }
+  }
+  // With its exit code known, the loop only tears down. A group whose collective it abandoned
+  // is destroyed on another thread that waits for that collective up to the group timeout
+  // (30 s: Collectives::leave); nothing of it matters to anyone once the trainer leaves, and a
+  // process that stays holds its memory and its device meanwhile.
+  for (int i = 0; i < 20 && !loop_done.load(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (!loop_done.load()) {
+    spdlog::info("trainer {}: leaving without waiting for an abandoned collective's group",
+                 args.trainer);
+    spdlog::default_logger()->flush();
+    std::fflush(nullptr);
+    std::_Exit(exit_code.load());
   }
   loop.join();
   system.shutdown();

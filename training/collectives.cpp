@@ -111,7 +111,7 @@ CollectiveStatus Collectives::wait(const c10::intrusive_ptr<c10d::Work>& work, c
       }
       if (abandon_ && abandon_()) {
         return fail(std::string(what) + " abandoned in generation " + std::to_string(generation_) +
-                    ": a newer generation replaces it");
+                    ": a newer generation replaces it, or this trainer is stopping");
       }
     }
   }

@@ -139,5 +139,53 @@ TEST_F(JobTrainerFaults, AHungLeaderTrainerIsLeftBehindAndCommitsNothingWhenItTh
   fault_trainer_and_check(0, Fault::kHang);
 }
 
+// The job stopped (`omnilearn job stop`) just after one member's trainer hung: the others are
+// then waiting on it in a collective, and told to stop by the scheduler. A stop ends the wait a
+// trainer is in, and a stopping trainer waits at most a second more for anyone (a leader's
+// last word to its followers), so they exit within seconds: without that they stayed for the
+// collective's 30 s. The hung one exits when it thaws.
+TEST_F(JobTrainerFaults, AJobStoppedWhileAMemberHangsLeavesNobodyWaitingOnIt) {
+  ASSERT_NO_FATAL_FAILURE(start_job_on_three_workers("stopped-while-hung", kJob));
+  auto& run = *run_;
+  // The generation training now (three members: the one that committed step 10).
+  std::optional<Json> training;
+  for (const auto& e : run.events()) {
+    if (e.value("event", "") == "generation" && e.at("members").size() == 3) training = e;
+  }
+  ASSERT_TRUE(training) << run.describe();
+  const auto members = training->at("members").get<std::vector<std::string>>();
+  std::vector<pid_t> pids;
+  for (const auto& name : members) {
+    const auto found = trainer_processes(cluster().address(), name);
+    ASSERT_EQ(found.size(), 1u) << name << "\n" << describe(found);
+    pids.push_back(found.front().pid);
+  }
+  ASSERT_EQ(::kill(pids[1], SIGSTOP), 0) << members[1];
+  const auto stopped_at = std::chrono::steady_clock::now();
+  const auto stop = run_omnilearn({"job", "stop", run.id(), "--address", cluster().address()}, 20s);
+  ASSERT_EQ(stop.status.code, 0) << stop.out << stop.err;
+
+  for (const std::size_t rank : {std::size_t{0}, std::size_t{2}}) {
+    const bool gone = wait_until(
+        [&] { return trainer_processes(cluster().address(), members[rank]).empty(); }, 25s,
+        50ms);
+    const double after =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped_at).count();
+    std::cout << "rank " << rank << " (" << members[rank] << ") gone " << after
+              << " s after the stop\n";
+    EXPECT_TRUE(gone) << members[rank] << " still runs 25 s after the stop\n" << run.describe();
+    // A collective's own timeout is 30 s; 10 s leaves room for a loaded machine.
+    EXPECT_LE(after, 10.0) << members[rank] << " waited on the hung member\n" << run.describe();
+  }
+  ASSERT_EQ(::kill(pids[1], SIGCONT), 0) << members[1];
+  auto summary = run.wait_finished(30s);
+  ASSERT_TRUE(summary) << run.describe();
+  EXPECT_EQ(summary->at("status"), "stopped") << summary->dump(2);
+  expect_no_split_brain(run.events(), summary->at("steps").get<std::int64_t>());
+  const std::vector<ProcessInfo> left = job_processes_left(run.id(), 20s);
+  EXPECT_TRUE(left.empty()) << "trainers still running after the job was stopped:\n"
+                            << describe(left);
+}
+
 }  // namespace
 }  // namespace omnilearn::testing
