@@ -14,6 +14,10 @@
 
 namespace omnilearn::scheduler::sim {
 
+// The trainer's Control::kStoppingGraceMs: how long a trainer that read its stop still waits
+// in a collective (a stopping leader's last word to its followers).
+constexpr std::int64_t kStoppingGraceMs = 1000;
+
 const char* to_string(FaultKind kind) {
   switch (kind) {
     case FaultKind::kKillTrainer:
@@ -261,6 +265,7 @@ class Simulation {
     std::int64_t group = -1;                      // generation of the group it is in
     std::int32_t rank = -1;
     std::int64_t in_collective = -1;  // generation of its pending post
+    Us stop_read_at = -1;  // when its member was told to stop (-1: never)
     bool joined = false;              // its join of `group` succeeded
     bool stopped_by_agent = false;
     std::string stopped_by;  // the scheduler's stop reason
@@ -526,13 +531,42 @@ class Simulation {
     if (!p.alive || p.in_collective < 0 || order.generation <= p.in_collective) return;
     auto it = groups_.find(p.in_collective);
     if (it == groups_.end()) return;
+    if (it->second.kind != Coll::kJoin && !order.abandon_previous) return;
+    abandon_wait(p, "generation " + std::to_string(order.generation) + " replaces it");
+  }
+  // A stop the trainer has not read yet ends the wait it is in, whatever the generation, and
+  // no later wait lasts past the stopping grace (the trainer's Control::stopping_waits_end in
+  // both abandon checks).
+  void read_stop(Proc& p, const std::string& reason) {
+    p.member->on_stop(reason);
+    if (p.stop_read_at < 0) p.stop_read_at = now_;
+    if (p.alive && p.in_collective >= 0) abandon_wait(p, "this trainer is stopping");
+  }
+  void bound_stopping_wait(Proc& p, std::int64_t generation, std::uint64_t id) {
+    if (p.stop_read_at < 0) return;
+    const int pid = p.pid;
+    at(std::max(now_, p.stop_read_at + ms(kStoppingGraceMs)), [this, pid, generation, id] {
+      Proc* q = proc(pid);
+      if (!q || !q->alive) return;
+      proc_input(*q, [this, pid, generation, id] {
+        Proc& r = *proc(pid);
+        if (!r.alive || r.in_collective != generation) return;
+        const auto g = groups_.find(generation);
+        if (g == groups_.end()) return;
+        const auto post = g->second.pending.find(r.rank);
+        if (post == g->second.pending.end() || post->second.id != id) return;
+        abandon_wait(r, "this trainer is stopping");
+      });
+    });
+  }
+  void abandon_wait(Proc& p, const std::string& because) {
+    auto it = groups_.find(p.in_collective);
+    if (it == groups_.end()) return;
     Group& g = it->second;
-    if (g.kind != Coll::kJoin && !order.abandon_previous) return;
     const auto post = g.pending.find(p.rank);
     if (post == g.pending.end() || post->second.pid != p.pid) return;
     const std::string why = std::string(coll_name(g.kind)) + " of generation " +
-                            std::to_string(g.generation) + " abandoned: generation " +
-                            std::to_string(order.generation) + " replaces it";
+                            std::to_string(g.generation) + " abandoned: " + because;
     if (g.kind == Coll::kStep) {
       // Only the wait ends: the posted data lives on in the rank's background threads, as
       // after a timeout (time_out), and a peer that posts late may still complete the exchange
@@ -589,9 +623,9 @@ class Simulation {
       });
       return;
     }
-    to_trainer(c.trainer, [reason](Proc& q) {
+    to_trainer(c.trainer, [this, reason](Proc& q) {
       q.stopped_by = reason;
-      q.member->on_stop(reason);
+      read_stop(q, reason);
     });
   }
   void handle(ProbeCommand& c) {
@@ -960,16 +994,25 @@ class Simulation {
     }
     agent_register(idx, n.agent_pid);
   }
-  // The agent's SIGTERM: a trainer that said hello exits at its next step boundary.
+  // The agent's SIGTERM: a trainer that said hello ends the wait it is in and exits at its next
+  // step boundary; its main thread exits the process 2 s after the signal whatever the training
+  // thread does (a frozen process reads the signal when it thaws).
   void stop_by_agent(int pid, const std::string& why) {
     proc_input(*proc(pid), [this, pid, why] {
       Proc& q = *proc(pid);
       q.stopped_by_agent = true;
       if (!q.ready) {
         exit_process(q, 143, "stopped: " + why, true, true);
-      } else {
-        q.member->on_stop(why);
+        return;
       }
+      read_stop(q, why);
+      at(now_ + ms(2000), [this, pid] {
+        Proc* r = proc(pid);
+        if (!r || !r->alive) return;
+        proc_input(*r, [this, pid] {
+          exit_process(*proc(pid), 143, "signal 15: left 2 s after the signal", true, true);
+        });
+      });
     });
   }
 
@@ -1337,8 +1380,10 @@ class Simulation {
       if (kind == Coll::kStep && g.kind == Coll::kStep && now_ < g.ghost_until &&
           !g.ghosts.empty() && !g.ghosts.count(p.rank)) {
         // A late post to a step exchange that lives on in the background.
-        g.pending[p.rank] = Post{p.pid, ++post_counter_, std::move(words), std::move(batches)};
+        const std::uint64_t id = ++post_counter_;
+        g.pending[p.rank] = Post{p.pid, id, std::move(words), std::move(batches)};
         p.in_collective = g.generation;
+        bound_stopping_wait(p, g.generation, id);
         try_complete(g.generation);
         return;
       }
@@ -1365,6 +1410,7 @@ class Simulation {
       time_out(h, std::string("collective timeout (") + coll_name(h.kind) + ", rank " +
                       std::to_string(rank) + ")");
     });
+    bound_stopping_wait(p, gen, id);
     try_complete(gen);
   }
 
