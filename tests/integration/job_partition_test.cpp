@@ -2,12 +2,14 @@
 // network partition (the veth link between two network namespaces this test creates goes
 // down). The node is declared dead, the job goes on with the two nodes on the head's side, and
 // when the link returns the node rejoins as a new incarnation; the job completes every step, its
-// final parameters those of a calm run (float64, to kExactTolerance).
+// final parameters those of a calm run (float64, to kExactTolerance). The same for an
+// asynchronous job whose parameter server is on the cut-off node.
 // Skipped, with the reason, where network namespaces cannot be created.
 
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdio>
 #include <thread>
 
 #include "tests/support/job_run.hpp"
@@ -115,6 +117,119 @@ TEST(JobPartition, APartitionedNodeIsLeftBehindAndRejoinsWhenTheLinkReturns) {
   }
   EXPECT_EQ(previous, kSteps);
   calm.expect_equal(summary->at("checkpoint").get<std::string>());
+}
+
+// An asynchronous job (mode = "asp") whose only server is on the partitioned node, with one of
+// its two workers: the node is declared dead, the shard restarts on the head's side from the
+// head's copy of its last checkpoint, and the job goes on with the worker there. The cut-off
+// server still serves the worker beside it (same side of the link), which cannot reach the
+// head for a new batch: nothing they do reaches the restarted shard. When the link returns the
+// node rejoins as a new incarnation, its agent stops the stale trainers, and the job finishes
+// with every sample of every epoch accepted exactly once.
+TEST(JobPartition, AnAsynchronousJobsServerCutOffRestartsOnTheHeadsSide) {
+  NetworkPair network;
+  std::string why;
+  if (!network.create(&why)) GTEST_SKIP() << "partition test skipped: " << why;
+  constexpr int kEpochs = 60;
+  const std::string job = R"([job]
+name = "e2e-partition-asp"
+mode = "asp"
+
+[model]
+kind = "mlp"
+hidden = [32]
+
+[data]
+dataset = "synthetic"
+train_size = 1024
+test_size = 256
+
+[train]
+global_batch = 64
+optimizer = "sgd"
+lr = 0.01
+momentum = 0.9
+seed = 7
+epochs = )" + std::to_string(kEpochs) + R"(
+
+[elastic]
+min_workers = 1
+max_workers = 2
+
+[asp]
+servers = 1
+
+[checkpoint]
+every = 20
+)";
+  NamespacedCluster cluster(network, 200ms, 1500ms);
+  // The far node alone first, so that the server is placed there; slowed x4 (as the other
+  // asynchronous fault tests) so that the fault lands mid-job.
+  auto& far = cluster.start_worker("far", Side::kWorker, {"--slowdown", "4"});
+  ASSERT_TRUE(cluster.wait_for_status([](const auto& s) { return s.state("far") == "alive"; }, 20s))
+      << cluster.last_status_text() << far.describe();
+  ScratchDir dir("partition-asp");
+  auto run_dir = dir.path() / "run";
+  auto submitted = cluster.run({"submit", dir.write("job.toml", job).string(), "--run-dir",
+                                run_dir.string()});
+  ASSERT_EQ(submitted.status.code, 0) << submitted.err;
+  auto ready = wait_for_event(run_dir, [](const Json& e) {
+    return e.value("event", "") == "server_ready";
+  }, 60s);
+  ASSERT_TRUE(ready) << tail_of(run_dir) << far.describe();
+  ASSERT_EQ(ready->at("node"), "far");
+  auto& near = cluster.start_worker("near", Side::kHead, {"--slowdown", "4"});
+  ASSERT_TRUE(wait_for_event(run_dir, [](const Json& e) {
+    return e.value("event", "") == "worker_joined" && e.value("node", "") == "near";
+  }, 60s)) << tail_of(run_dir) << near.describe();
+  ASSERT_TRUE(wait_for_event(run_dir, [](const Json& e) {
+    return e.value("event", "") == "checkpoint";
+  }, 60s)) << tail_of(run_dir);
+
+  network.set_link_up(false);
+  const double cut_at = std::chrono::duration<double>(
+                            std::chrono::system_clock::now().time_since_epoch()).count();
+  ASSERT_TRUE(cluster.wait_for_status([](const auto& s) { return s.state("far") == "dead"; }, 20s))
+      << cluster.last_status_text();
+  auto restarted = wait_for_event(run_dir, [](const Json& e) {
+    return e.value("event", "") == "server_ready" && e.value("incarnation", 0) > 0;
+  }, 60s);
+  ASSERT_TRUE(restarted) << "the shard did not restart on the head's side\n" << tail_of(run_dir);
+  EXPECT_EQ(restarted->at("node"), "near");
+  // Updates on the head's side after the restart.
+  const double restarted_at = restarted->at("time").get<double>();
+  ASSERT_TRUE(wait_for_event(run_dir, [&](const Json& e) {
+    return e.value("event", "") == "asp_interval" && e.at("time").get<double>() > restarted_at &&
+           e.value("updates", 0) > 0;
+  }, 30s)) << "no update after the restart\n" << tail_of(run_dir);
+
+  network.set_link_up(true);
+  ASSERT_TRUE(cluster.wait_for_status(
+      [](const auto& s) { return s.nodes_named("far").size() == 2 && s.state("far") == "alive"; },
+      30s))
+      << "the node did not rejoin after the link came back: " << cluster.last_status_text()
+      << "\n" << far.describe();
+
+  std::optional<Json> summary;
+  wait_until([&] { return (summary = read_summary(run_dir)).has_value(); }, 240s, 200ms);
+  ASSERT_TRUE(summary) << tail_of(run_dir);
+  SCOPED_TRACE(summary->dump(2));
+  EXPECT_EQ(summary->at("status"), "succeeded");
+  EXPECT_EQ(summary->at("servers")[0].at("restarts"), 1);
+  EXPECT_EQ(summary->at("sampling").at("samples_accepted"), kEpochs * 1024);
+  EXPECT_EQ(summary->at("sampling").at("duplicates"), 0);
+  std::printf("server cut off: listening again on the head's side %.1f s after the cut, "
+              "%lld..%lld updates lost\n",
+              restarted_at - cut_at,
+              static_cast<long long>(summary->at("updates_lost").get<std::int64_t>()),
+              static_cast<long long>(summary->at("updates_lost_at_most").get<std::int64_t>()));
+  const auto events = read_events(run_dir);
+  ASSERT_FALSE(events.empty());
+  const std::vector<ProcessInfo> left =
+      job_processes_left(events.front().at("job_id").get<std::string>(), 30s);
+  EXPECT_TRUE(left.empty()) << "trainers still running after the job ended (the stale server "
+                               "included?):\n"
+                            << describe(left);
 }
 
 }  // namespace

@@ -122,15 +122,17 @@ NamespacedCluster::NamespacedCluster(NetworkPair& network, std::chrono::millisec
   address_ = std::string(NetworkPair::kHeadAddress) + ":" + match[2].str();
 }
 
-ChildProcess& NamespacedCluster::start_worker(const std::string& name, Side side) {
+ChildProcess& NamespacedCluster::start_worker(const std::string& name, Side side,
+                                              const std::vector<std::string>& extra_args) {
   bool head_side = side == Side::kHead;
   ProcessOptions options;
   options.name = name;
+  std::vector<std::string> args{omnilearn_binary().string(), "worker", "--address", address_,
+                                "--name", name, "--gloo-host",
+                                head_side ? NetworkPair::kHeadAddress : NetworkPair::kWorkerAddress};
+  args.insert(args.end(), extra_args.begin(), extra_args.end());
   workers_.emplace_back(
-      with_prefix(head_side ? network_.in_head_namespace() : network_.in_worker_namespace(),
-                  {omnilearn_binary().string(), "worker", "--address", address_, "--name", name,
-                   "--gloo-host",
-                   head_side ? NetworkPair::kHeadAddress : NetworkPair::kWorkerAddress}),
+      with_prefix(head_side ? network_.in_head_namespace() : network_.in_worker_namespace(), args),
       omnilearn_process_options(options));
   return workers_.back();
 }

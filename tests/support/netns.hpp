@@ -57,7 +57,9 @@ class NamespacedCluster {
                     std::chrono::milliseconds timeout = std::chrono::milliseconds(600),
                     std::vector<std::string> head_args = {});
 
-  ChildProcess& start_worker(const std::string& name, Side side);
+  // `extra_args` are appended to `omnilearn worker`'s command line (e.g. --slowdown 4).
+  ChildProcess& start_worker(const std::string& name, Side side,
+                             const std::vector<std::string>& extra_args = {});
   ChildProcess& head() { return *head_; }
   const std::string& address() const { return address_; }  // "10.251.0.1:PORT"
 
