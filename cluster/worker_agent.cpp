@@ -8,7 +8,9 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <set>
+#include <string>
 #include <thread>
 #include <utility>
 
@@ -33,6 +35,18 @@ void write_all(int fd, const char* data, std::size_t size) {
     data += n;
     size -= static_cast<std::size_t>(n);
   }
+}
+
+// Whether process `pid` is stopped by a signal or a tracer ('T' or 't' in /proc/PID/stat).
+bool process_is_stopped(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  std::getline(stat, text);
+  // The state follows the command name, which is in parentheses and may itself hold any.
+  const auto paren = text.rfind(')');
+  if (paren == std::string::npos || paren + 2 >= text.size()) return false;
+  const char state = text[paren + 2];
+  return state == 'T' || state == 't';
 }
 
 }  // namespace
@@ -122,7 +136,15 @@ void WorkerAgent::on_stop() {
   // TrainerExited: the leave below says the node is gone, and a scheduler told of the exits
   // first would place replacements on this very node before it learns that the node left.
   for (auto& [name, hosted] : hosted_) {
-    if (hosted.pid > 0) ::kill(hosted.pid, SIGTERM);
+    if (hosted.pid <= 0) continue;
+    ::kill(hosted.pid, SIGTERM);
+    // A stopped trainer (SIGSTOP, a debugger) would read the SIGTERM only when it runs again:
+    // waiting out the grace for it costs this agent its heartbeats, and the head would declare
+    // the node dead before the goodbye. It is leaving either way.
+    if (process_is_stopped(hosted.pid)) {
+      spdlog::warn("agent: trainer {} is stopped (pid {}); killing it", name, hosted.pid);
+      ::kill(hosted.pid, SIGKILL);
+    }
   }
   runtime::ActorScheduler::BlockingScope blocking;  // up to 3 s of waiting for the exits
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);

@@ -187,5 +187,40 @@ TEST_F(JobTrainerFaults, AJobStoppedWhileAMemberHangsLeavesNobodyWaitingOnIt) {
                             << describe(left);
 }
 
+// A worker told to leave (SIGTERM to `omnilearn worker`, as systemd or Ctrl-C sends it) while
+// its trainer hangs: a stopped process cannot act on the SIGTERM its agent sends it, so the
+// agent kills it at once instead of waiting out its grace, and says goodbye in time: the node
+// is "left", not declared dead for the heartbeats it missed meanwhile. The job goes on without
+// it and finishes every step exactly, with a calm run's parameters.
+TEST_F(JobTrainerFaults, AWorkerLeavingWhileItsTrainerHangsLeavesCleanly) {
+  auto& calm = calm_run();
+  ASSERT_NO_FATAL_FAILURE(start_job_on_three_workers("leave-while-hung", kJob));
+  auto& run = *run_;
+  const auto victim_trainer = first_generation_.at("members")[1].get<std::string>();
+  const auto victim = trainer_nodes(run.events()).at(victim_trainer);
+  const auto pids = trainer_processes(cluster().address(), victim_trainer);
+  ASSERT_EQ(pids.size(), 1u) << describe(pids);
+  ASSERT_EQ(::kill(pids.front().pid, SIGSTOP), 0) << victim_trainer;
+  auto& agent = cluster().worker(victim);
+  ASSERT_TRUE(agent.send_signal(SIGTERM));
+  const auto exit = agent.wait_exit(10s);
+  ASSERT_TRUE(exit) << agent.describe();
+  EXPECT_TRUE(exit->exited() && exit->code == 0) << exit->to_string() << "\n" << agent.describe();
+  const auto status = cluster().status();
+  ASSERT_TRUE(status) << cluster().last_status_text();
+  EXPECT_EQ(status->state(victim), "left") << status->json().dump(2);
+  EXPECT_TRUE(trainer_processes(cluster().address(), victim_trainer).empty())
+      << "the hung trainer outlived its agent";
+
+  auto summary = run.wait_finished(120s);
+  ASSERT_TRUE(summary) << run.describe();
+  SCOPED_TRACE(summary->dump(2));
+  EXPECT_EQ(summary->at("status"), "succeeded");
+  EXPECT_EQ(summary->at("steps"), kSteps);
+  EXPECT_EQ(summary->at("lost_steps"), 0) << "committed steps are never redone";
+  expect_no_split_brain(run.events(), kSteps);
+  calm.expect_equal(summary->at("checkpoint").get<std::string>());
+}
+
 }  // namespace
 }  // namespace omnilearn::testing
