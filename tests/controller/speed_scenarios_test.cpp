@@ -101,7 +101,9 @@ TEST(SpeedScenarios, JoinAndLeaveChangeTheMembersAndTheirObservations) {
   EXPECT_EQ(join.generations[1].step, 80);
   EXPECT_EQ(join.generations[1].members, (std::vector<std::string>{"b", "a"}));
   for (const auto& o : join.observations) {
-    if (o.worker == "a") EXPECT_GT(o.first_step, 80);
+    if (o.worker == "a") {
+      EXPECT_GT(o.first_step, 80);
+    }
   }
   EXPECT_GT(per_sample_at(join, "a", 81), 0.0);
 
@@ -110,7 +112,9 @@ TEST(SpeedScenarios, JoinAndLeaveChangeTheMembersAndTheirObservations) {
   ASSERT_EQ(leave.generations.size(), 2u);
   EXPECT_EQ(leave.generations[1].members, std::vector<std::string>{"b"});
   for (const auto& o : leave.observations) {
-    if (o.worker == "a") EXPECT_LE(o.last_step, 80);
+    if (o.worker == "a") {
+      EXPECT_LE(o.last_step, 80);
+    }
   }
   EXPECT_TRUE(leave.changes.empty());
 }
