@@ -73,6 +73,12 @@ struct StopRequest {
 using Inbound = std::variant<proto::RendezvousOrder, proto::PlanOrder, proto::LeaseAnswer,
                              StopRequest>;
 
+std::int64_t steady_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 // What the actor thread hands the training thread; guarded by `mutex`.
 struct Control {
   std::mutex mutex;
@@ -92,6 +98,9 @@ struct Control {
   // the job's end.
   std::atomic<bool> stop_unread{false};
   std::atomic<std::int64_t> stop_read_at_ms{0};  // 0: no stop read
+  // When the first stop arrived (steady clock, ms; 0: none): the process leaves kStopBound
+  // after it whatever its training thread does (the main loop below).
+  std::atomic<std::int64_t> stop_arrived_ms{0};
   static constexpr std::int64_t kStoppingGraceMs = 1000;
   bool stopping_waits_end(std::int64_t now_ms) const {
     const std::int64_t read_at = stop_read_at_ms.load();
@@ -129,7 +138,11 @@ struct Control {
   std::string gloo_host;
 
   void push(Inbound message) {
-    if (std::holds_alternative<StopRequest>(message)) stop_unread = true;
+    if (std::holds_alternative<StopRequest>(message)) {
+      stop_unread = true;
+      std::int64_t none = 0;
+      stop_arrived_ms.compare_exchange_strong(none, steady_ms());
+    }
     {
       std::lock_guard lock(mutex);
       inbox.push_back(std::move(message));
@@ -822,7 +835,22 @@ int main(int argc, char** argv) {
     }
     loop_done = true;
   });
+  // A trainer told to stop leaves within this whatever its training thread does: a step of a
+  // node slowed a thousandfold, a call that never returns. Each wait reads the stop within a
+  // second, and no step is left half committed by leaving (the scheduler already counts this
+  // trainer out, as it would a killed one); without the bound such a process would hold its
+  // memory and device until its compute ended, if ever.
+  constexpr std::int64_t kStopBoundMs = 10000;
   while (exit_code.load() < 0) {
+    const std::int64_t told = control.stop_arrived_ms.load();
+    if (told > 0 && actors::steady_ms() - told > kStopBoundMs && exit_code.load() < 0) {
+      spdlog::warn("trainer {}: still running {} s after it was told to stop (its training "
+                   "thread is busy: a long step, a stuck call); leaving without it",
+                   args.trainer, kStopBoundMs / 1000);
+      spdlog::default_logger()->flush();
+      std::fflush(nullptr);
+      std::_Exit(0);
+    }
     if (int signal = runtime::wait_for_shutdown_signal(std::chrono::milliseconds(100))) {
       spdlog::info("trainer {}: signal {}; stopping", args.trainer, signal);
       control.push(actors::StopRequest{"signal " + std::to_string(signal), signal});

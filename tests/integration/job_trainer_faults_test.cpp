@@ -187,6 +187,46 @@ TEST_F(JobTrainerFaults, AJobStoppedWhileAMemberHangsLeavesNobodyWaitingOnIt) {
                             << describe(left);
 }
 
+// A trainer told to stop in the middle of a step its node's thousandfold slowdown stretches to
+// minutes (a thermally throttled machine, a call that never returns): its runtime answers, its
+// training thread cannot read the stop. The process leaves 10 s after the stop all the same,
+// instead of holding its memory until the step ends; the others, waiting on it, leave at once.
+TEST_F(JobTrainerFaults, ATrainerStoppedInAStepThatTakesMinutesLeavesWithinTheStopBound) {
+  // A model whose forward takes tens of milliseconds, so that x1000 is a minute or more.
+  std::string job = synthetic_elastic_job("stop-long-step", kSteps, 45);
+  const std::string small = "hidden = [128, 64]";
+  ASSERT_NE(job.find(small), std::string::npos);
+  job.replace(job.find(small), small.size(), "hidden = [2048, 2048]");
+  ASSERT_NO_FATAL_FAILURE(start_job_on_three_workers("stop-long-step", job));
+  auto& run = *run_;
+  const auto members = first_generation_.at("members").get<std::vector<std::string>>();
+  const auto victim_trainer = members[1];
+  const auto victim = trainer_nodes(run.events()).at(victim_trainer);
+  const auto slowed = run_omnilearn(
+      {"node", "set", victim, "--slowdown", "1000", "--address", cluster().address()}, 20s);
+  ASSERT_EQ(slowed.status.code, 0) << slowed.out << slowed.err;
+  // Applied at the next step boundary; its first stretch of compute then sleeps for minutes.
+  std::this_thread::sleep_for(3s);
+  ASSERT_FALSE(trainer_processes(cluster().address(), victim_trainer).empty());
+  const auto stopped_at = std::chrono::steady_clock::now();
+  const auto stop = run_omnilearn({"job", "stop", run.id(), "--address", cluster().address()}, 20s);
+  ASSERT_EQ(stop.status.code, 0) << stop.out << stop.err;
+  for (const auto& name : members) {
+    const bool gone = wait_until(
+        [&] { return trainer_processes(cluster().address(), name).empty(); }, 40s, 50ms);
+    const double after =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped_at).count();
+    std::cout << name << (name == victim_trainer ? " (slowed)" : "") << " gone " << after
+              << " s after the stop\n";
+    EXPECT_TRUE(gone) << name << " still runs 40 s after the stop\n" << run.describe();
+    // The bound is 10 s from the stop's arrival; 20 s leaves room for a loaded machine.
+    EXPECT_LE(after, 20.0) << name << " outlived the stop bound\n" << run.describe();
+  }
+  auto summary = run.wait_finished(30s);
+  ASSERT_TRUE(summary) << run.describe();
+  EXPECT_EQ(summary->at("status"), "stopped") << summary->dump(2);
+}
+
 // A worker told to leave (SIGTERM to `omnilearn worker`, as systemd or Ctrl-C sends it) while
 // its trainer hangs: a stopped process cannot act on the SIGTERM its agent sends it, so the
 // agent kills it at once instead of waiting out its grace, and says goodbye in time: the node
