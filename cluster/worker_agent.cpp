@@ -457,6 +457,10 @@ void WorkerAgent::on_other_message(const runtime::Envelope& message) {
       auto it = hosted_.find(started->trainer);
       if (it != hosted_.end() && it->second.job_id == started->job_id) {
         it->second.system = message.from.system;
+        // Started with the slowdown in force at its spawn: a `node set` since then reached
+        // only the trainers whose address was known, so it hears the current one now.
+        tell(runtime::ActorAddress{it->second.system, "trainer"},
+             SetTrainerSpeed{options_.slowdown});
       }
     }
     return;
