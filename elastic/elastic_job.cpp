@@ -1565,7 +1565,11 @@ void ElasticJob::write_off_unreachable(Millis now) {
     // generation without this one trains, a frozen process that thaws holds the only copy of
     // the state, and told to stop it took the state with it. [fix: elastic simulation seed
     // 742600]
-    const std::string why = "unreachable: no answer to a probe (" + unreachable_error_[name] + ")";
+    // A probe answered with a step computed far too long counts as missed, and says so.
+    const std::string& error = unreachable_error_[name];
+    const std::string why = error.rfind("hung:", 0) == 0
+                                ? error
+                                : "unreachable: no answer to a probe (" + error + ")";
     const bool may_hold = holder(name);
     trainer_gone(name, why, now, !may_hold);
     if (may_hold) {

@@ -230,6 +230,9 @@ class ElasticJob {
   // state.
   void checkpoint_written(const JobCheckpoint& checkpoint, Millis now);
   static constexpr std::size_t kKeptCheckpoints = 8;
+  // `reachable` false with an `error` starting "hung:": the trainer answered, but its training
+  // thread has computed one step far longer than its steps take; written off as if it had
+  // missed the probe, with that error as the reason.
   // `process_gone`: the probe failed at once because the trainer's connection is closed
   // (refused or reset by its machine), which proves its process has exited; a probe that timed
   // out proves nothing (a frozen process, a partition, a dead machine all look the same).

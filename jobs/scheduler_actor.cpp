@@ -15,6 +15,16 @@
 namespace omnilearn::actors {
 namespace {
 
+// A step computed for more than kHungComputeFactor times the trainer's measured compute at its
+// batch, and at least kHungComputeFloorS, is taken for a hang: far beyond noise, a first step's
+// warm-up or a throttled stretch, and short of the collective's 30 s, so that the generation
+// re-forms before its exchange times out and the job's stall limit fails it.
+constexpr double kHungComputeFactor = 20.0;
+constexpr double kHungComputeFloorS = 10.0;
+double hung_compute_limit_s(double expected_compute_s) {
+  return std::max(kHungComputeFloorS, kHungComputeFactor * expected_compute_s);
+}
+
 using Json = nlohmann::json;
 namespace proto = scheduler;
 
@@ -336,22 +346,50 @@ void SchedulerActor::carry_out(std::vector<scheduler::JobCommand> commands) {
         tell(*to, StopTrainer{options_.job_id, stop->reason});
       }
     } else if (auto* probe = std::get_if<proto::ProbeCommand>(&command)) {
-      // A dead process's route is gone, so its ping fails at once; a hung one times out.
+      // A dead process's route is gone, so its probe fails at once; a frozen one times out. The
+      // trainer's actor answers, not its training thread, so a long step is no reason to
+      // re-form; but a step computed far longer than this trainer's steps take (a call stuck in
+      // its device, a node slowed a thousandfold) holds its generation as a frozen process does,
+      // and is answered as one: missed (hung_compute_limit).
       auto to = trainer_address(probe->trainer);
       if (!to) continue;
       const std::string name = probe->trainer;
       const std::int64_t generation = probe->generation;
-      system().ask_envelope(
-          system().make_envelope(runtime::ActorAddress{to->system, "$system"},
-                                 runtime::MessageKind::kPing,
-                                 runtime::pack_payload(runtime::Ping{0}), self()),
-          std::chrono::milliseconds(1000), [this, name, generation](runtime::AskResult result) {
+      // Its step's compute at its batch, as measured; for a trainer not yet measured (a
+      // newcomer, whose first step may be the one that hangs), at the others' mean speed.
+      std::optional<double> expected_s;
+      double others_sum = 0;
+      int others = 0;
+      std::optional<int> batch;
+      for (const auto& e : controller_.estimates()) {
+        if (e.key == name) {
+          batch = e.batch;
+          if (e.batch && e.throughput && *e.throughput > 0) expected_s = *e.batch / *e.throughput;
+        } else if (e.throughput && *e.throughput > 0) {
+          others_sum += *e.throughput;
+          ++others;
+        }
+      }
+      if (!expected_s && batch && others > 0) expected_s = *batch / (others_sum / others);
+      ask(*to, TrainerActivity{options_.job_id}, std::chrono::milliseconds(1000),
+          [this, name, generation, expected_s](runtime::AskResult result) {
             // "peer ... is unreachable": the trainer's connection to the head is closed (its
             // process exited, the kernel reset it), which proves it gone; a timeout does not.
             const bool gone = result.status == runtime::AskResult::Status::kUnreachable &&
                               result.error.rfind("peer ", 0) == 0;
+            bool reachable = result.ok();
+            std::string error = result.error;
+            if (const auto activity = result.as<TrainerActivityReply>();
+                activity && expected_s &&
+                activity->computing_ms > 1000.0 * hung_compute_limit_s(*expected_s)) {
+              reachable = false;
+              error = fmt::format(
+                  "hung: its training thread has computed one step for {:.1f} s, where its "
+                  "steps take {:.3f} s",
+                  activity->computing_ms / 1000.0, *expected_s);
+            }
             drive([&] {
-              job_.probe_result(name, generation, result.ok(), result.error, now(), gone);
+              job_.probe_result(name, generation, reachable, error, now(), gone);
             });
           });
     } else if (auto* drop = std::get_if<proto::DropStoreKeysCommand>(&command)) {

@@ -18,6 +18,7 @@ std::string_view kind_name(MessageKind kind) {
     OL_KIND(kStoreRequest) OL_KIND(kStoreReply) OL_KIND(kSimpleReply) OL_KIND(kJobStatusRequest)
     OL_KIND(kJobStatusReply) OL_KIND(kTrainerExited) OL_KIND(kSetTrainerSpeed) OL_KIND(kTrainerHelloReply)
     OL_KIND(kLeaseRequest) OL_KIND(kLeaseGrant) OL_KIND(kUndrainNode) OL_KIND(kHeadMoved)
+    OL_KIND(kTrainerActivity) OL_KIND(kTrainerActivityReply)
     OL_KIND(kExecutorHello) OL_KIND(kExecutorHelloReply) OL_KIND(kSubmitTask) OL_KIND(kTaskResult)
     OL_KIND(kCreateActor) OL_KIND(kActorCall) OL_KIND(kGetActor) OL_KIND(kActorRef)
     OL_KIND(kKillActor) OL_KIND(kClusterInfoRequest) OL_KIND(kClusterInfoReply)

@@ -57,6 +57,8 @@ enum class MessageKind : std::uint16_t {
   kLeaseGrant = 223,
   kUndrainNode = 224,     // client -> jobs: a drained node usable again by every job
   kHeadMoved = 225,       // agent -> trainer: the job goes on under the head at this address
+  kTrainerActivity = 226,       // scheduler -> trainer: a probe; what is its training thread doing?
+  kTrainerActivityReply = 227,
   // remote tasks and actors, core/ (300..399)
   kExecutorHello = 300,   // executor -> task router: this node runs these functions
   kExecutorHelloReply = 301,

@@ -101,6 +101,14 @@ struct Control {
   // When the first stop arrived (steady clock, ms; 0: none): the process leaves kStopBound
   // after it whatever its training thread does (the main loop below).
   std::atomic<std::int64_t> stop_arrived_ms{0};
+  // When the training thread began computing the step it is in, or last polled a wait in it
+  // (steady clock, ms; 0: not in a step). Read by the trainer actor for the scheduler's probe
+  // (TrainerActivity); written by the training thread only.
+  std::atomic<std::int64_t> computing_since_ms{0};
+  // A wait polled by the training thread: whatever it waits for, it is not computing.
+  void waiting() {
+    if (computing_since_ms.load(std::memory_order_relaxed) != 0) computing_since_ms = steady_ms();
+  }
   static constexpr std::int64_t kStoppingGraceMs = 1000;
   bool stopping_waits_end(std::int64_t now_ms) const {
     const std::int64_t read_at = stop_read_at_ms.load();
@@ -212,6 +220,12 @@ class TrainerActor : public runtime::Actor {
                             static_cast<std::int32_t>(::getpid()), control_.gloo_host});
         }
         break;
+      case MessageKind::kTrainerActivity: {
+        const std::int64_t since = control_.computing_since_ms.load();
+        reply(message, TrainerActivityReply{since == 0 ? 0 : std::max<std::int64_t>(
+                                                                 0, steady_ms() - since)});
+        break;
+      }
       case MessageKind::kSetTrainerSpeed:
         if (auto speed = decode<SetTrainerSpeed>(message)) {
           control_.slowdown = speed->slowdown;
@@ -253,6 +267,7 @@ class TrainingLoop {
     if (!hello->role.empty()) return run_asp(*hello, spec);
     trainer_->set_abandon_check(
         [this] {
+          control_.waiting();
           return control_.stopping_waits_end(now_ms()) ||
                  control_.abandon_below.load() > trainer_->generation();
         });
@@ -265,6 +280,7 @@ class TrainingLoop {
     // A rendezvous that a newer generation has replaced will not complete: stop waiting for it.
     // Nor for one this trainer will leave anyway.
     runtime_store->set_abandon_check([this] {
+      control_.waiting();
       return control_.stopping_waits_end(now_ms()) ||
              control_.newest_generation.load() > joining_generation_;
     });
@@ -500,6 +516,7 @@ class TrainingLoop {
     TorchReplica replica(*this);
     // The commit gate's waits for a lease renewal, inside a step.
     const auto wait = [this, &member](proto::Millis until) {
+      control_.waiting();
       send(member);
       const auto delay = std::chrono::milliseconds(std::max<proto::Millis>(0, until - now_ms()));
       {
@@ -508,7 +525,10 @@ class TrainingLoop {
       }
       feed_inbox(member);
     };
+    const bool step = std::holds_alternative<proto::StepAction>(action);
+    if (step) control_.computing_since_ms = steady_ms();
     proto::carry_out(action, replica, member, now_ms, wait);
+    control_.computing_since_ms = 0;
     // After a committed step: evaluation on every rank (each its share of the test set),
     // periodic checkpoints on the leader.
     if (std::holds_alternative<proto::StepAction>(action) && last_.committed &&

@@ -260,6 +260,26 @@ struct StopTrainer {
   MSGPACK_DEFINE(job_id, reason);
 };
 
+// scheduler -> trainer (ask): the probe of a synchronous job's member. Answered by the trainer's
+// actor, not its training thread, so a trainer busy with a long step answers; the answer says
+// for how long its training thread has been computing without reaching a wait, which tells a
+// step that takes long from one that will not end (a call stuck in a device, a node slowed a
+// thousandfold).
+struct TrainerActivity {
+  static constexpr MessageKind kKind = MessageKind::kTrainerActivity;
+  std::string job_id;
+  MSGPACK_DEFINE(job_id);
+};
+
+struct TrainerActivityReply {
+  static constexpr MessageKind kKind = MessageKind::kTrainerActivityReply;
+  // Milliseconds since the training thread began the step it computes, or last waited in it
+  // (a collective, the commit gate); 0 when it is not computing a step (waiting, joining,
+  // evaluating, writing a checkpoint).
+  std::int64_t computing_ms = 0;
+  MSGPACK_DEFINE(computing_ms);
+};
+
 // agent -> trainer: after a head restart or a standby's takeover, the job goes on under the
 // head at `head` (an endpoint), which started as `head_epoch` (heads started over the shared
 // state, so a later head has a larger one): the trainer sends to it from now on, and says hello

@@ -187,6 +187,68 @@ TEST_F(JobTrainerFaults, AJobStoppedWhileAMemberHangsLeavesNobodyWaitingOnIt) {
                             << describe(left);
 }
 
+// A member whose training thread computes one step for far longer than its steps take (a call
+// stuck in its device, a node slowed a thousandfold) while its process and agent are fine: it
+// answers the scheduler's probes, but says for how long it has been computing, and past 20
+// times its measured step compute (at least 10 s) it is taken for hung, like a process that
+// misses its probes. The generation re-forms without it before its exchange times out (30 s),
+// where the job used to fail for want of a committed step in 60 s. Its node back to full speed,
+// the job finishes every step with a calm run's parameters.
+constexpr std::int64_t kLongSteps = 60;
+const std::string& long_step_job() {
+  static const std::string job = [] {
+    // A model whose forward takes tens of milliseconds, so that x1000 is tens of seconds.
+    std::string text = synthetic_elastic_job("hung-compute", kLongSteps, 47, "float64");
+    const std::string small = "hidden = [128, 64]";
+    text.replace(text.find(small), small.size(), "hidden = [1024, 1024]");
+    return text;
+  }();
+  return job;
+}
+
+TEST_F(JobTrainerFaults, AMemberComputingOneStepForeverIsLeftBehindAndTheJobGoesOn) {
+  CalmRun calm(long_step_job(), kLongSteps);
+  ASSERT_NO_FATAL_FAILURE(start_job_on_three_workers("hung-compute", long_step_job()));
+  auto& run = *run_;
+  const auto victim_trainer = first_generation_.at("members")[1].get<std::string>();
+  const auto victim = trainer_nodes(run.events()).at(victim_trainer);
+  // Measured first: the limit is relative to the trainer's own step compute.
+  ASSERT_TRUE(run.wait_for_event("plan", 60s)) << run.describe();
+  const double slowed_at = unix_now();
+  const auto slowed = run_omnilearn(
+      {"node", "set", victim, "--slowdown", "1000", "--address", cluster().address()}, 20s);
+  ASSERT_EQ(slowed.status.code, 0) << slowed.out << slowed.err;
+  auto gone = run.wait_for_event("trainer_gone", 60s, [&](const Json& e) {
+    return e.value("trainer", "") == victim_trainer;
+  });
+  ASSERT_TRUE(gone) << run.describe();
+  EXPECT_NE(gone->dump().find("hung: its training thread has computed one step"),
+            std::string::npos)
+      << gone->dump();
+  auto recovered = run.wait_for_event("recovered", 60s);
+  ASSERT_TRUE(recovered) << run.describe();
+  const double recovered_after = recovered->at("time").get<double>() - slowed_at;
+  std::cout << "a member computing one step for ever: recovered " << recovered_after
+            << " s after its node was slowed x1000\n";
+  // 10 s of computing, then the next probe; 25 s leaves room for a loaded machine and is still
+  // short of the collective's 30 s.
+  EXPECT_LE(recovered_after, 25.0) << run.describe();
+  const auto back = run_omnilearn(
+      {"node", "set", victim, "--slowdown", "1", "--address", cluster().address()}, 20s);
+  ASSERT_EQ(back.status.code, 0) << back.out << back.err;
+
+  auto summary = run.wait_finished(240s);
+  ASSERT_TRUE(summary) << run.describe();
+  SCOPED_TRACE(summary->dump(2));
+  EXPECT_EQ(summary->at("status"), "succeeded");
+  EXPECT_EQ(summary->at("steps"), kLongSteps);
+  EXPECT_EQ(summary->at("lost_steps"), 0) << "committed steps are never redone";
+  expect_no_split_brain(run.events(), kLongSteps);
+  calm.expect_equal(summary->at("checkpoint").get<std::string>());
+  const std::vector<ProcessInfo> left = job_processes_left(run.id(), 30s);
+  EXPECT_TRUE(left.empty()) << "trainers still running after the job ended:\n" << describe(left);
+}
+
 // A trainer told to stop in the middle of a step its node's thousandfold slowdown stretches to
 // minutes (a thermally throttled machine, a call that never returns): its runtime answers, its
 // training thread cannot read the stop. The process leaves 10 s after the stop all the same,
