@@ -458,7 +458,7 @@ void WorkerAgent::on_other_message(const runtime::Envelope& message) {
       if (it != hosted_.end() && it->second.job_id == started->job_id) {
         it->second.system = message.from.system;
         // Started with the slowdown in force at its spawn: a `node set` since then reached
-        // only the trainers whose address was known, so it hears the current one now.
+        // only the trainers whose address was known, so it hears the current one here.
         tell(runtime::ActorAddress{it->second.system, "trainer"},
              SetTrainerSpeed{options_.slowdown});
       }

@@ -15,6 +15,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <fstream>
 #include <iostream>
 #include <thread>
 
@@ -191,8 +192,9 @@ TEST_F(JobTrainerFaults, AJobStoppedWhileAMemberHangsLeavesNobodyWaitingOnIt) {
 // stuck in its device, a node slowed a thousandfold) while its process and agent are fine: it
 // answers the scheduler's probes, but says for how long it has been computing, and past 20
 // times its measured step compute (at least 10 s) it is taken for hung, like a process that
-// misses its probes. The generation re-forms without it before its exchange times out (30 s),
-// where the job used to fail for want of a committed step in 60 s. Its node back to full speed,
+// misses its probes. The generation re-forms without it before its exchange times out (30 s);
+// otherwise the job's stall limit (60 s without a committed step) fails the job before the
+// re-formation's formation timeout writes the member off. Its node back to full speed,
 // the job finishes every step with a calm run's parameters.
 constexpr std::int64_t kLongSteps = 60;
 const std::string& long_step_job() {
@@ -303,6 +305,17 @@ TEST_F(JobTrainerFaults, AWorkerLeavingWhileItsTrainerHangsLeavesCleanly) {
   const auto pids = trainer_processes(cluster().address(), victim_trainer);
   ASSERT_EQ(pids.size(), 1u) << describe(pids);
   ASSERT_EQ(::kill(pids.front().pid, SIGSTOP), 0) << victim_trainer;
+  // Stopped for certain before its agent is told to leave (the state in /proc/PID/stat).
+  const std::string stat_path = "/proc/" + std::to_string(pids.front().pid) + "/stat";
+  ASSERT_TRUE(wait_until(
+      [&] {
+        std::ifstream stat(stat_path);
+        std::string text;
+        std::getline(stat, text);
+        const auto paren = text.rfind(')');
+        return paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] == 'T';
+      },
+      5s, 10ms));
   auto& agent = cluster().worker(victim);
   ASSERT_TRUE(agent.send_signal(SIGTERM));
   const auto exit = agent.wait_exit(10s);
