@@ -84,6 +84,18 @@ struct ProbeCommand {  // is the trainer's process still reachable? answer with 
   std::string trainer;
   std::int64_t generation = 0;
 };
+// A probe's answer that says the trainer's training thread has computed one step for
+// `computing_s` seconds without reaching a wait, where its steps take `expected_s` (its
+// measured compute at its batch): hung past kHungComputeFactor times that, and at least
+// kHungComputeFloorS, and answered to probe_result() as a missed probe with an error starting
+// "hung:". Far beyond noise, a first step's warm-up or a throttled stretch; short of the
+// collective's 30 s, so that the generation re-forms before its exchange times out and the
+// stall limit fails the job.
+inline constexpr double kHungComputeFactor = 20.0;
+inline constexpr double kHungComputeFloorS = 10.0;
+inline bool hung_in_compute(double computing_s, double expected_s) {
+  return computing_s > std::max(kHungComputeFloorS, kHungComputeFactor * expected_s);
+}
 struct DropStoreKeysCommand {  // delete rendezvous keys of generations < below (all when < 0)
   std::int64_t below = -1;
 };

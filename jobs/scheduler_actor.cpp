@@ -15,16 +15,6 @@
 namespace omnilearn::actors {
 namespace {
 
-// A step computed for more than kHungComputeFactor times the trainer's measured compute at its
-// batch, and at least kHungComputeFloorS, is taken for a hang: far beyond noise, a first step's
-// warm-up or a throttled stretch, and short of the collective's 30 s, so that the generation
-// re-forms before its exchange times out and the job's stall limit fails it.
-constexpr double kHungComputeFactor = 20.0;
-constexpr double kHungComputeFloorS = 10.0;
-double hung_compute_limit_s(double expected_compute_s) {
-  return std::max(kHungComputeFloorS, kHungComputeFactor * expected_compute_s);
-}
-
 using Json = nlohmann::json;
 namespace proto = scheduler;
 
@@ -350,7 +340,7 @@ void SchedulerActor::carry_out(std::vector<scheduler::JobCommand> commands) {
       // trainer's actor answers, not its training thread, so a long step is no reason to
       // re-form; but a step computed far longer than this trainer's steps take (a call stuck in
       // its device, a node slowed a thousandfold) holds its generation as a frozen process does,
-      // and is answered as one: missed (hung_compute_limit).
+      // and is answered as one: missed (proto::hung_in_compute).
       auto to = trainer_address(probe->trainer);
       if (!to) continue;
       const std::string name = probe->trainer;
@@ -381,7 +371,7 @@ void SchedulerActor::carry_out(std::vector<scheduler::JobCommand> commands) {
             std::string error = result.error;
             if (const auto activity = result.as<TrainerActivityReply>();
                 activity && expected_s &&
-                activity->computing_ms > 1000.0 * hung_compute_limit_s(*expected_s)) {
+                proto::hung_in_compute(activity->computing_ms / 1000.0, *expected_s)) {
               reachable = false;
               error = fmt::format(
                   "hung: its training thread has computed one step for {:.1f} s, where its "

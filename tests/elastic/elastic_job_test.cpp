@@ -1496,5 +1496,15 @@ TEST(ElasticJob, ARestoredJobWhoseTrainersAllDiedResumesFromItsCheckpoint) {
   EXPECT_EQ(job.lost_steps(), 2);
 }
 
+// The probe's judgement of a step computed without reaching a wait: 20 times the trainer's
+// measured step, and never under 10 s (a first step's warm-up, a throttled stretch).
+TEST(HungInCompute, TwentyTimesTheTrainersStepAndAtLeastTenSeconds) {
+  EXPECT_FALSE(hung_in_compute(0.0, 0.05));
+  EXPECT_FALSE(hung_in_compute(9.9, 0.05)) << "the floor holds for a fast step";
+  EXPECT_TRUE(hung_in_compute(10.1, 0.05));
+  EXPECT_FALSE(hung_in_compute(39.0, 2.0)) << "a slow step gets twenty of its own";
+  EXPECT_TRUE(hung_in_compute(40.1, 2.0));
+}
+
 }  // namespace
 }  // namespace omnilearn::scheduler
