@@ -93,12 +93,12 @@ struct Control {
   // the wait it is in ends at once (the abandon checks, every 50 ms), so that the stop is read
   // then rather than after a collective's 30 s. Once read, a stopping leader's last word to
   // its followers (ElasticMember's abandon at a boundary) still goes out, but no wait lasts
-  // past kStoppingGrace after the stop was read: a peer that hangs cannot hold a trainer that
+  // past kStoppingGraceMs after the stop was read: a peer that hangs cannot hold a trainer that
   // is leaving. A stop goes only to a trainer the job no longer counts in a generation, or at
   // the job's end.
   std::atomic<bool> stop_unread{false};
   std::atomic<std::int64_t> stop_read_at_ms{0};  // 0: no stop read
-  // When the first stop arrived (steady clock, ms; 0: none): the process leaves kStopBound
+  // When the first stop arrived (steady clock, ms; 0: none): the process leaves kStopBoundMs
   // after it whatever its training thread does (the main loop below).
   std::atomic<std::int64_t> stop_arrived_ms{0};
   // When the training thread began computing the step it is in, or last polled a wait in it
