@@ -131,37 +131,9 @@ TEST(JobPartition, AnAsynchronousJobsServerCutOffRestartsOnTheHeadsSide) {
   std::string why;
   if (!network.create(&why)) GTEST_SKIP() << "partition test skipped: " << why;
   constexpr int kEpochs = 60;
-  const std::string job = R"([job]
-name = "e2e-partition-asp"
-mode = "asp"
-
-[model]
-kind = "mlp"
-hidden = [32]
-
-[data]
-dataset = "synthetic"
-train_size = 1024
-test_size = 256
-
-[train]
-global_batch = 64
-optimizer = "sgd"
-lr = 0.01
-momentum = 0.9
-seed = 7
-epochs = )" + std::to_string(kEpochs) + R"(
-
-[elastic]
-min_workers = 1
-max_workers = 2
-
-[asp]
-servers = 1
-
-[checkpoint]
-every = 20
-)";
+  // One server, one or two workers; periodic checkpoints, so that the head has a copy.
+  const std::string job =
+      synthetic_asp_job("e2e-partition-asp", kEpochs) + "\n[checkpoint]\nevery = 20\n";
   NamespacedCluster cluster(network, 200ms, 1500ms);
   // The far node alone first, so that the server is placed there; slowed x4 (as the other
   // asynchronous fault tests) so that the fault lands mid-job.
@@ -216,7 +188,7 @@ every = 20
   SCOPED_TRACE(summary->dump(2));
   EXPECT_EQ(summary->at("status"), "succeeded");
   EXPECT_EQ(summary->at("servers")[0].at("restarts"), 1);
-  EXPECT_EQ(summary->at("sampling").at("samples_accepted"), kEpochs * 1024);
+  EXPECT_EQ(summary->at("sampling").at("samples_accepted"), kEpochs * kSyntheticAspSamples);
   EXPECT_EQ(summary->at("sampling").at("duplicates"), 0);
   std::printf("server cut off: listening again on the head's side %.1f s after the cut, "
               "%lld..%lld updates lost\n",
