@@ -44,6 +44,17 @@ double unix_now() {
       .count();
 }
 
+// The job finished every one of its `steps`, each committed once, none redone, with `calm`'s
+// parameters: what every fault here must leave.
+void expect_finished_exactly(const JobRun& run, const Json& summary, std::int64_t steps,
+                             CalmRun& calm) {
+  EXPECT_EQ(summary.at("status"), "succeeded");
+  EXPECT_EQ(summary.at("steps"), steps);
+  EXPECT_EQ(summary.at("lost_steps"), 0) << "committed steps are never redone";
+  expect_no_split_brain(run.events(), steps);
+  calm.expect_equal(summary.at("checkpoint").get<std::string>());
+}
+
 class JobTrainerFaults : public JobTest {
  protected:
   // Starts the job on three workers, faults the trainer of `rank` in the first generation, and
@@ -104,12 +115,8 @@ void JobTrainerFaults::fault_trainer_and_check(int rank, Fault fault) {
   auto summary = run.wait_finished(120s);
   ASSERT_TRUE(summary) << run.describe();
   SCOPED_TRACE(summary->dump(2));
-  EXPECT_EQ(summary->at("status"), "succeeded");
-  EXPECT_EQ(summary->at("steps"), kSteps);
   EXPECT_EQ(summary->at("total_steps"), kSteps);
-  EXPECT_EQ(summary->at("lost_steps"), 0) << "committed steps are never redone";
-  expect_no_split_brain(run.events(), kSteps);
-  calm.expect_equal(summary->at("checkpoint").get<std::string>());
+  expect_finished_exactly(run, *summary, kSteps, calm);
 
   // Only the trainer failed: its node is the same incarnation, alive, and was never dead.
   const auto after = cluster().status();
@@ -242,11 +249,7 @@ TEST_F(JobTrainerFaults, AMemberComputingOneStepForeverIsLeftBehindAndTheJobGoes
   auto summary = run.wait_finished(240s);
   ASSERT_TRUE(summary) << run.describe();
   SCOPED_TRACE(summary->dump(2));
-  EXPECT_EQ(summary->at("status"), "succeeded");
-  EXPECT_EQ(summary->at("steps"), kLongSteps);
-  EXPECT_EQ(summary->at("lost_steps"), 0) << "committed steps are never redone";
-  expect_no_split_brain(run.events(), kLongSteps);
-  calm.expect_equal(summary->at("checkpoint").get<std::string>());
+  expect_finished_exactly(run, *summary, kLongSteps, calm);
   const std::vector<ProcessInfo> left = job_processes_left(run.id(), 30s);
   EXPECT_TRUE(left.empty()) << "trainers still running after the job ended:\n" << describe(left);
 }
@@ -330,11 +333,7 @@ TEST_F(JobTrainerFaults, AWorkerLeavingWhileItsTrainerHangsLeavesCleanly) {
   auto summary = run.wait_finished(120s);
   ASSERT_TRUE(summary) << run.describe();
   SCOPED_TRACE(summary->dump(2));
-  EXPECT_EQ(summary->at("status"), "succeeded");
-  EXPECT_EQ(summary->at("steps"), kSteps);
-  EXPECT_EQ(summary->at("lost_steps"), 0) << "committed steps are never redone";
-  expect_no_split_brain(run.events(), kSteps);
-  calm.expect_equal(summary->at("checkpoint").get<std::string>());
+  expect_finished_exactly(run, *summary, kSteps, calm);
 }
 
 }  // namespace
