@@ -50,6 +50,23 @@ DealAsk pushed_to_shard_0_only(const std::string& worker, std::uint64_t batch) {
   return failed;
 }
 
+// `probe` of shard `shard`'s server goes unanswered at `now`: the server is told to stop as
+// hung and the shard restarts as incarnation 1. Returns the commands that followed.
+std::vector<AspCommand> unanswered_ping_restarts(AspJob& job, const ProbeCommand& probe,
+                                                 Millis now, std::size_t shard) {
+  job.probe_answered(probe, false, "no reply within 3000 ms", now);
+  auto commands = job.take_commands();
+  const auto stops = of<StopCommand>(commands);
+  EXPECT_EQ(stops.size(), 1u);
+  for (const auto& stop : stops) {
+    EXPECT_EQ(stop.trainer, probe.server);
+    EXPECT_EQ(stop.reason.rfind("hung:", 0), 0u) << stop.reason;
+  }
+  EXPECT_EQ(of<SpawnCommand>(commands).size(), 1u);
+  EXPECT_EQ(job.shards()[shard].incarnation, 1);
+  return commands;
+}
+
 // A job with every trainer started: servers listening, workers said hello.
 struct Started {
   AspJob job;
@@ -242,15 +259,9 @@ TEST(AspJob, ASilentShardWhoseProcessDoesNotAnswerAPingIsRestartedAsHung) {
   s.job.fence_answered(again[0], std::nullopt, "timed out", 12000);
   probes = of<ProbeCommand>(s.job.take_commands());
   ASSERT_EQ(probes.size(), 1u);
-  s.job.probe_answered(probes[0], false, "no reply within 3000 ms", 15000);
-  commands = s.job.take_commands();
-  const auto stops = of<StopCommand>(commands);
-  ASSERT_EQ(stops.size(), 1u);
-  EXPECT_EQ(stops[0].trainer, fences[0].server);
-  EXPECT_EQ(stops[0].reason.rfind("hung:", 0), 0u) << stops[0].reason;
-  const auto spawns = of<SpawnCommand>(commands);
+  EXPECT_EQ(probes[0].server, fences[0].server);
+  const auto spawns = of<SpawnCommand>(unanswered_ping_restarts(s.job, probes[0], 15000, 1));
   ASSERT_EQ(spawns.size(), 1u);
-  EXPECT_EQ(s.job.shards()[1].incarnation, 1);
   EXPECT_FALSE(s.job.finished());
   // A late answer about the old incarnation changes nothing.
   s.job.probe_answered(probes[0], false, "no reply", 15100);
@@ -294,14 +305,7 @@ TEST(AspJob, APullThatGotNoReplyHasItsServerPingedAndRestartedIfHung) {
   s.job.deal(also, 5100);
   EXPECT_TRUE(of<ProbeCommand>(s.job.take_commands()).empty());
 
-  s.job.probe_answered(probes[0], false, "no reply within 3000 ms", 8040);
-  commands = s.job.take_commands();
-  const auto stops = of<StopCommand>(commands);
-  ASSERT_EQ(stops.size(), 1u);
-  EXPECT_EQ(stops[0].trainer, probes[0].server);
-  EXPECT_EQ(stops[0].reason.rfind("hung:", 0), 0u) << stops[0].reason;
-  ASSERT_EQ(of<SpawnCommand>(commands).size(), 1u);
-  EXPECT_EQ(s.job.shards()[1].incarnation, 1);
+  ASSERT_EQ(of<SpawnCommand>(unanswered_ping_restarts(s.job, probes[0], 8040, 1)).size(), 1u);
 
   // A report naming a shard that is down (its restart not yet listening) pings nobody.
   DealAsk late = asking(s.workers[1]);
