@@ -87,8 +87,9 @@ worker() {  # worker NAME LAST_OCTET [ARGS...]
 }
 # The first three emulate slow machines (each step's compute 50x as long): at full speed the
 # whole job takes about 3 s on a quiet machine, less than w4's container takes to start and
-# join. w4 is a fast machine: once it joins, it takes most of each step's batch and the job
-# ends soon.
+# join. w4 is a fast machine; once it trained in the job the others are set back to full speed
+# and the job ends soon (at 50x they would keep the smallest batch for the rest of the job:
+# minutes on a loaded machine).
 worker w1 11 --slowdown 50
 worker w2 12 --slowdown 50
 worker w3 13 --slowdown 50
@@ -114,6 +115,10 @@ step_at_kill=$(trained_steps "$run_dir")
 # Scale up: a fourth worker container joins the running job.
 worker w4 14
 wait_for 120 "w4 did not join the job" generation_members "$run_dir" w4
+for w in w1 w3; do
+  client node set "$w" --slowdown 1 --address "$head_ip:7070" >/dev/null ||
+    fail "omnilearn node set $w --slowdown 1 failed"
+done
 status=0
 wait "$follow_pid" || status=$?
 [ "$status" -eq 0 ] || { cat "$work/follow.log"; fail "logs --follow exited $status"; }

@@ -70,7 +70,8 @@ wait "$keys_pid" || true
 # The first two workers emulate slow machines (each step's compute 50x as long): at full speed
 # the job's steps take a few ms each, and it could end before the third pod had joined and the
 # first been drained. The third runs at full speed and takes most of each step's batch once it
-# joins; the job then ends soon after the drain.
+# joins; after the drain the second is set back to full speed (at 50x it would keep the
+# smallest batch for the rest of the job: minutes on a loaded machine), and the job ends soon.
 python3 "$src/tests/deploy/kube_pods.py" "$src/deploy/kubernetes" "$work/pods" \
   --prefix "${subnet%.0/24}" --secret-dir "$work/secret" --job-steps 600 --replicas 3 \
   --slowdown omnilearn-worker-0=50 --slowdown omnilearn-worker-1=50 >"$work/pods.txt"
@@ -127,6 +128,9 @@ step_at_drain=$(trained_steps "$run")
 podman pod stop -t 30 omnilearn-worker-0 >/dev/null
 wait_for 120 "the job did not re-form without the drained worker" \
   generation_members "$run" omnilearn-worker-0 absent
+"$build/bin/omnilearn" node set omnilearn-worker-1 --slowdown 1 --address "$head_ip:7070" \
+  --cluster-file "$work/secret/cluster.toml" >/dev/null ||
+  fail "omnilearn node set omnilearn-worker-1 --slowdown 1 failed"
 
 status=$(podman wait omnilearn-submit-submit)
 [ "$status" -eq 0 ] ||

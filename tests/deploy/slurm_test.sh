@@ -94,8 +94,9 @@ wait_for 60 "the test's Slurm node never became idle" node_idle
 
 # A job that lasts until a second worker joins: the allocation's own worker emulates a slow
 # machine (each step's compute 50x as long; at full speed the job's steps take a few ms each
-# and a join has only seconds to land), the second runs at full speed, takes most of each
-# step's batch once it joins, and the job then ends soon.
+# and a join has only seconds to land), the second runs at full speed. Once it trained in the
+# job the first is set back to full speed, and the job ends soon (the slow one would otherwise
+# keep the smallest batch at 50x for the rest of the job: minutes on a loaded machine).
 sed -e 's/^steps = .*/steps = 400/' -e 's/^name = .*/name = "slurm-test"/' \
   "$src/examples/synthetic_quick.toml" >"$work/job.toml"
 export OMNILEARN="$build/bin/omnilearn"
@@ -114,6 +115,8 @@ srun --jobid="$jobid" --overlap --nodes=1 --ntasks=1 --job-name=omnilearn-worker
   >"$work/extra-worker.log" 2>&1 &
 joined() { local e; e=$(run_events) && generation_members "$(dirname "$e")" extra-worker; }
 wait_for 120 "the worker of the second srun step never trained in the job" joined
+"$OMNILEARN" node set "$node" --slowdown 1 --cluster-file "$work/cluster/cluster.toml" >/dev/null ||
+  fail "omnilearn node set $node --slowdown 1 failed"
 job_state() { scontrol show job "$jobid" | grep -o 'JobState=[A-Z]*' | cut -d= -f2; }
 job_ended() {
   case "$(job_state)" in COMPLETED | FAILED | CANCELLED | TIMEOUT) return 0 ;; esac
