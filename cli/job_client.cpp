@@ -164,6 +164,10 @@ class EventPrinter {
       }
       std::printf("trainer %s gone at step %lld: %s\n", e.value("trainer", "").c_str(),
                   static_cast<long long>(e.value("step", 0)), e.value("reason", "").c_str());
+    } else if (kind == "node_held_back") {
+      std::printf("node %s gets no trainer for %.1f s: %lld trainer(s) lost there lately\n",
+                  e.value("node", "").c_str(), e.value("held_back_s", 0.0),
+                  static_cast<long long>(e.value("losses", 0)));
     } else if (kind == "drain") {
       std::printf("draining trainer %s (node %s) at step %lld\n", e.value("trainer", "").c_str(),
                   e.value("node", "").c_str(), static_cast<long long>(e.value("step", 0)));

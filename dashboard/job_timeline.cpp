@@ -42,7 +42,8 @@ std::string category_of(const std::string& kind, const Json& e) {
       kind == "trainer_back") {
     return "recovery";
   }
-  if (kind == "formation_failed" || kind == "lease_refused" || kind == "superseded_step") {
+  if (kind == "formation_failed" || kind == "lease_refused" || kind == "superseded_step" ||
+      kind == "node_held_back") {
     return "problem";
   }
   return "job";
@@ -76,6 +77,10 @@ std::string describe(const std::string& kind, const Json& e) {
   }
   if (kind == "trainer_gone") return fmt::format("{} gone: {}", trainer, text(e, "reason"));
   if (kind == "trainer_back") return fmt::format("{} back: {}", trainer, text(e, "reason"));
+  if (kind == "node_held_back") {
+    return fmt::format("node {} gets no trainer for {:.1f} s: {} lost there lately, the last {}",
+                       text(e, "node"), number(e, "held_back_s"), integer(e, "losses"), trainer);
+  }
   if (kind == "server_gone") {
     return fmt::format("server of shard {} gone: {}", integer(e, "shard"), text(e, "reason"));
   }

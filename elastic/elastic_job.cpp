@@ -477,6 +477,30 @@ int ElasticJob::active_trainers() const {
   return count;
 }
 
+void ElasticJob::note_lost(const std::string& node_id, const std::string& trainer,
+                           const std::string& why, Millis now) {
+  auto it = nodes_.find(node_id);
+  if (it == nodes_.end() || !it->second.alive) return;  // a dead node is not the trainer's fault
+  Node& n = it->second;
+  std::erase_if(n.lost_at, [&](Millis at) { return now - at >= options_.lost_memory; });
+  n.lost_at.push_back(now);
+  // One loss says little of the node (a process killed, a transient partition): its
+  // replacement goes there at once. Two within lost_memory start the hold.
+  if (n.lost_at.size() < 2) return;
+  Millis backoff = options_.backoff_initial;
+  for (std::size_t i = 2; i < n.lost_at.size() && backoff < options_.lost_backoff_max; ++i) {
+    backoff *= 2;
+  }
+  backoff = std::min(backoff, options_.lost_backoff_max);
+  n.held_back_until = std::max(n.held_back_until, now + backoff);
+  JobEvent e = event_now("node_held_back");
+  e.trainer = trainer;
+  e.reason = why;
+  e.seconds = static_cast<double>(backoff) / 1000.0;
+  e.losses = static_cast<std::int32_t>(n.lost_at.size());
+  event(std::move(e));
+}
+
 void ElasticJob::place_trainers(Millis now, const std::string& first_node) {
   if (finished_ || !started_) return;
   // The node named first_node gets the first free place (a checkpoint on its disk waits for a
@@ -493,6 +517,10 @@ void ElasticJob::place_trainers(Millis now, const std::string& first_node) {
     Node& node = entry->second;
     if (!node.alive || node.draining || now < node.no_spawn_before) continue;
     int on_node = trainers_on(id);
+    // A node that keeps losing trainers waits, unless the job needs it to train at all.
+    if (now < node.held_back_until && active_trainers() - on_node >= options_.min_workers) {
+      continue;
+    }
     while (on_node < options_.slots && active_trainers() < options_.max_workers) {
       Trainer t;
       t.view.name = options_.trainer_prefix + node.name + "-t" + std::to_string(++trainer_counter_);
@@ -572,8 +600,11 @@ void ElasticJob::trainer_exited(const std::string& trainer, int exit_code,
   auto node = nodes_.find(t->view.node);
   const bool drained = exit_code == 0 && (t->view.phase == Phase::kLeaving ||
                                           (node != nodes_.end() && node->second.draining));
-  trainer_gone(trainer, reason.empty() ? "exited with code " + std::to_string(exit_code) : reason,
-               now, false, !drained);
+  const std::string why = reason.empty() ? "exited with code " + std::to_string(exit_code) : reason;
+  const bool lost_training = !drained && exit_code != 0 && t->synced_generation >= 0;
+  const std::string node_id = t->view.node;
+  trainer_gone(trainer, why, now, false, !drained);
+  if (lost_training) note_lost(node_id, trainer, why, now);
   maybe_regroup("trainer " + trainer + " exited", now);
   place_trainers(now);
 }
@@ -1572,6 +1603,7 @@ void ElasticJob::write_off_unreachable(Millis now) {
                                 : "unreachable: no answer to a probe (" + error + ")";
     const bool may_hold = holder(name);
     trainer_gone(name, why, now, !may_hold);
+    note_lost(trainers_.at(name).view.node, name, why, now);
     if (may_hold) {
       Trainer& t = trainers_.at(name);
       t.deferred_stop = why;

@@ -56,6 +56,15 @@ struct ElasticJobOptions {
   // trainer starting in between, the job fails with the last one's reason.
   std::int32_t max_start_failures = 6;
   Millis spawn_backoff_max = 30000;
+  // Trainers lost while training (written off as hung or unreachable while their node stays
+  // alive, or exited with an error after they synced) hold their node back from the job for a
+  // while: from the second such loss on that node within lost_memory, backoff_initial, doubling
+  // with each further one, at most lost_backoff_max. A node whose every trainer hangs (a broken
+  // accelerator, a call that never returns) would otherwise get a new trainer at once, and the
+  // whole job would wait on each one until it is found hung. The hold applies only while the job
+  // has min_workers trainers elsewhere: it never keeps the job from training.
+  Millis lost_backoff_max = 300000;
+  Millis lost_memory = 600000;
   Mutation mutation = Mutation::kNone;  // tests only (elastic_mutation_test.cpp)
 };
 
@@ -114,6 +123,7 @@ struct JobEvent {
   std::vector<std::int32_t> batches;
   double seconds = 0;         // recovered: fault -> next committed step
   std::int64_t lost_steps = 0;
+  std::int32_t losses = 0;  // node_held_back: trainers lost on the node within lost_memory
 };
 struct FinishCommand {
   std::string state;  // "succeeded" | "failed" | "stopped"
@@ -287,6 +297,8 @@ class ElasticJob {
     bool draining = false;
     std::int32_t start_failures = 0;  // trainers that failed to start here, in a row
     Millis no_spawn_before = 0;       // back-off after a failed start
+    std::vector<Millis> lost_at;      // trainers lost here while training, within lost_memory
+    Millis held_back_until = 0;       // back-off after such a loss (lost_backoff_max)
   };
   struct Trainer {
     TrainerView view;
@@ -323,6 +335,10 @@ class ElasticJob {
   // name) is served first.
   void place_trainers(Millis now, const std::string& first_node = std::string());
   int active_trainers() const;  // neither gone nor leaving
+  // A trainer of the node with this id was lost while training: hold the node back
+  // (ElasticJobOptions::lost_backoff_max) and say so.
+  void note_lost(const std::string& node, const std::string& trainer, const std::string& why,
+                 Millis now);
   int trainers_on(const std::string& node) const;  // not gone, on the node (by id)
   // Waiting for a trainer on the node whose disk holds `checkpoint`: when the job already has
   // max_workers elsewhere, one of `fresh` that holds nothing is stopped and one placed there.

@@ -86,6 +86,8 @@ std::string_view event_name(EventKind kind) {
       return "lease_refused";
     case EventKind::kTrainerBack:
       return "trainer_back";
+    case EventKind::kNodeHeldBack:
+      return "node_held_back";
     case EventKind::kServerReady:
       return "server_ready";
     case EventKind::kServerRecovered:

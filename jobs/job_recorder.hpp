@@ -57,6 +57,7 @@ enum class EventKind : std::uint8_t {
   kFormationFailed,
   kLeaseRefused,
   kTrainerBack,
+  kNodeHeldBack,
   // Asynchronous jobs.
   kServerReady,
   kServerRecovered,

@@ -85,6 +85,106 @@ TEST(ElasticJob, TrainersThatCannotStartAreRetriedWithBackOffThenFailTheJob) {
   EXPECT_GE(spawned_at[3] - spawned_at[2], 2000);
 }
 
+// A node whose trainers keep dying after they synced (a broken device, a node slowed for good
+// whose trainers are found hung): one loss is replaced at once; from the second within
+// lost_memory the node is held back for backoff_initial, doubling, while the job trains
+// elsewhere, and the hold never keeps the job below min_workers.
+struct CrashingNode {
+  ElasticJob job;
+  Millis now = 0;
+  std::int64_t step = 0;
+  std::vector<SpawnCommand> spawns;  // since the last crash
+  std::vector<JobEvent> held;        // node_held_back events since the last crash
+  Millis crashed_at = 0;
+
+  // The current generation's members sync, and its leader commits a step.
+  void train() {
+    const std::int64_t g = job.generation();
+    const auto members = job.members();
+    if (members.empty()) return;  // too few trainers to form one (min_workers)
+    for (std::size_t r = 0; r < members.size(); ++r) {
+      job.report(members[r],
+                 {MemberReport::Kind::kSynced, g, static_cast<std::int32_t>(r), step, "", 0},
+                 now += 10);
+    }
+    job.lease_request(members[0], {g, step + 1, 0}, now += 10);
+    job.report(members[0], {MemberReport::Kind::kStep, g, 0, ++step, "", 0}, now += 10);
+    job.take_commands();
+  }
+  // `trainer` joins, trains a step in a generation with the others, and crashes.
+  void join_train_crash(const std::string& trainer) {
+    job.hello(trainer, now += 10);
+    train();
+    ASSERT_GE(job.trainers().at(trainer).rank, 0) << trainer << " is a member";
+    job.trainer_exited(trainer, 134, "aborted: device lost", crashed_at = now += 10);
+    spawns.clear();
+    held.clear();
+    for (auto& command : job.take_commands()) {
+      if (auto* s = std::get_if<SpawnCommand>(&command)) spawns.push_back(*s);
+      if (auto* e = std::get_if<JobEvent>(&command); e && e->kind == "node_held_back") {
+        held.push_back(*e);
+      }
+    }
+    train();  // the others go on
+  }
+};
+
+CrashingNode crashing_node(std::int32_t min_workers, std::string& on_n2) {
+  ElasticJobOptions o = job_options(min_workers, 2, 1000);
+  o.backoff_initial = 500;
+  CrashingNode c{started_job(o, 2)};
+  for (const auto& s : commands_of<SpawnCommand>(c.job)) {
+    c.job.hello(s.trainer, c.now += 1);
+    if (s.node == "n2") on_n2 = s.trainer;
+  }
+  c.train();
+  return c;
+}
+
+TEST(ElasticJob, ANodeThatKeepsLosingTrainersIsHeldBackWhileTheJobTrainsElsewhere) {
+  std::string on_n2;
+  CrashingNode c = crashing_node(1, on_n2);
+  ASSERT_FALSE(on_n2.empty());
+  ASSERT_NO_FATAL_FAILURE(c.join_train_crash(on_n2));
+  ASSERT_EQ(c.spawns.size(), 1u) << "one loss is replaced at once";
+  EXPECT_EQ(c.spawns[0].node, "n2");
+  EXPECT_TRUE(c.held.empty());
+
+  Millis expected_hold = 500;
+  for (int loss = 2; loss <= 4; ++loss, expected_hold *= 2) {
+    const std::string trainer = c.spawns.at(0).trainer;
+    ASSERT_NO_FATAL_FAILURE(c.join_train_crash(trainer));
+    const Millis lost_at = c.crashed_at;
+    ASSERT_EQ(c.held.size(), 1u) << "loss " << loss;
+    EXPECT_EQ(c.held[0].trainer, trainer);
+    EXPECT_EQ(c.held[0].losses, loss);
+    EXPECT_DOUBLE_EQ(c.held[0].seconds, static_cast<double>(expected_hold) / 1000.0);
+    EXPECT_NE(c.held[0].reason.find("device lost"), std::string::npos) << c.held[0].reason;
+    EXPECT_TRUE(c.spawns.empty()) << "n2 is held back while the other trains (loss " << loss << ")";
+    c.job.tick(lost_at + expected_hold - 1);
+    EXPECT_TRUE(commands_of<SpawnCommand>(c.job).empty()) << "loss " << loss;
+    c.now = lost_at + expected_hold;
+    c.job.tick(c.now);
+    c.spawns = commands_of<SpawnCommand>(c.job);
+    ASSERT_EQ(c.spawns.size(), 1u)
+        << "after the hold n2 gets a trainer again (loss " << loss << ")";
+    EXPECT_EQ(c.spawns[0].node, "n2");
+  }
+  EXPECT_FALSE(c.job.finished());
+}
+
+TEST(ElasticJob, AHeldBackNodeStillGetsATrainerWhenTheJobNeedsIt) {
+  std::string on_n2;
+  CrashingNode c = crashing_node(2, on_n2);
+  ASSERT_FALSE(on_n2.empty());
+  ASSERT_NO_FATAL_FAILURE(c.join_train_crash(on_n2));
+  ASSERT_EQ(c.spawns.size(), 1u);
+  ASSERT_NO_FATAL_FAILURE(c.join_train_crash(c.spawns[0].trainer));
+  EXPECT_EQ(c.held.size(), 1u) << "the hold is said";
+  ASSERT_EQ(c.spawns.size(), 1u) << "min_workers 2: the job cannot train without n2";
+  EXPECT_EQ(c.spawns[0].node, "n2");
+}
+
 // The head died right after starting the trainers, and they gave their hellos up while it was
 // down. Their exits reach the next head: no failed starts (neither the nodes nor the job's
 // files are to blame), so the job starts new trainers instead of failing. A trainer that the

@@ -201,9 +201,11 @@ TEST_F(JobTrainerFaults, AJobStoppedWhileAMemberHangsLeavesNobodyWaitingOnIt) {
 // times its measured step compute (at least 10 s) it is taken for hung, like a process that
 // misses its probes. The generation re-forms without it before its exchange times out (30 s);
 // otherwise the job's stall limit (60 s without a committed step) fails the job before the
-// re-formation's formation timeout writes the member off. Its node back to full speed,
-// the job finishes every step with a calm run's parameters.
-constexpr std::int64_t kLongSteps = 60;
+// re-formation's formation timeout writes the member off. The replacement placed on the same
+// node hangs the same way, and with two lost there the node is held back from the job. Its node
+// back to full speed, the job finishes every step with a calm run's parameters. (100 steps: the
+// replacement must join before the survivors finish them.)
+constexpr std::int64_t kLongSteps = 100;
 const std::string& long_step_job() {
   static const std::string job = [] {
     // A model whose forward takes tens of milliseconds, so that x1000 is tens of seconds.
@@ -242,6 +244,15 @@ TEST_F(JobTrainerFaults, AMemberComputingOneStepForeverIsLeftBehindAndTheJobGoes
   // 10 s of computing, then the next probe; 25 s leaves room for a loaded machine and is still
   // short of the collective's 30 s.
   EXPECT_LE(recovered_after, 25.0) << run.describe();
+  // Its replacement on the same node hangs the same way; with two lost there, the node is held
+  // back from the job instead of getting a third at once.
+  auto held = run.wait_for_event("node_held_back", 90s);
+  ASSERT_TRUE(held) << run.describe();
+  EXPECT_EQ(held->value("node", ""), victim) << held->dump();
+  EXPECT_EQ(held->value("losses", 0), 2) << held->dump();
+  EXPECT_DOUBLE_EQ(held->value("held_back_s", 0.0), 0.5) << held->dump();
+  EXPECT_NE(held->value("reason", "").find("hung:"), std::string::npos) << held->dump();
+  EXPECT_NE(held->value("trainer", ""), victim_trainer) << "the replacement was lost too";
   const auto back = run_omnilearn(
       {"node", "set", victim, "--slowdown", "1", "--address", cluster().address()}, 20s);
   ASSERT_EQ(back.status.code, 0) << back.out << back.err;
