@@ -487,6 +487,8 @@ void ElasticJob::note_lost(const std::string& node_id, const std::string& traine
   // One loss says little of the node (a process killed, a transient partition): its
   // replacement goes there at once. Two within lost_memory start the hold.
   if (n.lost_at.size() < 2) return;
+  // Nor is a node held back that the job needs to have min_workers: it gets its trainer.
+  if (active_trainers() - trainers_on(node_id) < options_.min_workers) return;
   Millis backoff = options_.backoff_initial;
   for (std::size_t i = 2; i < n.lost_at.size() && backoff < options_.lost_backoff_max; ++i) {
     backoff *= 2;
