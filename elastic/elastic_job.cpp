@@ -558,15 +558,19 @@ bool ElasticJob::hello(const std::string& trainer, Millis now) {
 void ElasticJob::trainer_exited(const std::string& trainer, int exit_code,
                                 const std::string& reason, Millis now) {
   Trainer* t = find(trainer);
-  if (!t || t->exited) return;
-  t->exited = true;
+  if (!t) return;
   if (!finished_ && exit_code == kTrainerExitBadInput) {
-    // The job's own files or model are wrong: every retry would fail the same way.
+    // The job's own files or model are wrong: every retry would fail the same way. Also when a
+    // probe found the process gone before this report came (a message to it refused at once):
+    // otherwise its replacement failed the same way first.
+    t->exited = true;
     const std::string why = reason.empty() ? "its input is invalid" : reason;
     trainer_gone(trainer, why, now, false);
     finish("failed", "trainer " + trainer + ": " + why, now);
     return;
   }
+  if (t->exited) return;
+  t->exited = true;
   if (!finished_ && exit_code != 0 && t->synced_generation < 0 && t->view.phase != Phase::kGone &&
       !(t->spawned_by_previous_head && t->view.phase == Phase::kSpawning)) {
     // It never got as far as training: a failed start. Back off on its node; fail the job

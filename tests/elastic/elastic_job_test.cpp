@@ -234,6 +234,27 @@ TEST(ElasticJob, ATrainerThatFailsOnBadInputFailsTheJobWithoutRetrying) {
   EXPECT_TRUE(commands_of<SpawnCommand>(job).empty()) << "retried";
 }
 
+// The same when a probe found the process gone before its agent's exit report came (a message
+// to the trainer was refused at once): the report's bad input still fails the job, instead of
+// the replacement failing the same way first.
+TEST(ElasticJob, ABadInputExitFailsTheJobEvenAfterAProbeFoundTheProcessGone) {
+  ElasticJobOptions o = job_options(1, 1, 10);
+  ElasticJob job = started_job(o, 1);
+  auto spawns = commands_of<SpawnCommand>(job);
+  ASSERT_EQ(spawns.size(), 1u);
+  ASSERT_TRUE(job.hello(spawns[0].trainer, 5));
+  job.take_commands();
+  job.probe_result(spawns[0].trainer, job.generation(), false, "peer unreachable", 10, true);
+  EXPECT_EQ(job.trainers().at(spawns[0].trainer).phase, ElasticJob::Phase::kGone);
+  EXPECT_FALSE(job.finished());
+  job.take_commands();
+  job.trainer_exited(spawns[0].trainer, kTrainerExitBadInput,
+                     "train.pt: label 12 is out of range [0, 10)", 20);
+  ASSERT_TRUE(job.finished());
+  EXPECT_EQ(job.state(), "failed");
+  EXPECT_NE(job.reason().find("label 12 is out of range"), std::string::npos) << job.reason();
+}
+
 // A node drained before it came up (`omnilearn node drain` holds for later jobs) gets no
 // trainer until it is undrained; then it gets one.
 TEST(ElasticJob, ANodeUpDrainedGetsTrainersOnlyOnceUndrained) {
