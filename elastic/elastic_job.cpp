@@ -477,6 +477,10 @@ int ElasticJob::active_trainers() const {
   return count;
 }
 
+bool ElasticJob::can_spare(const std::string& node) const {
+  return active_trainers() - trainers_on(node) >= options_.min_workers;
+}
+
 void ElasticJob::note_lost(const std::string& node_id, const std::string& trainer,
                            const std::string& why, Millis now) {
   auto it = nodes_.find(node_id);
@@ -488,7 +492,7 @@ void ElasticJob::note_lost(const std::string& node_id, const std::string& traine
   // replacement goes there at once. Two within lost_memory start the hold.
   if (n.lost_at.size() < 2) return;
   // Nor is a node held back that the job needs to have min_workers: it gets its trainer.
-  if (active_trainers() - trainers_on(node_id) < options_.min_workers) return;
+  if (!can_spare(node_id)) return;
   Millis backoff = options_.backoff_initial;
   for (std::size_t i = 2; i < n.lost_at.size() && backoff < options_.lost_backoff_max; ++i) {
     backoff *= 2;
@@ -520,9 +524,7 @@ void ElasticJob::place_trainers(Millis now, const std::string& first_node) {
     if (!node.alive || node.draining || now < node.no_spawn_before) continue;
     int on_node = trainers_on(id);
     // A node that keeps losing trainers waits, unless the job needs it to train at all.
-    if (now < node.held_back_until && active_trainers() - on_node >= options_.min_workers) {
-      continue;
-    }
+    if (now < node.held_back_until && can_spare(id)) continue;
     while (on_node < options_.slots && active_trainers() < options_.max_workers) {
       Trainer t;
       t.view.name = options_.trainer_prefix + node.name + "-t" + std::to_string(++trainer_counter_);

@@ -335,6 +335,8 @@ class ElasticJob {
   // name) is served first.
   void place_trainers(Millis now, const std::string& first_node = std::string());
   int active_trainers() const;  // neither gone nor leaving
+  // Whether the job keeps min_workers active trainers without those on the node with this id.
+  bool can_spare(const std::string& node) const;
   // A trainer of the node with this id was lost while training: hold the node back
   // (ElasticJobOptions::lost_backoff_max) and say so.
   void note_lost(const std::string& node, const std::string& trainer, const std::string& why,
