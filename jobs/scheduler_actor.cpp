@@ -450,16 +450,6 @@ void SchedulerActor::write_event(const scheduler::JobEvent& e) {
     line.erase("reason");
   } else if (e.kind == "trainer_ready") {
     line["startup_s"] = e.seconds;
-  } else if (e.kind == "node_held_back") {
-    line["node"] = node_of(e.trainer);
-    line["held_back_s"] = e.seconds;
-    line["losses"] = e.losses;
-    line["generation"] = e.generation;
-    line["step"] = e.step;
-    spdlog::warn(
-        "job {}: node {} gets no trainer for {:.1f} s: {} trainer(s) lost there lately, "
-        "the last {} ({})",
-        options_.job_id, node_of(e.trainer), e.seconds, e.losses, e.trainer, e.reason);
   } else {
     // The node a drain was asked for, by name: what `--follow` prints beside the trainer.
     if (e.kind == "drain") line["node"] = node_of(e.trainer);
@@ -479,6 +469,15 @@ void SchedulerActor::write_event(const scheduler::JobEvent& e) {
   } else if (e.kind == "trainer_gone") {
     spdlog::warn("job {}: trainer {} is gone ({})", options_.job_id, e.trainer, e.reason);
     membership_log_.push_back(fmt::format("step {}: {} gone ({})", e.step, e.trainer, e.reason));
+  } else if (e.kind == "node_held_back") {
+    const std::string node = node_of(e.trainer);
+    line["node"] = node;
+    line["held_back_s"] = e.seconds;
+    line["losses"] = e.losses;
+    spdlog::warn(
+        "job {}: node {} gets no trainer for {:.1f} s: {} trainer(s) lost there lately, "
+        "the last {} ({})",
+        options_.job_id, node, e.seconds, e.losses, e.trainer, e.reason);
   } else if (e.kind == "recovered") {
     line["recovery_s"] = e.seconds;
     line["lost_steps"] = e.lost_steps;
