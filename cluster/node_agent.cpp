@@ -94,6 +94,10 @@ void NodeAgent::send_heartbeat() {
   ask(registry(), beat, heartbeat_timeout_,
       [this, epoch, sent_to = head_endpoint_](runtime::AskResult result) {
     if (epoch != registration_epoch_) return;
+    // A beat sent to a head this agent has already left behind says nothing about the one in
+    // use: not by its silence, and not by an "unknown" either (a deposed head, thawed after a
+    // standby took over, may no longer know a node the active head knows).
+    if (sent_to != head_endpoint_) return;
     if (auto reply = result.as<HeartbeatReply>()) {
       missed_replies_ = 0;
       if (head_unreachable_logged_) spdlog::info("agent: the head answers again");
@@ -108,8 +112,6 @@ void NodeAgent::send_heartbeat() {
       note_head_epoch(reply->head_epoch);
       return;
     }
-    // A beat sent to a head this agent has already left behind says nothing about the one in use.
-    if (sent_to != head_endpoint_) return;
     if (++missed_replies_ >= 1 && !head_unreachable_logged_) {
       head_unreachable_logged_ = true;
       spdlog::warn("agent: no heartbeat reply from the head at {} ({}); still trying",

@@ -41,12 +41,13 @@ std::uint64_t count_proc_entries(const char* path) {
 
 NodeRegistry::NodeRegistry(MembershipConfig config, HeadCounterSource head_counters,
                            DashboardAddress dashboard, RegistryState state)
-    : table_(config),
+    : clock_(config.heartbeat_interval),
+      table_(config),
       head_counters_(std::move(head_counters)),
       dashboard_(std::move(dashboard)),
       store_(std::move(state.store)),
       head_(std::move(state.head)) {
-  table_.restore(state.nodes, state.incarnations, Clock::now());
+  table_.restore(state.nodes, state.incarnations, now());
   drained_ = std::move(state.drained);
   for (const auto& node : state.nodes) awaited_.insert(node.id);
 }
@@ -131,8 +132,20 @@ void NodeRegistry::on_start() {
   sweep();
 }
 
+Clock::time_point NodeRegistry::now() {
+  const auto running = clock_.now();
+  if (clock_.found_gap() > Clock::duration::zero()) {
+    const double gap_s = std::chrono::duration<double>(clock_.found_gap()).count();
+    spdlog::log(gap_s >= 1.0 ? spdlog::level::warn : spdlog::level::debug,
+                "registry: the head did not run for {:.1f} s (stopped or starved); no node is "
+                "held to the heartbeats it could not hear meanwhile",
+                gap_s);
+  }
+  return running;
+}
+
 void NodeRegistry::sweep() {
-  auto now = Clock::now();
+  auto now = this->now();
   for (const auto& change : table_.sweep(now)) publish(change);
   if (store_ && now - alive_written_ >= std::chrono::seconds(1)) {
     alive_written_ = now;
@@ -154,7 +167,7 @@ void NodeRegistry::publish(const StateChange& change) {
   if (change.to == NodeState::kAlive && change.from == NodeState::kDead) {
     spdlog::info("registry: node {} ({}) joined, incarnation {}", node.name, node.id,
                  node.incarnation);
-    publish_event(info(node, Clock::now()), "joined");
+    publish_event(info(node, now()), "joined");
     return;
   }
   spdlog::info("registry: node {} ({}) is {}", node.name, node.id, to_string(change.to));
@@ -163,7 +176,7 @@ void NodeRegistry::publish(const StateChange& change) {
     restored_node_settled(node.id);
     system().declare_system_down(node.system, std::string("node ") + to_string(change.to));
   }
-  publish_event(info(node, Clock::now()), event_name(change.to));
+  publish_event(info(node, now()), event_name(change.to));
 }
 
 NodeInfo NodeRegistry::info(const NodeRecord& record, Clock::time_point now) const {
@@ -177,7 +190,7 @@ void NodeRegistry::publish_event(const NodeInfo& node, const std::string& event)
 }
 
 void NodeRegistry::on_message(const runtime::Envelope& message) {
-  auto now = Clock::now();
+  auto now = this->now();
   switch (message.kind) {
     case MessageKind::kRegisterNode: {
       auto request = decode<RegisterNode>(message);

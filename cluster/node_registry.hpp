@@ -13,6 +13,7 @@
 #include "cluster/head_state.hpp"
 #include "cluster/membership_table.hpp"
 #include "runtime/actor_system.hpp"
+#include "runtime/running_clock.hpp"
 #include "state/state_store.hpp"
 
 namespace omnilearn::actors {
@@ -46,6 +47,8 @@ class NodeRegistry : public runtime::Actor {
   void on_message(const runtime::Envelope& message) override;
 
  private:
+  // The running time (runtime/running_clock.hpp): what the table's deadlines count in.
+  std::chrono::steady_clock::time_point now();
   void sweep();
   void publish(const StateChange& change);
   void publish_event(const NodeInfo& node, const std::string& event);
@@ -65,6 +68,7 @@ class NodeRegistry : public runtime::Actor {
   // The table's view of a node, with whether it is drained.
   NodeInfo info(const NodeRecord& record, std::chrono::steady_clock::time_point now) const;
 
+  runtime::RunningClock clock_;  // the head's stalls are not the nodes' silence
   MembershipTable table_;
   HeadCounterSource head_counters_;
   DashboardAddress dashboard_;

@@ -18,6 +18,9 @@ namespace {
 using Json = nlohmann::json;
 
 constexpr std::chrono::milliseconds kTick{100};
+// A gap between two readings of the clock longer than this (five ticks) means the scheduler did
+// not run: what exceeds it is left out of the job's deadlines (runtime/running_clock.hpp).
+constexpr std::chrono::milliseconds kMaxRunGap{500};
 constexpr std::chrono::milliseconds kRestoreProbeTimeout{3000};
 // A server whose fence went unanswered is pinged: no answer within this is a hung process. A
 // restart loses the updates since the shard's last checkpoint, so the bound is generous (a ping
@@ -145,14 +148,23 @@ AspRunState decode_asp_run_state(const std::string& text) {
 AspSchedulerActor::AspSchedulerActor(SchedulerOptions options)
     : options_(std::move(options)),
       job_(asp_job_options(options_)),
-      recorder_(JobRecorderOptions{options_.job_id, options_.run_dir, options_.events_skipped}) {}
+      recorder_(JobRecorderOptions{options_.job_id, options_.run_dir, options_.events_skipped}),
+      clock_(kMaxRunGap) {}
 
 asp::Millis AspSchedulerActor::now() const {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started_at_).count();
+  const auto running = clock_.now();
+  if (clock_.found_gap() > std::chrono::milliseconds::zero()) {
+    spdlog::log(
+        clock_.found_gap() >= std::chrono::seconds(1) ? spdlog::level::warn : spdlog::level::debug,
+        "job {}: the scheduler did not run for {:.1f} s (the head stopped or starved); "
+        "no process is held to what it could not hear meanwhile",
+        options_.job_id, std::chrono::duration<double>(clock_.found_gap()).count());
+  }
+  return std::chrono::duration_cast<std::chrono::milliseconds>(running - started_at_).count();
 }
 
 void AspSchedulerActor::on_start() {
-  started_at_ = Clock::now();
+  started_at_ = clock_.now();
   recorder_.open();
   if (!options_.restore_state.empty()) {
     restore_run();

@@ -22,6 +22,7 @@
 #include "jobs/scheduler_actor.hpp"
 #include "asp/asp_job.hpp"
 #include "runtime/actor_system.hpp"
+#include "runtime/running_clock.hpp"
 
 namespace omnilearn::actors {
 
@@ -50,6 +51,8 @@ class AspSchedulerActor : public runtime::Actor {
  private:
   using Clock = std::chrono::steady_clock;
 
+  // The job's time since its start: the head's running time (runtime/running_clock.hpp), so
+  // that a head that was stopped or starved holds no process to what it could not hear.
   asp::Millis now() const;
   // Carries out what the machine decided (after every input), or holds it until flush() has
   // written a snapshot that covers it.
@@ -93,6 +96,7 @@ class AspSchedulerActor : public runtime::Actor {
   bool flush_scheduled_ = false;
   std::vector<std::function<void()>> held_;  // commands and replies waiting for the write
   JobRecorder recorder_;  // events.jsonl, summary.json, the pages --follow and logs read
+  mutable runtime::RunningClock clock_;  // what now() reads
 };
 
 }  // namespace omnilearn::actors

@@ -23,6 +23,9 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 }
 
 constexpr std::chrono::milliseconds kTick{100};
+// A gap between two readings of the clock longer than this (five ticks) means the scheduler did
+// not run: what exceeds it is left out of the job's deadlines (runtime/running_clock.hpp).
+constexpr std::chrono::milliseconds kMaxRunGap{500};
 
 scheduler::ControlRoundsConfig control_rounds(const ControllerSection& c) {
   scheduler::ControlRoundsConfig r;
@@ -169,11 +172,19 @@ SchedulerActor::SchedulerActor(SchedulerOptions options)
       controller_(options_.spec.controller.config),
       rounds_(control_rounds(options_.spec.controller)),
       recorder_(JobRecorderOptions{options_.job_id, options_.run_dir, options_.events_skipped}),
-      base_lease_ms_(job_.lease_duration()) {}
+      base_lease_ms_(job_.lease_duration()),
+      clock_(kMaxRunGap) {}
 
 scheduler::Millis SchedulerActor::now() const {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch())
-      .count();
+  const auto running = clock_.now();
+  if (clock_.found_gap() > std::chrono::milliseconds::zero()) {
+    spdlog::log(
+        clock_.found_gap() >= std::chrono::seconds(1) ? spdlog::level::warn : spdlog::level::debug,
+        "job {}: the scheduler did not run for {:.1f} s (the head stopped or starved); "
+        "no trainer is held to what it could not hear meanwhile",
+        options_.job_id, std::chrono::duration<double>(clock_.found_gap()).count());
+  }
+  return std::chrono::duration_cast<std::chrono::milliseconds>(running.time_since_epoch()).count();
 }
 
 template <class F>

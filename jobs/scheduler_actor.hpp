@@ -19,6 +19,7 @@
 #include "jobs/job_spec.hpp"
 #include "cluster/head_state.hpp"
 #include "runtime/actor_system.hpp"
+#include "runtime/running_clock.hpp"
 #include "controller/batch_controller.hpp"
 #include "controller/control_rounds.hpp"
 #include "elastic/elastic_job.hpp"
@@ -104,6 +105,8 @@ class SchedulerActor : public runtime::Actor {
     bool exit_reported = false;
   };
 
+  // The job's time: the head's running time (runtime/running_clock.hpp), so that a head that
+  // was stopped or starved holds no trainer to what it could not hear meanwhile.
   scheduler::Millis now() const;
   // Runs one input through the machine and carries out what it says; a protocol error (an
   // infeasible plan, say) fails the job with the reason instead of killing the actor silently.
@@ -172,6 +175,7 @@ class SchedulerActor : public runtime::Actor {
   runtime::TimerId tick_timer_ = 0;
   scheduler::Millis base_lease_ms_ = 0;  // the lease for fast steps (job_options)
   static constexpr scheduler::Millis kMaxLeaseMs = 30000;  // the trainers' group timeout
+  mutable runtime::RunningClock clock_;  // what now() reads
 };
 
 }  // namespace omnilearn::actors

@@ -1,4 +1,4 @@
-// kill -9 (or a graceful stop) of the head while one job has finished and another is
+// kill -9 (or a graceful stop, or SIGSTOP) of the head while one job has finished and another is
 // training, and a new head on the same port and state: the finished job is still there with its
 // outcome, the running one goes on with the same trainer processes (they kept their state
 // through the outage) from the newest step they committed, under a new generation, to every
@@ -115,6 +115,52 @@ TEST_F(JobHeadRestart, ARunningJobGoesOnWithItsTrainersAfterTheHeadRestarts) {
   EXPECT_EQ(head.at("restored_jobs"), 2);
   EXPECT_EQ(head.at("resumed_jobs"), 1);
   EXPECT_EQ(head.at("failed_jobs"), 0);
+  const std::vector<ProcessInfo> left = job_processes_left(running.id(), 15s);
+  EXPECT_TRUE(left.empty()) << "trainers of the finished job still run:\n" << describe(left);
+}
+
+// A head frozen (SIGSTOP) for longer than the heartbeat timeout, a leader's lease and a probe,
+// then thawed: the time it did not run is not the nodes' silence, so it declares no node dead,
+// its agents stop no trainer, and the job goes on with the same three trainer processes, every
+// step committed once.
+TEST_F(JobHeadRestart, AJobGoesOnWithItsTrainersAfterTheHeadWasFrozen) {
+  auto& cluster = start_cluster();
+  for (const auto* worker : {"w1", "w2", "w3"}) start_worker(worker);
+  for (const auto* worker : {"w1", "w2", "w3"}) {
+    ASSERT_TRUE(cluster.wait_worker_joined(worker, 15s)) << cluster.worker(worker).describe();
+  }
+  ScratchDir scratch("head-frozen");
+  constexpr std::int64_t kSteps = 300;
+  JobRun running(cluster, scratch.write("job.toml", synthetic_elastic_job("frozen", kSteps, 5)),
+                 scratch.path() / "run");
+  ASSERT_TRUE(running.wait_for_event("step", 60s, [](const Json& e) {
+    return e.at("step").get<int>() >= 5;
+  })) << running.describe();
+  auto before = cluster.status();
+  ASSERT_TRUE(before);
+
+  auto& head = cluster.head().process();
+  ASSERT_TRUE(head.send_signal(SIGSTOP));
+  std::this_thread::sleep_for(8s);  // heartbeat timeout 3 s; the agents keep trying
+  ASSERT_TRUE(head.send_signal(SIGCONT));
+  ASSERT_TRUE(head.wait_for_output("did not run for", 10s, Stream::kStderr)) << head.describe();
+
+  auto summary = running.wait_finished(120s);
+  ASSERT_TRUE(summary) << running.describe() << head.describe();
+  SCOPED_TRACE(summary->dump(2));
+  EXPECT_EQ(summary->at("status"), "succeeded");
+  EXPECT_EQ(summary->at("steps"), kSteps);
+  EXPECT_EQ(expect_each_step_once(running.events(), kSteps), 3) << "trainers were started again";
+  for (const auto& e : running.events()) {
+    EXPECT_NE(e.value("event", ""), "trainer_gone") << e;
+  }
+  auto after = cluster.status();
+  ASSERT_TRUE(after);
+  for (const auto* name : {"w1", "w2", "w3"}) {
+    EXPECT_EQ(after->state(name), "alive") << name;
+    EXPECT_EQ(after->node(name)->at("id"), before->node(name)->at("id")) << name;
+    EXPECT_EQ(after->node(name)->at("incarnation"), before->node(name)->at("incarnation"));
+  }
   const std::vector<ProcessInfo> left = job_processes_left(running.id(), 15s);
   EXPECT_TRUE(left.empty()) << "trainers of the finished job still run:\n" << describe(left);
 }
@@ -274,6 +320,47 @@ TEST_F(JobHeadRestart, AnAsynchronousJobGoesOnWithItsServersAndWorkers) {
       static_cast<long long>(sampling.at("duplicates").get<std::int64_t>()));
 
   expect_resumed_and_gone(cluster, 2, run.id(), "servers or workers");
+}
+
+// The same freeze under an asynchronous job: the parameter server and the workers go on as the
+// same processes, and every sample is taken once per epoch.
+TEST_F(JobHeadRestart, AnAsynchronousJobGoesOnWithItsProcessesAfterTheHeadWasFrozen) {
+  auto& cluster = start_cluster();
+  start_worker("w1", {"--slowdown", "4"});
+  start_worker("w2", {"--slowdown", "4"});
+  for (const auto* worker : {"w1", "w2"}) {
+    ASSERT_TRUE(cluster.wait_worker_joined(worker, 15s)) << cluster.worker(worker).describe();
+  }
+  ScratchDir scratch("head-frozen-asp");
+  constexpr int kEpochs = 40;
+  JobRun run(cluster, scratch.write("asp.toml", synthetic_asp_job("asp-frozen", kEpochs)),
+             scratch.path() / "asp");
+  ASSERT_TRUE(run.wait_for_event("asp_interval", 90s, [](const Json& e) {
+    return e.at("step").get<int>() >= 20;
+  })) << run.describe();
+  ASSERT_EQ(job_trainer_processes(run.id()).size(), 3u);
+
+  auto& head = cluster.head().process();
+  ASSERT_TRUE(head.send_signal(SIGSTOP));
+  std::this_thread::sleep_for(8s);
+  ASSERT_TRUE(head.send_signal(SIGCONT));
+  ASSERT_TRUE(head.wait_for_output("did not run for", 10s, Stream::kStderr)) << head.describe();
+
+  auto summary = run.wait_finished(150s);
+  ASSERT_TRUE(summary) << run.describe() << head.describe();
+  SCOPED_TRACE(summary->dump(2));
+  expect_every_sample_once(*summary, kEpochs);
+  int spawns = 0;
+  for (const auto& e : run.events()) {
+    if (e.value("event", "") == "spawn") ++spawns;
+    EXPECT_NE(e.value("event", ""), "trainer_gone") << e;
+  }
+  EXPECT_EQ(spawns, 3) << "servers or workers were started again";
+  auto status = cluster.status();
+  ASSERT_TRUE(status);
+  for (const auto* name : {"w1", "w2"}) EXPECT_EQ(status->state(name), "alive") << name;
+  const std::vector<ProcessInfo> left = job_processes_left(run.id(), 15s);
+  EXPECT_TRUE(left.empty()) << "servers or workers still run:\n" << describe(left);
 }
 
 }  // namespace
