@@ -720,6 +720,10 @@ void SchedulerActor::on_report(const TrainerReport& report) {
              {"step_time_s", report.step_time_s},
              {"allreduce_time_s", report.allreduce_time_s},
              {"workers", workers}};
+  // Every rank's compute of this very step, as the gradient exchange carried it to the leader.
+  if (report.rank_compute_times_s.size() == members.size()) {
+    event["compute_times_s"] = report.rank_compute_times_s;
+  }
   if (report.eval_accuracy >= 0) {
     event["test_accuracy"] = report.eval_accuracy;
     event["test_loss"] = report.eval_loss;

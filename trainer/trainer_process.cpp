@@ -638,6 +638,7 @@ class TrainingLoop {
               r.eval_accuracy = eval_accuracy_;
               r.eval_loss = eval_loss_;
               r.checkpoint = step_checkpoint_;
+              r.rank_compute_times_s = last_.rank_compute_times_s;
             }
             // Every step to the agent (heartbeat counters); the leader's to the scheduler.
             system_.tell(runtime::ActorAddress{args_.agent, kAgentActor}, r);

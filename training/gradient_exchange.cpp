@@ -154,12 +154,13 @@ void GradientExchange::attach(c10d::ProcessGroup* group, int rank, int world,
   rank_ = rank;
   like_ = like;
   control_capacity_ = carried_words(world);
+  world_ = world;
   if (order_ != registration_order(trainable_.size())) plan(registration_order(trainable_.size()));
   allocate();
 }
 
 void GradientExchange::allocate() {
-  const int64_t extras = bucket_sizes_[0] + control_elements(control_capacity_);
+  const int64_t extras = bucket_sizes_[0] + control_elements(control_capacity_) + world_;
   const size_t last = bucket_sizes_.size() - 1;
   extras_ride_ = layout_.extras_with_gradients && last > 0;
   buckets_.assign(bucket_sizes_.size(), at::Tensor());
@@ -204,6 +205,7 @@ bool GradientExchange::agree_order(const std::vector<int64_t>& words) {
 void GradientExchange::detach() {
   group_ = nullptr;
   rank_ = 0;
+  world_ = 0;
   buckets_.clear();
   wires_.clear();
 }
@@ -271,6 +273,10 @@ void GradientExchange::launch_extras(double local_loss, const std::vector<int64_
   } else {
     region.zero_();
   }
+  // Each rank fills its own slot when the bucket carrying it launches, with its compute up to
+  // then: riding in the last gradient bucket, that is the step's compute; launched on its own
+  // after forward, the compute is not known yet and every slot stays zero (not measured).
+  timing_region().zero_();
   if (!extras_ride_) launch_locked(0);  // else the last gradient bucket's launch sends them
 }
 
@@ -311,6 +317,10 @@ void GradientExchange::launch_ready_locked() {
       b.narrow(0, slot.offset, slot.tensor.numel()).copy_(slot.tensor.grad().reshape({-1}));
     }
     b.mul_(ex_.scale);
+    if (extras_ride_ && ex_.next + 2 == buckets_.size() && meter_ != nullptr && world_ > 0 &&
+        ex_.scale > 0) {
+      timing_region()[rank_].fill_(meter_->compute_s());
+    }
     launch_locked(ex_.next + 1);
     if (ex_.in_backward) {
       ++ex_.launched_in_backward;
@@ -347,6 +357,17 @@ double GradientExchange::apply_sums() {
 
 at::Tensor GradientExchange::control_region() {
   return buckets_[0].narrow(0, extras_size_, control_elements(control_capacity_));
+}
+
+at::Tensor GradientExchange::timing_region() {
+  return buckets_[0].narrow(0, extras_size_ + control_elements(control_capacity_), world_);
+}
+
+std::vector<double> GradientExchange::compute_times() {
+  if (!extras_ride_ || world_ <= 0) return {};
+  at::Tensor region = timing_region().to(at::kDouble).contiguous();
+  const double* data = region.data_ptr<double>();
+  return std::vector<double>(data, data + world_);
 }
 
 }  // namespace omnilearn::training::internal

@@ -14,11 +14,12 @@
 // runs instead of waiting for the gradient backward makes last. With first_layer_alone the
 // parameters made ready last close the last bucket alone.
 //
-// Bucket 0 holds the BatchNorm statistics, the loss and rank 0's control words
-// (training/step_control.hpp); with extras_with_gradients it is the tail of the last gradient
-// bucket's tensor and travels in its all-reduce (a small all-reduce of its own is far from free
-// on a small machine: latency, wake-ups of every rank, and one launched after forward runs during
-// backward, its threads preempting the compute).
+// Bucket 0 holds the BatchNorm statistics, the loss, rank 0's control words
+// (training/step_control.hpp) and one slot per rank for its compute time (so that rank 0 knows
+// every rank's compute of every step); with extras_with_gradients it is the tail of the last
+// gradient bucket's tensor and travels in its all-reduce (a small all-reduce of its own is far
+// from free on a small machine: latency, wake-ups of every rank, and one launched after forward
+// runs during backward, its threads preempting the compute).
 //
 // The exchange only launches collectives on a group; which group (Gloo, NCCL) is the caller's
 // (training/collectives.hpp, training/process_group.hpp). Internal to training/.
@@ -150,6 +151,11 @@ class GradientExchange {
   // After the works completed: the sums into the gradients and the float buffers; returns the
   // global loss.
   double apply_sums();
+  // After the works completed: each rank's compute this step (seconds, forward and backward
+  // up to the launch of the last gradient bucket, emulated slowdown included), by rank, as each
+  // rank wrote it into its slot of bucket 0 (0 for a rank that computed nothing); empty when
+  // not measured (bucket 0 launched on its own, after forward).
+  std::vector<double> compute_times();
   // The control region of bucket 0, and how many words it carries (this group).
   at::Tensor control_region();
   int64_t control_capacity() const { return control_capacity_; }
@@ -170,6 +176,8 @@ class GradientExchange {
   void launch_ready_locked();
   bool next_ready_locked() const;
   void launch_locked(size_t bucket);
+  // Bucket 0's last `world` elements: one compute time per rank (compute_times).
+  at::Tensor timing_region();
 
   Layout layout_;
   std::vector<NamedTensor> trainable_;
@@ -188,6 +196,7 @@ class GradientExchange {
   int rank_ = 0;
   at::TensorOptions like_;
   int64_t control_capacity_ = 0;
+  int64_t world_ = 0;
   std::vector<at::Tensor> buckets_;
   // What bucket i's all-reduce sends: buckets_[i] itself, or for the last gradient bucket, when
   // bucket 0 rides in it, the whole tensor both are views of (undefined for bucket 0 then).

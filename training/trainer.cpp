@@ -397,6 +397,7 @@ StepResult Trainer::step(const std::vector<int>& batches, StepControl* control) 
   double global_loss = local_loss;
   if (exchange) {
     global_loss = s.exchange->apply_sums();
+    result.rank_compute_times_s = s.exchange->compute_times();
     // A rank with an empty slice ran no forward; keep its counters in step with the others.
     if (!compute) {
       c10::NoGradGuard no_grad;

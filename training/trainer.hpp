@@ -112,6 +112,10 @@ struct StepResult {
   // Wall time of gather + forward + backward on this rank, plus the emulated slowdown: the t_i
   // the batch controller balances. = data + forward + backward + slowdown below.
   double compute_time_s = 0;
+  // Every rank's compute this step, by rank, as the exchange carried it (committed steps in a
+  // group; empty alone or when not measured; 0 for a rank with an empty slice): up to the
+  // launch of the last gradient bucket, so a little short of each rank's compute_time_s.
+  std::vector<double> rank_compute_times_s;
   double data_time_s = 0;       // slicing the sampler's order, gathering, moving the batch
   double forward_time_s = 0;    // forward and loss
   double backward_time_s = 0;   // backward, with the bucket copies and launches inside it

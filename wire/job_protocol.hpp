@@ -197,10 +197,13 @@ struct TrainerReport {
   bool left = false;              // the leader stopped leading `generation` (regroup, abandon)
   std::string checkpoint;         // a checkpoint this step wrote (rank 0), on its node's disk
   std::int64_t synced_generation = -1;  // the newest generation it synced in (-1: none)
+  // Rank 0's step report: every rank's compute of the step, by rank, carried in the gradient
+  // exchange (training::StepResult::rank_compute_times_s); empty when not measured.
+  std::vector<double> rank_compute_times_s;
   MSGPACK_DEFINE(job_id, trainer, generation, rank, step, total_steps, epoch, loss, batch, batches,
                  compute_time_s, step_time_s, allreduce_time_s, collective_failed, error,
                  eval_accuracy, eval_loss, synced, parameter_checksum, left, checkpoint,
-                 synced_generation);
+                 synced_generation, rank_compute_times_s);
 };
 
 // trainer -> scheduler: what this trainer did at the end of its part (a report, never a

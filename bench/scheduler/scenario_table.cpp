@@ -11,10 +11,12 @@
 //
 //   scheduler_scenario_table [--seeds 20] [--steps 1200] [--interval 10] [--z NOISE_Z]
 //                            [--deadband D] [--window N] [--persist-rounds N] [--persist-gain G]
-//                            BASE.csv
+//                            [--change QR,QMIN,QZ,R,MIN,Z,SR,SMIN,SZ] BASE.csv
 // --z, --deadband, --window, --persist-rounds, --persist-gain: the controller's noise_z,
-// deadband (0.05 here), throughput_window, persist_rounds and persist_gain (ControllerConfig),
-// to see what other settings buy and cost.
+// deadband (0.05 here), throughput_window, persist_rounds and persist_gain (ControllerConfig);
+// --change: its change detection's three levels (ChangeDetection: quick_run, quick_min_change,
+// quick_spread_z, run, min_change, spread_z, slow_run, slow_min_change, slow_spread_z); to see
+// what other settings buy and cost.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -118,6 +120,14 @@ int main(int argc, char** argv) {
       controller_settings.persist_rounds = static_cast<std::size_t>(std::atoll(argv[++i]));
     } else if (!std::strcmp(argv[i], "--persist-gain") && i + 1 < argc) {
       controller_settings.persist_gain = std::atof(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--change") && i + 1 < argc) {
+      auto& d = controller_settings.change;
+      if (std::sscanf(argv[++i], "%zu,%lf,%lf,%zu,%lf,%lf,%zu,%lf,%lf", &d.quick_run,
+                      &d.quick_min_change, &d.quick_spread_z, &d.run, &d.min_change, &d.spread_z,
+                      &d.slow_run, &d.slow_min_change, &d.slow_spread_z) != 9) {
+        file.clear();
+        break;
+      }
     } else if (file.empty() && argv[i][0] != '-') {
       file = argv[i];
     } else {
@@ -128,9 +138,9 @@ int main(int argc, char** argv) {
   if (file.empty() || seeds < 1 || interval < 1) {
     std::fprintf(stderr,
                  "usage: %s [--seeds N] [--steps N] [--interval STEPS] [--z NOISE_Z >= 0] "
-                 "[--deadband D] [--window N] [--persist-rounds N] [--persist-gain G] BASE.csv (a "
-                 "recorded "
-                 "steady trace, e.g. tests/data/trace_clean.csv)\n",
+                 "[--deadband D] [--window N] [--persist-rounds N] [--persist-gain G] "
+                 "[--change QUICK_RUN,QUICK_MIN,QUICK_Z,RUN,MIN,Z,SLOW_RUN,SLOW_MIN,SLOW_Z] "
+                 "BASE.csv (a recorded steady trace, e.g. tests/data/trace_clean.csv)\n",
                  argv[0]);
     return 2;
   }

@@ -8,8 +8,9 @@
         noisy   slowdowns 1,1,1,1 with a bursty CPU hog on every vCPU beside the workers
         change  slowdowns 1,1,2,4, then `omnilearn node set w1 --slowdown 3` at step --at
         join    slowdowns 1,1,2 (min_workers 3), then a 4th worker (slowdown 4) at step --at
-  traces.py extract RUN_DIR [--change STEP:WORKER:TEXT] [--out FILE]
-      writes the trace of an existing run directory.
+  traces.py extract RUN_DIR [--change STEP:WORKER:TEXT] [--per-step] [--out FILE]
+      writes the trace of an existing run directory; --per-step: one observation per worker
+      and step, from the compute of every rank the leader reports (record: --per-step-out).
 
 What a trace holds is what the scheduler saw: the per-worker heartbeat windows the step events
 carry (timing_steps: the committed step the window ended at; timing_batch; compute_time_s: mean
@@ -69,8 +70,10 @@ def node_of(trainer, nodes):
     return trainer
 
 
-def extract(run_dir, changes=(), header=()):
-    """The trace of run_dir as a list of lines."""
+def extract(run_dir, changes=(), header=(), per_step=False):
+    """The trace of run_dir as a list of lines. per_step: one observation per worker and step
+    from the compute times the leader reports for every rank (step events' compute_times_s)
+    instead of the heartbeat windows."""
     ev = events(run_dir)
     submitted = next(e for e in ev if e.get("event") == "submitted")
     nodes = set()
@@ -80,8 +83,12 @@ def extract(run_dir, changes=(), header=()):
     out = [f"# {h}" for h in header]
     out.append(f"# job {submitted['job_id']}, policy {submitted.get('policy')}, "
                f"extracted by bench/scheduler/traces.py from {os.path.basename(run_dir)}/events.jsonl")
-    out.append("# obs,WORKER,FIRST,LAST,BATCH,COMPUTE_S: one heartbeat window (steps FIRST..LAST "
-               "at BATCH, mean compute s/step)")
+    if per_step:
+        out.append("# obs,WORKER,STEP,STEP,BATCH,COMPUTE_S: one step of one worker (its compute, "
+                   "as the leader reported it for every rank)")
+    else:
+        out.append("# obs,WORKER,FIRST,LAST,BATCH,COMPUTE_S: one heartbeat window (steps "
+                   "FIRST..LAST at BATCH, mean compute s/step)")
     out.append(f"global_batch,{submitted['global_batch']}")
     for c in changes:
         step, worker, text = c.split(":", 2)
@@ -95,6 +102,10 @@ def extract(run_dir, changes=(), header=()):
         if kind == "generation":
             members = [node_of(t, nodes) for t in e["members"]]
             out.append(f"generation,{e['step']},{';'.join(members)}")
+        elif kind == "step" and per_step:
+            for rank, (w, t) in enumerate(zip(e["workers"], e.get("compute_times_s", []))):
+                if e["batches"][rank] > 0 and t > 0:
+                    obs_lines.append((w["node"], e["step"], e["step"], e["batches"][rank], t))
         elif kind == "step":
             for rank, w in enumerate(e["workers"]):
                 t = w["trainer"]
@@ -237,6 +248,11 @@ def record(args):
         with open(args.out, "w") as f:
             f.write("\n".join(lines) + "\n")
         print(f"{args.out}: {sum(1 for l in lines if l.startswith('obs,'))} windows; run dir {run_dir}")
+        if args.per_step_out:
+            lines = extract(run_dir, changes, header, per_step=True)
+            with open(args.per_step_out, "w") as f:
+                f.write("\n".join(lines) + "\n")
+            print(f"{args.per_step_out}: {sum(1 for l in lines if l.startswith('obs,'))} steps")
     finally:
         if hog:
             hog.stop()
@@ -254,15 +270,18 @@ def main():
     r.add_argument("--quota", type=float, default=0.4)
     r.add_argument("--at", type=int, default=120, help="step of the node set or the join")
     r.add_argument("--seed", type=int, default=1)
+    r.add_argument("--per-step-out", help="also the same run's per-step trace (extract --per-step)")
     x = sub.add_parser("extract")
     x.add_argument("run_dir")
     x.add_argument("--change", action="append", default=[], help="STEP:WORKER:TEXT")
+    x.add_argument("--per-step", action="store_true",
+                   help="one observation per worker and step (the leader's compute_times_s)")
     x.add_argument("--out")
     args = ap.parse_args()
     if args.command == "record":
         record(args)
     else:
-        lines = extract(args.run_dir, args.change)
+        lines = extract(args.run_dir, args.change, per_step=args.per_step)
         text = "\n".join(lines) + "\n"
         if args.out:
             open(args.out, "w").write(text)

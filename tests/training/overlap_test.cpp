@@ -1,6 +1,7 @@
 // The step's exchange: gradient buckets all-reduced from the gradient accumulators'
 // hooks while backward still runs, ranks with empty slices taking part with zeros, rank 0's
-// control words carried in the same exchange, and evaluation sharded across the ranks. Counts,
+// control words and every rank's compute time carried in the same exchange, and evaluation
+// sharded across the ranks. Counts,
 // not timings: what ran before backward returned is recorded by the trainer itself.
 #include <ATen/Parallel.h>
 
@@ -108,6 +109,74 @@ TEST(Overlap, AnInjectedThrottlePacesEachStretchOfCompute) {
     ASSERT_TRUE(plain.committed) << plain.error;
     EXPECT_EQ(plain.slowdown_time_s, 0.0);
     EXPECT_EQ(counting->calls, calls_before);
+  });
+}
+
+// Each rank's compute of the step rides in the exchange, one slot per rank, so that every rank
+// (rank 0 reports it) learns every rank's compute of that very step: what the batch controller
+// balances, without waiting for the agents' heartbeats.
+class ChargingThrottle : public ComputeThrottle {
+ public:
+  explicit ChargingThrottle(double per_stretch_s) : per_stretch_s_(per_stretch_s) {}
+  bool active() const override { return true; }
+  ThrottleCharge after_compute(double, double) override { return {per_stretch_s_, 0.0}; }
+
+ private:
+  double per_stretch_s_;
+};
+
+TEST(Overlap, EveryRankLearnsEveryRanksComputeOfTheStep) {
+  at::set_num_threads(1);
+  for (const Precision precision : {Precision::kFloat64, Precision::kFloat32}) {
+    SCOPED_TRACE(precision == Precision::kFloat64 ? "float64" : "float32");
+    const TrainerConfig config = small_buckets(precision);
+    const DatasetPair data = load_datasets(config.data);
+    testing::LoopbackStore store;
+    std::vector<std::vector<double>> seen(3);
+    std::vector<double> own(3);
+    testing::run_ranks(3, [&](int rank) {
+      Trainer t(config, data);
+      ASSERT_TRUE(t.join_group(store.client(), 0, rank, 3, 20s, testing::loopback()).ok);
+      ASSERT_TRUE(t.sync_state_from_rank0().ok);
+      // Rank 2 computes as a machine that takes a second longer per stretch would.
+      if (rank == 2) t.set_compute_throttle(std::make_shared<ChargingThrottle>(1.0));
+      const StepResult r = t.step({40, 30, 30});
+      ASSERT_TRUE(r.committed) << r.error;
+      seen[rank] = r.rank_compute_times_s;
+      own[rank] = r.compute_time_s;
+      // A rank with nothing to compute tells none (its throttle charges it all the same).
+      const StepResult empty = t.step({50, 50, 0});
+      ASSERT_TRUE(empty.committed) << empty.error;
+      ASSERT_EQ(empty.rank_compute_times_s.size(), 3u);
+      EXPECT_GT(empty.rank_compute_times_s[0], 0.0);
+      EXPECT_GT(empty.rank_compute_times_s[1], 0.0);
+      EXPECT_EQ(empty.rank_compute_times_s[2], 0.0);
+    });
+    for (int rank = 0; rank < 3; ++rank) {
+      ASSERT_EQ(seen[rank].size(), 3u) << rank;
+      EXPECT_EQ(seen[rank], seen[0]) << "rank " << rank << " learnt other times than rank 0";
+    }
+    for (int rank = 0; rank < 3; ++rank) {
+      // Up to the launch of the last bucket: short of the step's compute by at most its last
+      // stretch (for rank 2, the throttle's last second).
+      const double slack = (rank == 2 ? 1.0 : 0.0) + 0.05;
+      EXPECT_LE(seen[0][rank], own[rank] * (1 + 1e-6)) << rank;
+      EXPECT_GE(seen[0][rank], own[rank] - slack) << rank;
+      EXPECT_GT(seen[0][rank], 0.0) << rank;
+    }
+    EXPECT_GT(seen[0][2], seen[0][0] + 1.0);  // at least the throttle's stretches before it
+  }
+  // Bucket 0 launched on its own after forward: the compute is not known yet when it leaves.
+  TrainerConfig alone = small_buckets();
+  alone.extras_with_gradients = false;
+  const DatasetPair data = load_datasets(alone.data);
+  testing::LoopbackStore store;
+  testing::run_ranks(2, [&](int rank) {
+    Trainer t(alone, data);
+    ASSERT_TRUE(t.join_group(store.client(), 0, rank, 2, 20s, testing::loopback()).ok);
+    const StepResult r = t.step({40, 40});
+    ASSERT_TRUE(r.committed) << r.error;
+    EXPECT_TRUE(r.rank_compute_times_s.empty());
   });
 }
 
