@@ -8,6 +8,15 @@
 
 namespace omnilearn::scheduler {
 
+ControllerConfig for_step_observations(ControllerConfig config) {
+  config.throughput_window = 48;
+  config.noise_z = 4.0;
+  config.provisional_observations = 12;
+  config.change.quick_run = 3;
+  config.change.quick_spread_z = 3.0;
+  return config;
+}
+
 void ControllerConfig::validate() const {
   auto fail = [](const std::string& what) {
     throw std::invalid_argument("controller config: " + what);

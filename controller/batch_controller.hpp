@@ -60,6 +60,16 @@ struct ControllerConfig {
   void validate() const;
 };
 
+// `config` for one observation per worker and step (the compute of every rank that the
+// leader's step report carries), where the defaults above suit heartbeat windows of several
+// steps each: a step's time is noisier than a window's mean, and every observation a window
+// waited for is one step now. So twice the observations in the throughput window (48), a noise
+// gate at 4 standard errors instead of 3.5, a first plan provisional until every worker has 12
+// observations instead of 3, and a large change caught after three observations beyond 3
+// spreads instead of two beyond 4. Chosen by replaying recordings that hold both (the same
+// runs' windows and steps): docs/benchmarks.md, "Following speed changes".
+ControllerConfig for_step_observations(ControllerConfig config);
+
 // What a plan() call is for. A periodic control round is one round of the smoothing across
 // rounds (ControllerConfig::persist_rounds); a plan for a new generation is not (it may come
 // with the same members and no new timings, after a broken group re-forms), and it restarts

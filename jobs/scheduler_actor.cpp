@@ -1,16 +1,17 @@
 #include "jobs/scheduler_actor.hpp"
 
-#include <algorithm>
-#include <filesystem>
-#include <numeric>
-
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <numeric>
+
 #include "cluster/head_state.hpp"
-#include "runtime/system_messages.hpp"
 #include "controller/simulator.hpp"
+#include "runtime/system_messages.hpp"
 
 namespace omnilearn::actors {
 namespace {
@@ -169,7 +170,8 @@ SchedulerActor::SchedulerActor(SchedulerOptions options)
     : options_(std::move(options)),
       job_(job_options(options_),
            [this](const std::vector<std::string>& members) { return plan_for(members); }),
-      controller_(options_.spec.controller.config),
+      // The trainers of a group report every rank's compute of every step (observe_step).
+      controller_(scheduler::for_step_observations(options_.spec.controller.config)),
       rounds_(control_rounds(options_.spec.controller)),
       recorder_(JobRecorderOptions{options_.job_id, options_.run_dir, options_.events_skipped}),
       base_lease_ms_(job_.lease_duration()),
@@ -583,8 +585,25 @@ void SchedulerActor::on_heartbeat_counters(const NodeInfo& node) {
       continue;
     }
     if (counters.batch != batches[rank] || counters.compute_time_s <= 0) continue;
+    // The leader's reports carry every rank's compute of every step (observe_step): windows
+    // would count the same steps twice, later and averaged.
+    if (step_timings_) continue;
     if (!rounds_.accept(counters.actor, first_step, counters.steps)) continue;
     controller_.observe(counters.actor, counters.batch, counters.compute_time_s);
+  }
+}
+
+void SchedulerActor::observe_step(const TrainerReport& report) {
+  step_timings_ = true;
+  const auto& members = job_.members();
+  for (std::size_t rank = 0; rank < members.size(); ++rank) {
+    const int batch = report.batches[rank];
+    const double seconds = report.rank_compute_times_s[rank];
+    if (batch <= 0 || !(seconds > 0) || !std::isfinite(seconds)) continue;
+    // Every step is attributed to the batch it ran at; the cool-down after a plan still
+    // applies (ControlRounds), as a step right after a change runs colder.
+    if (!rounds_.accept(members[rank], report.step, report.step)) continue;
+    controller_.observe(members[rank], batch, seconds);
   }
 }
 
@@ -720,9 +739,12 @@ void SchedulerActor::on_report(const TrainerReport& report) {
              {"step_time_s", report.step_time_s},
              {"allreduce_time_s", report.allreduce_time_s},
              {"workers", workers}};
-  // Every rank's compute of this very step, as the gradient exchange carried it to the leader.
-  if (report.rank_compute_times_s.size() == members.size()) {
+  // Every rank's compute of this very step, as the gradient exchange carried it to the leader:
+  // the controller's observations from now on (observe_step), in place of the heartbeats'.
+  if (report.rank_compute_times_s.size() == members.size() &&
+      report.batches.size() == members.size()) {
     event["compute_times_s"] = report.rank_compute_times_s;
+    observe_step(report);
   }
   if (report.eval_accuracy >= 0) {
     event["test_accuracy"] = report.eval_accuracy;

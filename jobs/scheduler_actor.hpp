@@ -122,6 +122,8 @@ class SchedulerActor : public runtime::Actor {
   void on_node_event(const NodeEvent& event);
   void on_heartbeat_counters(const NodeInfo& node);
   void on_report(const TrainerReport& report);
+  // Feeds the controller the compute of every rank in the leader's report of one step.
+  void observe_step(const TrainerReport& report);
   bool interval_due() const;
   void fit_lease_to_steps(double step_time_s);
   void maybe_replan();
@@ -141,6 +143,9 @@ class SchedulerActor : public runtime::Actor {
   std::map<std::string, std::string> node_systems_;  // node id -> its agent's system
 
   scheduler::BatchController controller_;
+  // The leader's step reports carry every rank's compute of every step: the controller observes
+  // each step (observe_step) instead of the agents' heartbeat windows.
+  bool step_timings_ = false;
   scheduler::ControlRounds rounds_;  // when the controller runs, which timings it sees
   Clock::time_point last_replan_time_;
   std::int64_t seen_generation_ = 0;

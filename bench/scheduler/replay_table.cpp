@@ -5,11 +5,15 @@
 // (median and worst), plan changes per 100 steps once steady (mean and worst), and the rounds
 // each regime (start, real speed change, join) took to be followed (worst).
 //
-//   scheduler_replay_table [--seeds 10] [--interval 10] [--z NOISE_Z] [--window N] [--follow TOLERANCE]
-//                          [--deadband 0.05] [--alpha] tests/data/trace_*.csv
+//   scheduler_replay_table [--seeds 10] [--interval 10] [--z NOISE_Z] [--window N]
+//                          [--follow TOLERANCE] [--deadband 0.05] [--change ...] [--provisional N] [--per-step]
+//                          [--alpha] tests/data/trace_*.csv
 // "noise-aware, per round" is the defaults without the smoothing across rounds
 // (persist_rounds = 0); "noise-aware, across rounds" the defaults.
 // --alpha: replay with the traces' fitted fixed cost per step (ReplayConfig::use_trace_alpha).
+// --per-step: the controller set for one observation per step (for_step_observations), for the
+// per-step recordings tests/data/steps_*.csv; --change, --provisional: its change detection
+// (the nine fields of ChangeDetection) and provisional_observations.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -34,6 +38,8 @@ double follow = ReplayConfig{}.follow_tolerance;
 std::size_t window = ControllerConfig{}.throughput_window;
 bool use_alpha = false;
 double deadband = 0.05;
+ChangeDetection change;
+std::size_t provisional = ControllerConfig{}.provisional_observations;
 
 ReplayConfig make(const Variant& v, Policy policy, double noise, int seed, int interval) {
   const bool filtered = v.filtered;
@@ -48,6 +54,8 @@ ReplayConfig make(const Variant& v, Policy policy, double noise, int seed, int i
   c.controller.noise_z = noise_z;
   c.follow_tolerance = follow;
   c.controller.throughput_window = window;
+  c.controller.change = change;
+  c.controller.provisional_observations = provisional;
   c.use_trace_alpha = use_alpha;
   if (!filtered) {
     c.controller.throughput_window = 5;
@@ -78,12 +86,33 @@ int main(int argc, char** argv) {
       deadband = std::atof(argv[++i]);
     } else if (!std::strcmp(argv[i], "--interval") && i + 1 < argc) {
       interval = std::atoi(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--per-step")) {
+      // The settings for per-step recordings (tests/data/steps_*.csv): for_step_observations.
+      const ControllerConfig step = for_step_observations(ControllerConfig{});
+      window = step.throughput_window;
+      noise_z = step.noise_z;
+      provisional = step.provisional_observations;
+      change = step.change;
+    } else if (!std::strcmp(argv[i], "--provisional") && i + 1 < argc) {
+      provisional = static_cast<std::size_t>(std::atoi(argv[++i]));
+    } else if (!std::strcmp(argv[i], "--change") && i + 1 < argc) {
+      // As scheduler_scenario_table's: the nine fields of ChangeDetection, in order.
+      if (std::sscanf(argv[++i], "%zu,%lf,%lf,%zu,%lf,%lf,%zu,%lf,%lf", &change.quick_run,
+                      &change.quick_min_change, &change.quick_spread_z, &change.run,
+                      &change.min_change, &change.spread_z, &change.slow_run,
+                      &change.slow_min_change, &change.slow_spread_z) != 9) {
+        files.clear();
+        break;
+      }
     } else {
       files.push_back(argv[i]);
     }
   }
   if (files.empty()) {
-    std::fprintf(stderr, "usage: %s [--seeds N] [--interval STEPS] [--z NOISE_Z] [--window N] [--follow TOLERANCE] [--deadband D] [--alpha] TRACE.csv...\n",
+    std::fprintf(stderr,
+                 "usage: %s [--seeds N] [--interval STEPS] [--z NOISE_Z] [--window N] [--follow "
+                 "TOLERANCE] [--deadband D] [--change QR,QMIN,QZ,R,MIN,Z,SR,SMIN,SZ] "
+                 "[--provisional N] [--per-step] [--alpha] TRACE.csv...\n",
                  argv[0]);
     return 2;
   }

@@ -170,6 +170,50 @@ TEST(TraceReplay, TwentyPercentStepNoiseKeepsEfficiencyFollowAndChurn) {
   }
 }
 
+// The same goals over recordings of one observation per worker and step (the compute of every
+// rank the leader's step report carries, which the scheduler feeds the controller), with the
+// controller set for such observations (for_step_observations). Recorded on a quieter machine
+// than the windows above (load average 2-5), with the recording's noise and with 20% extra
+// per-step noise, 10 seeds per trace.
+const char* const kStepTraces[] = {"steps_clean.csv", "steps_noisy.csv", "steps_change.csv",
+                                   "steps_join.csv"};
+
+ReplayConfig per_step(double step_noise = 0.0, std::uint64_t seed = 1) {
+  ReplayConfig c = config(step_noise, seed);
+  c.controller = for_step_observations(c.controller);
+  return c;
+}
+
+TEST(TraceReplay, PerStepRecordingsMeetTheGoals) {
+  for (const char* name : kStepTraces) {
+    const ReplayResult r = replay(load(name), per_step());
+    std::printf("%s", r.describe().c_str());
+    expect_goals(r, 1.0);
+  }
+}
+
+TEST(TraceReplay, PerStepRecordingsUnderTwentyPercentStepNoise) {
+  for (const char* name : kStepTraces) {
+    double mean_churn = 0.0;
+    for (int seed = 1; seed <= kSeeds; ++seed) {
+      const ReplayResult r = replay(load(name), per_step(0.2, seed));
+      EXPECT_GE(r.efficiency, 0.95) << name << " seed " << seed << "\n" << r.describe();
+      EXPECT_GE(r.churn_steps, 100) << r.describe();
+      EXPECT_LE(r.unjustified_per_100_steps, 1.0) << name << " seed " << seed << "\n"
+                                                  << r.describe();
+      for (const ReplayRegime& g : r.regimes) {
+        EXPECT_GE(g.rounds_to_follow, 0)
+            << name << " seed " << seed << ": never followed " << g.cause << "\n"
+            << r.describe();
+        EXPECT_LE(g.rounds_to_follow, 3) << name << " seed " << seed << ": " << g.cause << "\n"
+                                         << r.describe();
+      }
+      mean_churn += r.changes_per_100_steps / kSeeds;
+    }
+    EXPECT_LE(mean_churn, 1.0) << name;
+  }
+}
+
 // Following within 3 rounds under noise needs provisional plans: without them a first plan made
 // from one or two noisy windows (the start, a newcomer) is held by the noise gate for as long as
 // it cannot tell the plan's error from noise.

@@ -135,6 +135,19 @@ TEST_F(JobHeterogeneous, ProportionalBalancesSlowdowns113WithinThreeRounds) {
     }
   }
   EXPECT_GT(with_window, 0u) << "no step event names its timings' heartbeat window";
+  // And every step of the generation carries every rank's compute of that step, which the
+  // controller observes (the leader's report, from the gradient exchange).
+  std::size_t with_times = 0, steps = 0;
+  for (const auto& e : events_named(run.events(), "step")) {
+    if (e.at("generation").get<std::int64_t>() != generation) continue;
+    ++steps;
+    if (!e.contains("compute_times_s")) continue;
+    const auto times = e.at("compute_times_s").get<std::vector<double>>();
+    ASSERT_EQ(times.size(), 3u) << e;
+    for (double t : times) EXPECT_GT(t, 0.0) << e;
+    ++with_times;
+  }
+  EXPECT_EQ(with_times, steps) << "step events without every rank's compute";
 
   auto stop = run_omnilearn({"stop", run.id(), "--address", cluster.address()}, 20s);
   ASSERT_EQ(stop.status.code, 0) << stop.err;
