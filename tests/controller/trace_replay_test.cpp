@@ -132,14 +132,6 @@ TEST(TraceReplay, RecordedTracesMeetTheGoals) {
   }
 }
 
-// 20% per-step noise on top of the recorded noise (the churn condition), 10 seeds per
-// trace. Every seed: >= 95% of the ideal, every regime followed within 3 rounds, and at most 1
-// plan change per 100 steady steps that the recorded speeds did not justify (the recordings come
-// from a loaded shared machine whose speeds drift for real; following them is wanted). All plan
-// changes once steady, justified or not, average at most 1 per 100 steps. Over 60 seeds the
-// tails are wider (scheduler_replay_table --seeds 60, docs/benchmarks.md): the worst replay
-// reached 0.957 of the ideal, and 3 replays of 240 made more than 1 unjustified change per 100
-// steps (1.32 at worst).
 // The goals under 20% extra step noise for trace `name`, kSeeds seeds, each replayed with
 // make(0.2, seed); prints the worst figures.
 void expect_goals_under_twenty_percent_noise(
@@ -171,6 +163,14 @@ void expect_goals_under_twenty_percent_noise(
               name, kSeeds, worst_eff, mean_churn, worst_churn, worst_unjustified, worst_follow);
 }
 
+// 20% per-step noise on top of the recorded noise (the churn condition), 10 seeds per
+// trace. Every seed: >= 95% of the ideal, every regime followed within 3 rounds, and at most 1
+// plan change per 100 steady steps that the recorded speeds did not justify (the recordings come
+// from a loaded shared machine whose speeds drift for real; following them is wanted). All plan
+// changes once steady, justified or not, average at most 1 per 100 steps. Over 60 seeds the
+// tails are wider (scheduler_replay_table --seeds 60, docs/benchmarks.md): the worst replay
+// reached 0.957 of the ideal, and 3 replays of 240 made more than 1 unjustified change per 100
+// steps (1.32 at worst).
 TEST(TraceReplay, TwentyPercentStepNoiseKeepsEfficiencyFollowAndChurn) {
   for (const char* name : kTraces) expect_goals_under_twenty_percent_noise(name, config);
 }
