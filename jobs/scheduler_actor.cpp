@@ -1,17 +1,17 @@
 #include "jobs/scheduler_actor.hpp"
 
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
-
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <nlohmann/json.hpp>
 #include <numeric>
 
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
 #include "cluster/head_state.hpp"
-#include "controller/simulator.hpp"
 #include "runtime/system_messages.hpp"
+#include "controller/simulator.hpp"
 
 namespace omnilearn::actors {
 namespace {
