@@ -134,13 +134,8 @@ void NodeRegistry::on_start() {
 
 Clock::time_point NodeRegistry::now() {
   const auto running = clock_.now();
-  if (clock_.found_gap() > Clock::duration::zero()) {
-    const double gap_s = std::chrono::duration<double>(clock_.found_gap()).count();
-    spdlog::log(gap_s >= 1.0 ? spdlog::level::warn : spdlog::level::debug,
-                "registry: the head did not run for {:.1f} s (stopped or starved); no node is "
-                "held to the heartbeats it could not hear meanwhile",
-                gap_s);
-  }
+  runtime::log_found_gap(clock_, "registry: the head",
+                         "no node is held to the heartbeats it could not hear meanwhile");
   return running;
 }
 

@@ -97,6 +97,7 @@ class AspSchedulerActor : public runtime::Actor {
   std::vector<std::function<void()>> held_;  // commands and replies waiting for the write
   JobRecorder recorder_;  // events.jsonl, summary.json, the pages --follow and logs read
   mutable runtime::RunningClock clock_;  // what now() reads
+  const std::string clock_subject_;      // who did not run, in the log of a gap
 };
 
 }  // namespace omnilearn::actors

@@ -175,17 +175,13 @@ SchedulerActor::SchedulerActor(SchedulerOptions options)
       rounds_(control_rounds(options_.spec.controller)),
       recorder_(JobRecorderOptions{options_.job_id, options_.run_dir, options_.events_skipped}),
       base_lease_ms_(job_.lease_duration()),
-      clock_(kMaxRunGap) {}
+      clock_(kMaxRunGap),
+      clock_subject_("job " + options_.job_id + ": the scheduler") {}
 
 scheduler::Millis SchedulerActor::now() const {
   const auto running = clock_.now();
-  if (clock_.found_gap() > std::chrono::milliseconds::zero()) {
-    spdlog::log(
-        clock_.found_gap() >= std::chrono::seconds(1) ? spdlog::level::warn : spdlog::level::debug,
-        "job {}: the scheduler did not run for {:.1f} s (the head stopped or starved); "
-        "no trainer is held to what it could not hear meanwhile",
-        options_.job_id, std::chrono::duration<double>(clock_.found_gap()).count());
-  }
+  runtime::log_found_gap(clock_, clock_subject_,
+                         "no trainer is held to what it could not hear meanwhile");
   return std::chrono::duration_cast<std::chrono::milliseconds>(running.time_since_epoch()).count();
 }
 

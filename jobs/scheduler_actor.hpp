@@ -181,6 +181,7 @@ class SchedulerActor : public runtime::Actor {
   scheduler::Millis base_lease_ms_ = 0;  // the lease for fast steps (job_options)
   static constexpr scheduler::Millis kMaxLeaseMs = 30000;  // the trainers' group timeout
   mutable runtime::RunningClock clock_;  // what now() reads
+  const std::string clock_subject_;      // who did not run, in the log of a gap
 };
 
 }  // namespace omnilearn::actors

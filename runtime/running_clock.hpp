@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <string_view>
 
 namespace omnilearn::runtime {
 
@@ -50,5 +51,10 @@ class RunningClock {
   std::uint64_t gaps_ = 0;
   bool read_ = false;
 };
+
+// Logs the gap the clock's last reading found, if any: "`subject` did not run for N s (the
+// head stopped or starved); `spared`". A warning from a second on (a stop), below that at debug
+// level (a loaded machine's late timer, which is no news). Owners call it on every reading.
+void log_found_gap(const RunningClock& clock, std::string_view subject, std::string_view spared);
 
 }  // namespace omnilearn::runtime
