@@ -1174,9 +1174,30 @@ void ElasticJob::heard_from(Trainer& t, std::int64_t generation, Millis now) {
   // A message about the current generation answers for it as well as a probe would; it may be
   // what lets a trainer that missed its probe be written off (write_off_unreachable).
   if (finished_ || generation != generation_ || t.view.phase == Phase::kGone) return;
+  reprobe_after_silence(t.view.name, now);
   t.heard_seq = ++evidence_seq_;
   t.unreachable_in = -1;
   if (!unreachable_error_.empty()) write_off_unreachable(now);
+}
+
+void ElasticJob::reprobe_after_silence(const std::string& heard, Millis now) {
+  // Every member of the generation had missed a probe: nobody answered the head, which more
+  // likely lost its own network (or its node's) than every trainer at once. The misses say
+  // nothing about the others once one is heard again, and counted against them, its answer
+  // wrote off every other trainer of a job whose trainers had gone on among themselves. So
+  // they are asked again; a trainer that misses this probe goes as before.
+  std::vector<std::string> silent;
+  for (const auto& name : members_) {
+    const Trainer& m = trainers_.at(name);
+    if (m.view.phase != Phase::kMember && m.view.phase != Phase::kLeaving) continue;
+    if (m.unreachable_in != generation_) return;
+    if (name != heard) silent.push_back(name);
+  }
+  for (const auto& name : silent) {
+    trainers_.at(name).unreachable_in = -1;
+    unreachable_error_.erase(name);
+    probe(name, now);
+  }
 }
 
 void ElasticJob::stranger(const std::string& trainer) {
@@ -1547,6 +1568,7 @@ void ElasticJob::probe_result(const std::string& trainer, std::int64_t generatio
   Trainer* t = find(trainer);
   if (!t || t->view.phase == Phase::kGone) return;
   if (reachable) {
+    reprobe_after_silence(trainer, now);
     t->heard_seq = ++evidence_seq_;
     t->answered_seq = t->heard_seq;
     t->unreachable_in = -1;  // a missed answer, then an answer: it is there

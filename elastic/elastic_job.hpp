@@ -369,6 +369,9 @@ class ElasticJob {
                               Millis now);
   bool readable_by(const JobCheckpoint& checkpoint, const std::string& trainer) const;
   void write_off_unreachable(Millis now);
+  // `heard` answered or spoke about the current generation while every member of it had missed
+  // a probe: the others' misses are forgotten and they are probed again.
+  void reprobe_after_silence(const std::string& heard, Millis now);
   // When no live trainer holds the job's state: takes back a holder written off as unreachable
   // that has been heard from since (its deferred_stop), and probes those not heard from; true
   // if it took one back.

@@ -458,6 +458,51 @@ TEST(ElasticJob, AHungMemberOfAQuietGenerationIsProbedAndLeftBehind) {
   }
 }
 
+// The head's own network goes down: every member of the generation misses its probe, none is
+// written off (each may hold the state), and when the link returns the first one heard must not
+// get the others written off for probes that went into the same outage. They are asked again;
+// one that answers stays, one that misses this probe too goes as before.
+TEST(ElasticJob, MissedProbesOfAGenerationNobodyAnsweredAreAskedAgain) {
+  for (const bool follower_answers : {true, false}) {
+    SCOPED_TRACE(follower_answers ? "the follower answers again" : "the follower is gone");
+    LeasedJob t = leased_job(job_options(1, 2, 100), 10);
+    ASSERT_EQ(t.members.size(), 2u);
+    const std::string leader = t.members[0], follower = t.members[1];
+    const Millis quiet = t.job.stall_probe_after();
+    t.job.tick(51 + quiet);
+    ASSERT_EQ(commands_of<ProbeCommand>(t.job).size(), 2u);
+    Millis now = 1051 + quiet;
+    t.job.probe_result(leader, t.generation, false, "no reply within 1000 ms", now);
+    t.job.probe_result(follower, t.generation, false, "no reply within 1000 ms", now);
+    EXPECT_EQ(t.job.members(), t.members) << "nobody answered: nobody is written off";
+    EXPECT_EQ(t.job.generation(), t.generation);
+
+    now += 500;  // the link is back: the leader's report of its next step arrives first
+    t.job.report(leader, {MemberReport::Kind::kStep, t.generation, 0, 11, "", 0}, now);
+    std::vector<std::string> probed;
+    for (auto& c : t.job.take_commands()) {
+      if (auto* p = std::get_if<ProbeCommand>(&c)) probed.push_back(p->trainer);
+      if (auto* e = std::get_if<JobEvent>(&c)) {
+        EXPECT_NE(e->kind, "trainer_gone") << e->trainer << ": " << e->reason;
+      }
+    }
+    EXPECT_EQ(probed, std::vector<std::string>{follower}) << "asked again";
+    EXPECT_EQ(t.job.trainers().at(follower).phase, ElasticJob::Phase::kMember);
+    EXPECT_EQ(t.job.generation(), t.generation);
+
+    now += follower_answers ? 5 : 1000;
+    t.job.probe_result(follower, t.generation, follower_answers, "no reply within 1000 ms", now);
+    if (follower_answers) {
+      EXPECT_EQ(t.job.members(), t.members);
+      EXPECT_EQ(t.job.generation(), t.generation);
+    } else {
+      EXPECT_EQ(t.job.trainers().at(follower).phase, ElasticJob::Phase::kGone)
+          << "the leader answered since: the follower's miss counts";
+      EXPECT_EQ(t.job.members(), std::vector<std::string>{leader});
+    }
+  }
+}
+
 // A generation formed because a member was lost tells its trainers they may give up their
 // waits in the old one (abandon_previous), but not while the old lease may still be used: a
 // follower that gives up leaves its data in flight, the leader's exchange completes with it,
