@@ -92,7 +92,8 @@ void NodeAgent::send_heartbeat() {
   beat.actors = hosted_counters();
   std::uint64_t epoch = registration_epoch_;
   ask(registry(), beat, heartbeat_timeout_,
-      [this, epoch, sent_to = head_endpoint_](runtime::AskResult result) {
+      [this, epoch, sent_to = head_endpoint_,
+       sent_at = std::chrono::steady_clock::now()](runtime::AskResult result) {
     if (epoch != registration_epoch_) return;
     // A beat sent to a head this agent has already left behind says nothing about the one in
     // use: not by its silence, and not by an "unknown" either (a deposed head, thawed after a
@@ -100,7 +101,8 @@ void NodeAgent::send_heartbeat() {
     if (sent_to != head_endpoint_) return;
     if (auto reply = result.as<HeartbeatReply>()) {
       missed_replies_ = 0;
-      if (head_unreachable_logged_) spdlog::info("agent: the head answers again");
+      const bool was_unreachable = head_unreachable_logged_;
+      if (was_unreachable) spdlog::info("agent: the head answers again");
       head_unreachable_logged_ = false;
       if (!reply->known) {
         spdlog::warn("agent: the head no longer knows node {}; registering again",
@@ -110,10 +112,12 @@ void NodeAgent::send_heartbeat() {
         return;
       }
       note_head_epoch(reply->head_epoch);
+      if (was_unreachable) on_head_answers_again(unanswered_since_);
       return;
     }
     if (++missed_replies_ >= 1 && !head_unreachable_logged_) {
       head_unreachable_logged_ = true;
+      unanswered_since_ = sent_at;
       spdlog::warn("agent: no heartbeat reply from the head at {} ({}); still trying",
                    head_endpoint_, result.error);
     }

@@ -58,6 +58,10 @@ class NodeAgent : public runtime::Actor {
   // node still: the node's identity holds, but the head may have ended jobs whose trainers run
   // here.
   virtual void on_head_restarted(std::uint64_t epoch) {}
+  // The head answers again after heartbeats that got no reply, the first of them sent at
+  // `since` (its network or this node's was down, or it stalled), and it still knows this node:
+  // what was told to it from then on may not have arrived.
+  virtual void on_head_answers_again(std::chrono::steady_clock::time_point since) {}
   virtual void on_other_message(const runtime::Envelope& message) {}
 
   const AgentState& state() const { return state_; }
@@ -87,6 +91,8 @@ class NodeAgent : public runtime::Actor {
   int register_attempts_ = 0;
   int missed_replies_ = 0;
   bool head_unreachable_logged_ = false;
+  // When the first heartbeat without a reply was sent, while the head does not answer.
+  std::chrono::steady_clock::time_point unanswered_since_{};
   std::chrono::milliseconds heartbeat_interval_{500};
   std::chrono::milliseconds heartbeat_timeout_{3000};
 };

@@ -297,6 +297,19 @@ void WorkerAgent::on_head_restarted(std::uint64_t epoch) {
   for (const auto& job : jobs) check_job_after_restart(job, epoch, 0);
 }
 
+void WorkerAgent::on_head_answers_again(std::chrono::steady_clock::time_point since) {
+  std::size_t told = 0;
+  for (const auto& reported : recent_exits_) {
+    if (reported.at < since) continue;
+    tell(runtime::ActorAddress{head_endpoint(), reported.scheduler}, reported.exit);
+    ++told;
+  }
+  if (told > 0) {
+    spdlog::info("agent: reporting again {} trainer exit(s) told while the head did not answer",
+                 told);
+  }
+}
+
 void WorkerAgent::check_job_after_restart(const std::string& job_id, std::uint64_t epoch,
                                           int attempt) {
   // Only the state of the job matters, not its events: ask from far past the last one.
@@ -385,7 +398,8 @@ void WorkerAgent::reap() {
     TrainerExited exited{hosted.job_id, hosted.trainer, state().node_id,
                          reason,        exit_code,      hosted.stderr_tail.last_lines()};
     tell(runtime::ActorAddress{head_endpoint(), hosted.scheduler}, exited);
-    recent_exits_.push_back({hosted.scheduler, std::move(exited)});
+    recent_exits_.push_back(
+        {hosted.scheduler, std::move(exited), std::chrono::steady_clock::now()});
     while (recent_exits_.size() > kKeptExits) recent_exits_.pop_front();
     it = hosted_.erase(it);
   }

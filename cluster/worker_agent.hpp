@@ -55,6 +55,10 @@ class WorkerAgent : public NodeAgent {
   // Asks the head about each job this node hosts trainers of, and stops the trainers of the
   // jobs it has ended or does not know: their scheduler is gone with the previous head.
   void on_head_restarted(std::uint64_t epoch) override;
+  // Reports again the exits reported since `since`: told while the head did not answer, they
+  // may be lost, and the job would learn of those trainers only when a probe or a formation's
+  // timeout finds them gone.
+  void on_head_answers_again(std::chrono::steady_clock::time_point since) override;
 
  private:
   // The read end of a trainer's stderr: what it writes is passed on to the agent's stderr a
@@ -109,12 +113,13 @@ class WorkerAgent : public NodeAgent {
   std::map<std::string, Hosted> hosted_;  // by trainer name
   std::uint64_t head_epoch_ = 0;          // the head start on_head_restarted was last told of
   // Exits reported lately (the newest kKeptExits): reported again to a restarted head, which
-  // may not have heard them (they went to the head that died). A job whose trainers all died
-  // with the head learns so at once instead of waiting for them to report; a scheduler ignores
-  // an exit it knows already.
+  // may not have heard them (they went to the head that died), and to a head that answers
+  // again after a silence. A job whose trainers all died meanwhile learns so at once instead of
+  // waiting for them to report; a scheduler ignores an exit it knows already.
   struct ReportedExit {
     std::string scheduler;
     TrainerExited exit;
+    std::chrono::steady_clock::time_point at;  // when it was first told
   };
   static constexpr std::size_t kKeptExits = 64;
   std::deque<ReportedExit> recent_exits_;
