@@ -30,6 +30,7 @@ struct HeadFlags {
   int port = 7070;
   int heartbeat_interval_ms = 500;
   int heartbeat_timeout_ms = 3000;
+  int full_disruption_hold_s = 300;
   int max_nodes = 4096;
   int max_jobs = 256;
   int max_in_flight = 8192;
@@ -112,6 +113,7 @@ int run_head(const HeadFlags& flags) {
   actors::HeadOptions head;
   head.membership.heartbeat_interval = std::chrono::milliseconds(flags.heartbeat_interval_ms);
   head.membership.heartbeat_timeout = std::chrono::milliseconds(flags.heartbeat_timeout_ms);
+  head.membership.full_disruption_hold = std::chrono::seconds(flags.full_disruption_hold_s);
   head.membership.max_nodes = static_cast<std::size_t>(flags.max_nodes);
   head.runs_root = flags.runs_dir;
   head.max_jobs = static_cast<std::size_t>(flags.max_jobs);
@@ -245,6 +247,11 @@ void add_head_command(CLI::App& app, int& exit_code) {
   command->add_option("--heartbeat-timeout-ms", flags->heartbeat_timeout_ms,
                       "Silence after which a worker is declared dead")
       ->check(positive_number())
+      ->capture_default_str();
+  command->add_option("--full-disruption-hold-s", flags->full_disruption_hold_s,
+                      "While no node at all is heard (this head's own network down), declare "
+                      "none dead for up to this long beyond the heartbeat timeout; 0: off")
+      ->check(non_negative_number())
       ->capture_default_str();
   command->add_option("--max-nodes", flags->max_nodes, "Most live nodes the head accepts")
       ->check(positive_number())

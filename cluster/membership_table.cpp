@@ -1,5 +1,7 @@
 #include "cluster/membership_table.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 namespace omnilearn::actors {
@@ -14,13 +16,21 @@ const char* to_string(NodeState state) {
   return "unknown";
 }
 
-MembershipTable::MembershipTable(MembershipConfig config, std::uint64_t seed)
-    : config_(config), rng_(seed) {
-  if (config_.suspect_after.count() <= 0) config_.suspect_after = 2 * config_.heartbeat_interval;
-  if (config_.suspect_after > config_.heartbeat_timeout) {
-    config_.suspect_after = config_.heartbeat_timeout;
-  }
+namespace {
+
+// Suspect after two missed beats unless set, and never after the timeout.
+MembershipConfig normalized(MembershipConfig config) {
+  if (config.suspect_after.count() <= 0) config.suspect_after = 2 * config.heartbeat_interval;
+  config.suspect_after = std::min(config.suspect_after, config.heartbeat_timeout);
+  return config;
 }
+
+}  // namespace
+
+MembershipTable::MembershipTable(MembershipConfig config, std::uint64_t seed)
+    : config_(normalized(config)),
+      rng_(seed),
+      disruption_(config_.suspect_after, config_.heartbeat_timeout, config_.full_disruption_hold) {}
 
 RegisterNodeReply MembershipTable::register_node(const RegisterNode& request,
                                                  const std::string& system, TimePoint now,
@@ -158,7 +168,18 @@ bool MembershipTable::leave(const std::string& node_id, std::uint64_t incarnatio
   return true;
 }
 
+bool MembershipTable::full_disruption(TimePoint now) {
+  std::vector<TimePoint*> last_heard;
+  for (auto& [id, record] : nodes_) {
+    if (record.state == NodeState::kAlive || record.state == NodeState::kSuspect) {
+      last_heard.push_back(&record.last_heard);
+    }
+  }
+  return disruption_.update(last_heard, now);
+}
+
 std::vector<StateChange> MembershipTable::sweep(TimePoint now) {
+  const bool hold = full_disruption(now);
   std::vector<StateChange> changes;
   for (auto it = nodes_.begin(); it != nodes_.end();) {
     auto& record = it->second;
@@ -170,7 +191,7 @@ std::vector<StateChange> MembershipTable::sweep(TimePoint now) {
     }
     if (record.state == NodeState::kAlive || record.state == NodeState::kSuspect) {
       NodeState next = record.state;
-      if (silent >= config_.heartbeat_timeout) {
+      if (silent >= config_.heartbeat_timeout && !hold) {
         next = NodeState::kDead;
       } else if (silent >= config_.suspect_after) {
         next = NodeState::kSuspect;

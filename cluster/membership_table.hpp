@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "cluster/full_disruption.hpp"
 #include "wire/membership_protocol.hpp"
 
 namespace omnilearn::actors {
@@ -25,6 +26,15 @@ struct MembershipConfig {
   std::chrono::milliseconds suspect_after{0};
   std::size_t max_nodes = 4096;  // live nodes; registrations beyond are refused
   std::chrono::milliseconds forget_after{std::chrono::minutes(10)};  // drop dead/left records
+  // Full disruption: when two or more nodes are live and none of them has been heard for
+  // suspect_after, the head more likely lost its own network than every node at once, so it
+  // declares none of them dead (they stay suspect) for up to this long beyond the timeout.
+  // Once it hears any node again, every node still silent gets a heartbeat timeout from then.
+  // Declared dead, a node's trainers are written off and its agent stops them when it is heard
+  // again: a head whose network flapped would otherwise restart every job's every trainer.
+  // Bounded, so that a cluster that really lost every node still ends up with none alive;
+  // 0 turns the rule off.
+  std::chrono::milliseconds full_disruption_hold{std::chrono::minutes(5)};
 };
 
 struct NodeRecord {
@@ -79,6 +89,9 @@ class MembershipTable {
 
   // Advances failure detection to `now`; returns the state changes it made.
   std::vector<StateChange> sweep(TimePoint now);
+  // While the full-disruption rule holds (MembershipConfig::full_disruption_hold): when the
+  // last live node was last heard. nullopt otherwise. As of the last sweep().
+  std::optional<TimePoint> disrupted_since() const { return disruption_.since(); }
 
   std::vector<NodeRecord> nodes() const;
   const NodeRecord* find(const std::string& node_id) const;
@@ -93,6 +106,9 @@ class MembershipTable {
   std::mt19937_64 rng_;
   std::map<std::string, NodeRecord> nodes_;              // by node id
   std::map<std::string, std::uint64_t> incarnations_;    // by name: last incarnation given
+  // Whether the full-disruption rule holds at `now` (cluster/full_disruption.hpp).
+  bool full_disruption(TimePoint now);
+  FullDisruption disruption_;
 };
 
 }  // namespace omnilearn::actors

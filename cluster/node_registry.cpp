@@ -141,7 +141,9 @@ Clock::time_point NodeRegistry::now() {
 
 void NodeRegistry::sweep() {
   auto now = this->now();
+  const auto was_disrupted = table_.disrupted_since();
   for (const auto& change : table_.sweep(now)) publish(change);
+  log_full_disruption(was_disrupted, now);
   if (store_ && now - alive_written_ >= std::chrono::seconds(1)) {
     alive_written_ = now;
     staged_.push_back(
@@ -155,6 +157,39 @@ void NodeRegistry::sweep() {
   after(std::max<std::chrono::milliseconds>(std::chrono::milliseconds(10),
                                             table_.config().heartbeat_interval / 4),
         [this] { sweep(); });
+}
+
+void NodeRegistry::log_full_disruption(
+    std::optional<std::chrono::steady_clock::time_point> was_disrupted,
+    std::chrono::steady_clock::time_point now) {
+  const auto since = table_.disrupted_since();
+  const auto seconds = [](auto d) { return std::chrono::duration<double>(d).count(); };
+  const auto& config = table_.config();
+  if (since && !was_disrupted) {
+    spdlog::warn(
+        "registry: heard from no node for {:.1f} s ({} live): this head's own network "
+        "may be down; no node is declared dead while none is heard, for at most {:.0f} s",
+        seconds(now - *since), table_.live_count(),
+        seconds(config.heartbeat_timeout + config.full_disruption_hold));
+  } else if (!since && was_disrupted) {
+    std::size_t dead = 0, silent = 0;
+    for (const auto& node : table_.nodes()) {
+      dead += node.state == NodeState::kDead && node.state_since == now ? 1 : 0;
+      silent += node.state == NodeState::kSuspect ? 1 : 0;
+    }
+    if (dead > 0) {
+      spdlog::warn("registry: heard from no node for {:.1f} s: {} declared dead",
+                   seconds(now - *was_disrupted), dead);
+    } else if (silent > 0) {
+      spdlog::info(
+          "registry: heard from a node again after {:.1f} s without any; {} still "
+          "silent have {:.1f} s to be heard",
+          seconds(now - *was_disrupted), silent, seconds(config.heartbeat_timeout));
+    } else {
+      spdlog::info("registry: heard from every node again after {:.1f} s without any",
+                   seconds(now - *was_disrupted));
+    }
+  }
 }
 
 void NodeRegistry::publish(const StateChange& change) {

@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -50,6 +51,10 @@ class NodeRegistry : public runtime::Actor {
   // The running time (runtime/running_clock.hpp): what the table's deadlines count in.
   std::chrono::steady_clock::time_point now();
   void sweep();
+  // One line when the full-disruption rule starts holding (MembershipConfig) and when it ends,
+  // from the table's disrupted_since() before and after a sweep.
+  void log_full_disruption(std::optional<std::chrono::steady_clock::time_point> was_disrupted,
+                           std::chrono::steady_clock::time_point now);
   void publish(const StateChange& change);
   void publish_event(const NodeInfo& node, const std::string& event);
   // Stages a registration for the store: the node's record and its name's incarnation, and the

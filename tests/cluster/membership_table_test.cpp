@@ -216,8 +216,11 @@ TEST_F(Membership, AProcessThatWasReplacedCannotTakeItsNameBack) {
 
   // With nobody holding the name, a forgotten process comes back as a new incarnation.
   auto lone = join_from("w2", "s-x", "machine-a");
-  now += 1s;
-  table.sweep(now);
+  for (int i = 0; i < 10; ++i) {  // w2 silent for 1 s while w1's replacement is heard
+    now += 100ms;
+    ASSERT_TRUE(beat(replacement));
+    table.sweep(now);
+  }
   ASSERT_EQ(state_of(lone), "dead");
   auto back = join_from("w2", "s-x", "machine-a", lone.incarnation);
   ASSERT_TRUE(back.accepted) << back.error;
@@ -274,6 +277,119 @@ TEST_F(Membership, SilentNodeBecomesSuspectThenDead) {
   EXPECT_EQ(changes[0].node.id, node.node_id);
   EXPECT_EQ(table.live_count(), 0u);
   EXPECT_TRUE(table.sweep(now + 1s).empty());
+}
+
+// The full-disruption rule (MembershipConfig::full_disruption_hold): a head that hears no node
+// at all declares none dead. Three nodes whose beats are spread over the interval, as real
+// agents' are, fall silent together: the first one silent must not die before the rule sees
+// that every one is.
+TEST_F(Membership, AHeadThatHearsNoNodeDeclaresNoneDead) {
+  auto w1 = join("w1", "s-1");
+  now += 40ms;
+  auto w2 = join("w2", "s-2");
+  now += 50ms;
+  auto w3 = join("w3", "s-3");
+  const TimePoint last_heard = now;
+  for (int i = 0; i < 400; ++i) {  // 10 s of sweeps every 25 ms, five minutes being the hold
+    now += 25ms;
+    for (const auto& change : table.sweep(now)) {
+      ASSERT_NE(change.to, NodeState::kDead) << change.node.name << " at +" << i * 25 << " ms";
+    }
+  }
+  EXPECT_EQ(state_of(w1), "suspect");
+  EXPECT_EQ(state_of(w2), "suspect");
+  EXPECT_EQ(state_of(w3), "suspect");
+  EXPECT_EQ(table.live_count(), 3u);
+  ASSERT_TRUE(table.disrupted_since());
+  EXPECT_EQ(*table.disrupted_since(), last_heard);
+}
+
+TEST_F(Membership, AfterHearingNoNodeTheSilentOnesHaveATimeoutFromTheFirstOneHeard) {
+  auto w1 = join("w1", "s-1");
+  auto w2 = join("w2", "s-2");
+  auto w3 = join("w3", "s-3");
+  now += 3s;
+  table.sweep(now);
+  ASSERT_TRUE(table.disrupted_since());
+  now += 10ms;
+  ASSERT_TRUE(beat(w1));  // the head's network is back
+  const TimePoint back = now;
+  table.sweep(now);
+  EXPECT_FALSE(table.disrupted_since());
+  EXPECT_EQ(state_of(w1), "alive");
+  ASSERT_TRUE(beat(w2));
+  // w3 is not heard: one timeout (600 ms) from the first heartbeat, not from its last one.
+  while (now < back + 590ms) {
+    now += 10ms;
+    ASSERT_TRUE(beat(w1));
+    ASSERT_TRUE(beat(w2));
+    table.sweep(now);
+    ASSERT_NE(state_of(w3), "dead") << "w3 declared dead before its timeout from the first beat";
+  }
+  EXPECT_EQ(state_of(w3), "suspect");
+  now = back + 600ms;
+  auto changes = table.sweep(now);
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0].node.id, w3.node_id);
+  EXPECT_EQ(changes[0].to, NodeState::kDead);
+  EXPECT_EQ(state_of(w1), "alive");
+  EXPECT_EQ(state_of(w2), "alive");
+}
+
+TEST_F(Membership, ANodeSilentWhileOthersAreHeardIsDeclaredDeadAtItsTimeout) {
+  auto w1 = join("w1", "s-1");
+  now += 90ms;  // w1's beats come 90 ms before the others'
+  auto w2 = join("w2", "s-2");
+  auto w3 = join("w3", "s-3");
+  const TimePoint w1_heard = now - 90ms;
+  while (now < w1_heard + 590ms) {
+    now += 10ms;
+    if ((now - w1_heard) % 100ms == 90ms) {
+      ASSERT_TRUE(beat(w2));
+      ASSERT_TRUE(beat(w3));
+    }
+    table.sweep(now);
+    ASSERT_NE(state_of(w1), "dead");
+  }
+  now = w1_heard + 600ms;
+  auto changes = table.sweep(now);
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0].node.id, w1.node_id);
+  EXPECT_EQ(changes[0].to, NodeState::kDead);
+  EXPECT_FALSE(table.disrupted_since());
+}
+
+TEST(MembershipFullDisruption, TheHoldIsBoundedAndCanBeTurnedOff) {
+  for (const auto hold : {2000ms, 0ms}) {
+    SCOPED_TRACE(hold.count());
+    MembershipConfig config;
+    config.heartbeat_interval = 100ms;
+    config.heartbeat_timeout = 600ms;
+    config.full_disruption_hold = hold;
+    MembershipTable table(config, 1);
+    TimePoint now = TimePoint{} + 1h;
+    RegisterNode a, b;
+    a.name = "w1";
+    b.name = "w2";
+    ASSERT_TRUE(table.register_node(a, "s-1", now).accepted);
+    ASSERT_TRUE(table.register_node(b, "s-2", now).accepted);
+    const TimePoint heard = now;
+    // Dead at the timeout without the rule, at timeout + hold with it; both in the same sweep.
+    const TimePoint dies = heard + config.heartbeat_timeout + hold;
+    while (now + 10ms < dies) {
+      now += 10ms;
+      table.sweep(now);
+      ASSERT_EQ(table.live_count(), 2u) << "dead before the hold ended";
+    }
+    now = dies;
+    auto changes = table.sweep(now);
+    ASSERT_EQ(changes.size(), 2u);
+    EXPECT_EQ(changes[0].to, NodeState::kDead);
+    EXPECT_EQ(changes[1].to, NodeState::kDead);
+    EXPECT_EQ(table.live_count(), 0u);
+    table.sweep(now + 10ms);
+    EXPECT_FALSE(table.disrupted_since());
+  }
 }
 
 TEST_F(Membership, ASweepThatMissedTheSuspectWindowGoesStraightToDead) {

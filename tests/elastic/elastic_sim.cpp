@@ -12,6 +12,8 @@
 #include <utility>
 #include <variant>
 
+#include "cluster/full_disruption.hpp"
+
 namespace omnilearn::scheduler::sim {
 
 // The trainer's Control::kStoppingGraceMs: how long a trainer that read its stop still waits
@@ -54,6 +56,8 @@ const char* to_string(FaultKind kind) {
       return "kill_all_trainers";
     case FaultKind::kRestartHead:
       return "restart_head";
+    case FaultKind::kIsolateHead:
+      return "isolate_head";
     case FaultKind::kCount:
       break;
   }
@@ -236,6 +240,7 @@ class Simulation {
     std::vector<int> hosted;  // trainer pids started by the current agent process
     std::vector<std::function<void()>> agent_deferred;
     bool heartbeat_pending = false;
+    Us last_reply = 0;  // when a heartbeat reply last reached the agent
   };
   struct Proc {
     int pid = 0;
@@ -805,6 +810,30 @@ class Simulation {
     bool down = false;
   };
 
+  // The head's full-disruption rule over the live entries' last-heard times, in the simulated
+  // clock (cluster/full_disruption.hpp).
+  bool full_disruption() {
+    using TimePoint = actors::FullDisruption::TimePoint;
+    std::vector<TimePoint> heard;
+    std::vector<RegEntry*> live;
+    for (auto& [id, e] : registry_) {
+      if (e.down) continue;
+      live.push_back(&e);
+      heard.push_back(TimePoint{} + std::chrono::microseconds(e.last_heard));
+    }
+    std::vector<TimePoint*> at;
+    for (auto& t : heard) at.push_back(&t);
+    const bool was = disruption_.since().has_value();
+    const bool hold = disruption_.update(at, TimePoint{} + std::chrono::microseconds(now_));
+    for (std::size_t i = 0; i < live.size(); ++i) {
+      live[i]->last_heard =
+          std::chrono::duration_cast<std::chrono::microseconds>(heard[i] - TimePoint{}).count();
+    }
+    if (hold && !was) SLOG("head: heard from no node: none is declared dead while none is heard");
+    if (!disruption_.since() && was) SLOG("head: heard from a node again");
+    return hold;
+  }
+
   void head_register(int idx, int agent_pid) {
     Node& n = node(idx);
     for (auto& [id, e] : registry_) {
@@ -834,6 +863,7 @@ class Simulation {
         Node& n = node(idx);
         if (n.id.empty()) {
           n.id = id;
+          n.last_reply = now_;
           ++n.register_token;
           SLOG("agent ", n.name, ": registered as ", id);
           // As WorkerAgent::on_registered: trainers started for an incarnation the head has
@@ -861,6 +891,27 @@ class Simulation {
     it->second.last_heard = now_;
     for (const auto& [name, step] : counters) job_.progress(name, step);
     dispatch();
+    send(0, agent_pid, idx, [this, idx, agent_pid, id] {
+      agent_input(idx, agent_pid,
+                  [this, idx, agent_pid, id] { agent_heard_head(idx, agent_pid, id); });
+    });
+  }
+
+  // A heartbeat reply. As NodeAgent: one after replies went missing (an ask timed out: no reply
+  // for a heartbeat timeout after a beat) is the head answering again, and the agent reports
+  // again the exits it reported since (WorkerAgent::on_head_answers_again).
+  void agent_heard_head(int idx, int agent_pid, const std::string& id) {
+    Node& n = node(idx);
+    if (!n.up || n.agent_pid != agent_pid || n.id != id) return;
+    const Us since = n.last_reply;
+    n.last_reply = now_;
+    if (now_ - since <= ms(cfg_.heartbeat_timeout_ms + cfg_.heartbeat_interval_ms)) return;
+    SLOG("agent ", n.name, ": the head answers again");
+    for (auto& [pid, q] : procs_) {
+      if (q.node == idx && !q.alive && q.agent_pid == agent_pid && q.exited_at >= since) {
+        report_exit(q, q.exit_code, q.exit_reason);
+      }
+    }
   }
 
   void head_tick() {
@@ -870,8 +921,9 @@ class Simulation {
     }
     job_.tick(head_now());
     dispatch();
+    const bool hold = full_disruption();
     for (auto& [id, e] : registry_) {
-      if (!e.down && now_ - e.last_heard > ms(cfg_.heartbeat_timeout_ms)) {
+      if (!e.down && !hold && now_ - e.last_heard > ms(cfg_.heartbeat_timeout_ms)) {
         e.down = true;
         SLOG("head: node_down ", id, " (no heartbeat)");
         job_.node_down(id, "no heartbeat for " + std::to_string(cfg_.heartbeat_timeout_ms) + " ms",
@@ -1850,6 +1902,10 @@ class Simulation {
     last_fault_end_ = std::max(last_fault_end_, now_ + ms(outage_ms));
     at(now_ + ms(outage_ms), [this] {
       head_up_ = true;
+      disruption_ =
+          actors::FullDisruption(std::chrono::milliseconds(2 * cfg_.heartbeat_interval_ms),
+                                 std::chrono::milliseconds(cfg_.heartbeat_timeout_ms),
+                                 std::chrono::milliseconds(cfg_.full_disruption_hold_ms));
       store_below_ = std::max(store_below_, crashed_generation_ + 1);
       if (job_.finished()) {
         // A job that ended is the JobManager's to report (it persisted the outcome); no
@@ -1919,6 +1975,25 @@ class Simulation {
         ++killed;
       }
       note_fault(f.kind, false, std::to_string(killed) + " trainer processes");
+      return;
+    }
+    if (f.kind == FaultKind::kIsolateHead) {
+      const Us d = ms(std::max<std::int64_t>(1, f.duration_ms));
+      note_fault(f.kind, false, "head <-> every node for " + std::to_string(f.duration_ms) + " ms");
+      const std::size_t cut = nodes_.size();  // nodes that join meanwhile reach the head
+      for (std::size_t i = 0; i < cut; ++i) {
+        mark_fault(static_cast<int>(i));
+        ++node(static_cast<int>(i)).head_cut;
+      }
+      last_fault_end_ = std::max(last_fault_end_, now_ + d);
+      at(now_ + d, [this, cut] {
+        for (std::size_t i = 0; i < cut; ++i) {
+          --node(static_cast<int>(i)).head_cut;
+          mark_fault(static_cast<int>(i));
+        }
+        SLOG("fault: the head's network is back");
+        complete_all();
+      });
       return;
     }
     if (f.kind == FaultKind::kFailCheckpoint) {
@@ -2141,6 +2216,10 @@ class Simulation {
 
   // ---------------------------------------------------------------- state
   SimConfig cfg_;
+  // After cfg_, which it is made from.
+  actors::FullDisruption disruption_{std::chrono::milliseconds(2 * cfg_.heartbeat_interval_ms),
+                                     std::chrono::milliseconds(cfg_.heartbeat_timeout_ms),
+                                     std::chrono::milliseconds(cfg_.full_disruption_hold_ms)};
   std::mt19937_64 rng_;
   ElasticJob job_;
   SimResult result_;
@@ -2219,6 +2298,7 @@ SimResult Simulation::run() {
     n.up = true;
     n.agent_pid = ++pid_counter_;
     n.id = n.name + "#" + std::to_string(++incarnations_[i]);
+    n.last_reply = 0;
     registry_[n.id] = RegEntry{n.id, i, n.agent_pid, 0, false};
     job_.node_up(n.id, n.name, 0);
     const int agent = n.agent_pid;
@@ -2428,6 +2508,23 @@ SimConfig random_config(std::uint64_t seed) {
       f.at_step = uniform(head_rng, std::max<std::int64_t>(1, n - 2), n);
     }
     f.duration_ms = uniform(head_rng, 200, 5000);
+    c.faults.push_back(f);
+  }
+  // The head's own network down for a while, from a stream of its own too: shorter and longer
+  // than the heartbeat timeout.
+  std::mt19937_64 isolate_rng(seed * 0x2545f4914f6cdd1dULL + 59);
+  if (chance(isolate_rng, 0.2)) {
+    Fault f;
+    f.kind = FaultKind::kIsolateHead;
+    const auto when = uniform(isolate_rng, 0, 9);
+    if (when <= 2) {
+      f.at_ms = uniform(isolate_rng, 0, 2000);
+    } else if (when <= 7) {
+      f.at_step = uniform(isolate_rng, 1, n);
+    } else {
+      f.at_step = uniform(isolate_rng, std::max<std::int64_t>(1, n - 2), n);
+    }
+    f.duration_ms = uniform(isolate_rng, 500, 4 * c.heartbeat_timeout_ms);
     c.faults.push_back(f);
   }
   // Checkpoints, and every trainer killed at once, from a stream of their own too. The kill

@@ -46,6 +46,8 @@ enum class FaultKind {
                      // rendezvous store is empty, messages to the old process are lost
   kKillAllTrainers,  // SIGKILL every trainer process at once (their agents report the exits):
                      // no trainer holds the job's state, which must resume from a checkpoint
+  kIsolateHead,      // the head's own network is down for a while: head <-> every node cut,
+                     // the nodes and their trainers still reach each other
   kCount
 };
 const char* to_string(FaultKind kind);
@@ -82,6 +84,9 @@ struct SimConfig {
   // Cluster.
   std::int64_t heartbeat_interval_ms = 500;
   std::int64_t heartbeat_timeout_ms = 3000;
+  // The head's full-disruption rule (MembershipConfig::full_disruption_hold), run by the
+  // simulated registry as by the head's: no node declared dead while none is heard.
+  std::int64_t full_disruption_hold_ms = 5 * 60 * 1000;
   std::int64_t tick_ms = 100;
   // The trainer's process-group timeout (max(heartbeat timeout, 30 s)): how long a wait in a
   // collective lasts unless a newer rendezvous gives it up first.

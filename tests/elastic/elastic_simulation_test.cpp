@@ -422,6 +422,32 @@ TEST(ElasticScenario, LeaderAgentFrozenWhileItsTrainerRuns) {
   expect_succeeded(r, c);
 }
 
+// The head's own network goes down for four heartbeat timeouts mid-job while the trainers
+// still reach each other: the head hears no node, declares none dead (the full-disruption
+// rule), writes off no trainer for the probes that went into the outage, and the same three
+// trainers finish the job. With the rule off every node is declared dead, every trainer is
+// written off with the state it held, and the job, which writes no checkpoint, fails.
+TEST(ElasticScenario, AHeadCutOffFromEveryNodeLosesNoTrainer) {
+  for (const bool rule : {true, false}) {
+    SCOPED_TRACE(rule ? "with the full-disruption rule" : "without it");
+    SimConfig c = scenario(3, 1, 3, 120);
+    if (!rule) c.full_disruption_hold_ms = 0;
+    Fault f = at_step(FaultKind::kIsolateHead, 50, false);
+    f.duration_ms = 4 * c.heartbeat_timeout_ms;
+    c.faults.push_back(f);
+    SimResult r = run_simulation(c);
+    EXPECT_EQ(r.stats.injected[static_cast<int>(FaultKind::kIsolateHead)], 1);
+    if (rule) {
+      expect_succeeded(r, c);
+      EXPECT_EQ(r.stats.spawns, 3) << "a trainer was written off and replaced";
+    } else {
+      expect_ok(r);
+      EXPECT_EQ(r.state, "failed");
+      EXPECT_GT(r.stats.spawns, 3);
+    }
+  }
+}
+
 // The leader's report that it finished is lost: it resends, and the job still succeeds.
 // The leader's node loses its agent and trainer together, so no agent reports the exit. When
 // the machine stays up (kill -9 of the worker), its kernel resets the connections, the probe

@@ -3,13 +3,16 @@
 // down). The node is declared dead, the job goes on with the two nodes on the head's side, and
 // when the link returns the node rejoins as a new incarnation; the job completes every step, its
 // final parameters those of a calm run (float64, to kExactTolerance). The same for an
-// asynchronous job whose parameter server is on the cut-off node.
+// asynchronous job whose parameter server is on the cut-off node. And the head cut off from
+// every node at once: it declares none dead, and the jobs keep their trainers.
 // Skipped, with the reason, where network namespaces cannot be created.
 
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
+#include <map>
 #include <thread>
 
 #include "tests/support/job_run.hpp"
@@ -117,6 +120,147 @@ TEST(JobPartition, APartitionedNodeIsLeftBehindAndRejoinsWhenTheLinkReturns) {
   }
   EXPECT_EQ(previous, kSteps);
   calm.expect_equal(summary->at("checkpoint").get<std::string>());
+}
+
+// The head's own network goes down for several heartbeat timeouts while every node and every
+// trainer is on the other side: the head hears nobody, but nothing says the nodes are gone (they
+// train on among themselves). It declares none of them dead and writes off no trainer for the
+// probes that went into the outage. When the link returns the same nodes (same ids) finish the
+// job, every step committed once, its final parameters those of a calm run. With `kill_one`,
+// w3's trainer is killed while the link is down: its agent reports the exit again once the
+// head answers, and the job replaces that one trainer alone.
+void cut_the_head_off(bool kill_one) {
+  NetworkPair network;
+  std::string why;
+  if (!network.create(&why)) GTEST_SKIP() << "partition test skipped: " << why;
+  CalmRun calm(kJob, kSteps);
+  NamespacedCluster cluster(network, 200ms, 1500ms);
+  std::map<std::string, ChildProcess*> workers;
+  for (const auto* name : {"w1", "w2", "w3"}) {
+    workers[name] = &cluster.start_worker(name, Side::kWorker);
+  }
+  ASSERT_TRUE(cluster.wait_for_status(
+      [](const auto& s) {
+        return s.state("w1") == "alive" && s.state("w2") == "alive" && s.state("w3") == "alive";
+      },
+      20s))
+      << cluster.last_status_text();
+  auto before = cluster.status();
+  ASSERT_TRUE(before);
+
+  ScratchDir dir("partition-head");
+  auto run_dir = dir.path() / "run";
+  auto submitted = cluster.run({"submit", dir.write("job.toml", kJob).string(), "--run-dir",
+                                run_dir.string()});
+  ASSERT_EQ(submitted.status.code, 0) << submitted.err;
+  ASSERT_TRUE(wait_for_event(run_dir, [](const Json& e) {
+    return e.value("event", "") == "step" && e.at("step").get<int>() >= 10 &&
+           e.at("batches").size() == 3;
+  }, 60s)) << tail_of(run_dir);
+  const std::string job_id = read_events(run_dir).front().at("job_id").get<std::string>();
+
+  network.set_link_up(false);
+  std::this_thread::sleep_for(2500ms);  // heartbeat timeout 1.5 s
+  if (kill_one) {
+    pid_t victim = 0;
+    for (const auto& p : job_trainer_processes(job_id)) {
+      if (p.command_line.find("-w3-") != std::string::npos) victim = p.pid;
+    }
+    ASSERT_GT(victim, 0) << describe(job_trainer_processes(job_id));
+    ASSERT_EQ(::kill(victim, SIGKILL), 0);
+  }
+  std::this_thread::sleep_for(2500ms);
+  network.set_link_up(true);
+  auto& head = cluster.head();
+  ASSERT_TRUE(head.wait_for_output("heard from no node", 10s, Stream::kStderr))
+      << head.describe();
+  if (kill_one) {
+    ASSERT_TRUE(workers["w3"]->wait_for_output("reporting again 1 trainer exit", 20s,
+                                               Stream::kStderr))
+        << workers["w3"]->describe();
+  }
+
+  std::optional<Json> summary;
+  wait_until([&] { return (summary = read_summary(run_dir)).has_value(); }, 120s, 200ms);
+  ASSERT_TRUE(summary) << tail_of(run_dir) << head.describe();
+  SCOPED_TRACE(summary->dump(2));
+  EXPECT_EQ(summary->at("status"), "succeeded");
+  EXPECT_EQ(summary->at("steps"), kSteps);
+  const auto events = read_events(run_dir);
+  EXPECT_EQ(expect_each_step_once(events, kSteps), kill_one ? 4 : 3)
+      << "trainers other than the killed one were started again";
+  for (const auto& e : events) {
+    if (e.value("event", "") != "trainer_gone") continue;
+    EXPECT_TRUE(kill_one && e.value("trainer", "").find("-w3-") != std::string::npos) << e;
+  }
+  calm.expect_equal(summary->at("checkpoint").get<std::string>());
+  auto after = cluster.status();
+  ASSERT_TRUE(after);
+  for (const auto* name : {"w1", "w2", "w3"}) {
+    EXPECT_EQ(after->nodes_named(name).size(), 1u) << name << " registered again";
+    EXPECT_EQ(after->state(name), "alive") << name;
+    EXPECT_EQ(after->node(name)->at("id"), before->node(name)->at("id")) << name;
+  }
+}
+
+TEST(JobPartition, AHeadCutOffFromEveryNodeKeepsTheNodesAndTheirTrainers) {
+  cut_the_head_off(false);
+}
+
+TEST(JobPartition, AHeadCutOffFromEveryNodeHearsOfATrainerThatDiedMeanwhile) {
+  cut_the_head_off(true);
+}
+
+// The same outage with an asynchronous job: the server and both workers on the far side of the
+// head's link, periodic checkpoints (so that the head pulls copies, which go unanswered while
+// the link is down). The head declares no node dead and restarts no shard: the same three
+// processes take every sample of every epoch once.
+TEST(JobPartition, AnAsynchronousJobKeepsItsProcessesWhileTheHeadIsCutOff) {
+  NetworkPair network;
+  std::string why;
+  if (!network.create(&why)) GTEST_SKIP() << "partition test skipped: " << why;
+  constexpr int kEpochs = 40;
+  const std::string job =
+      synthetic_asp_job("e2e-partition-head-asp", kEpochs) + "\n[checkpoint]\nevery = 20\n";
+  NamespacedCluster cluster(network, 200ms, 1500ms);
+  for (const auto* name : {"w1", "w2"}) {
+    cluster.start_worker(name, Side::kWorker, {"--slowdown", "4"});
+  }
+  ASSERT_TRUE(cluster.wait_for_status(
+      [](const auto& s) { return s.state("w1") == "alive" && s.state("w2") == "alive"; }, 20s))
+      << cluster.last_status_text();
+  ScratchDir dir("partition-head-asp");
+  auto run_dir = dir.path() / "run";
+  auto submitted = cluster.run({"submit", dir.write("job.toml", job).string(), "--run-dir",
+                                run_dir.string()});
+  ASSERT_EQ(submitted.status.code, 0) << submitted.err;
+  ASSERT_TRUE(wait_for_event(run_dir, [](const Json& e) {
+    return e.value("event", "") == "asp_interval" && e.at("step").get<int>() >= 20;
+  }, 90s)) << tail_of(run_dir);
+
+  network.set_link_up(false);
+  std::this_thread::sleep_for(5s);  // heartbeat timeout 1.5 s
+  network.set_link_up(true);
+  auto& head = cluster.head();
+  ASSERT_TRUE(head.wait_for_output("heard from no node", 10s, Stream::kStderr))
+      << head.describe();
+
+  std::optional<Json> summary;
+  wait_until([&] { return (summary = read_summary(run_dir)).has_value(); }, 150s, 200ms);
+  ASSERT_TRUE(summary) << tail_of(run_dir) << head.describe();
+  SCOPED_TRACE(summary->dump(2));
+  expect_every_sample_once(*summary, kEpochs);
+  int spawns = 0;
+  for (const auto& e : read_events(run_dir)) {
+    if (e.value("event", "") == "spawn") ++spawns;
+    EXPECT_NE(e.value("event", ""), "trainer_gone") << e;
+  }
+  EXPECT_EQ(spawns, 3) << "servers or workers were started again";
+  auto after = cluster.status();
+  ASSERT_TRUE(after);
+  for (const auto* name : {"w1", "w2"}) {
+    EXPECT_EQ(after->nodes_named(name).size(), 1u) << name << " registered again";
+  }
 }
 
 // An asynchronous job (mode = "asp") whose only server is on the partitioned node, with one of
