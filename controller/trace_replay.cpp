@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <deque>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -289,6 +290,34 @@ ReplayResult replay(const Trace& trace, const ReplayConfig& config) {
   int round_index = 0;
   double sum_ctrl = 0, sum_oracle = 0, sum_uniform = 0, all_ctrl = 0, all_oracle = 0;
   double since_ctrl = 0, since_oracle = 0, since_reference = 0;
+  // The measuring reference (ReplayResult::measuring_time_lost): its batches in force, per
+  // member, and per worker the per-sample times it observed since the worker's last change and
+  // its last estimate (kept while a change has left it no observation yet).
+  std::vector<int> measuring;
+  std::map<std::string, std::deque<double>> measured;
+  std::map<std::string, double> measured_estimate;
+  double since_measuring = 0;
+  auto measuring_plan = [&]() {
+    std::vector<CostModel> models;
+    double known = 0;
+    int count = 0;
+    for (const auto& m : members) {
+      if (const auto it = measured_estimate.find(m); it != measured_estimate.end()) {
+        known += it->second;
+        ++count;
+      }
+    }
+    for (std::size_t i = 0; i < members.size(); ++i) {
+      const auto it = measured_estimate.find(members[i]);
+      // A newcomer with nothing measured yet: the others' mean, else equal shares.
+      const double per_sample = it != measured_estimate.end() ? it->second
+                                : count > 0                   ? known / count
+                                                              : 1.0;
+      models.push_back(CostModel{truth[i].alpha, per_sample});
+    }
+    const std::vector<Bounds> bounds(members.size(), Bounds{cc.min_batch, cc.max_batch});
+    measuring = best_integer_split(models, bounds, trace.global_batch).batches;
+  };
   std::vector<int> reference;       // the reference's batches in force, per member
   std::vector<int> reference_next;  // ... and those it learns at reference_from
   std::int64_t reference_from = -1;
@@ -373,6 +402,7 @@ ReplayResult replay(const Trace& trace, const ReplayConfig& config) {
       }
       start_regime(next_boundary, cause);
       if (b.generation) {
+        measuring_plan();
         reference = oracle;
         reference_from = -1;
       } else {
@@ -386,6 +416,7 @@ ReplayResult replay(const Trace& trace, const ReplayConfig& config) {
         }
         reference_next = oracle;
         reference_from = seen + 2;
+        measured[b.change->worker].clear();  // the speed it measured is gone
       }
       out.regimes.back().concerned = concerned;
       rounds_in_regime = 0;
@@ -406,7 +437,7 @@ ReplayResult replay(const Trace& trace, const ReplayConfig& config) {
     // The step: every member's compute at its batch, the uniform split's and the oracle's,
     // under the same per-step noise.
     const std::vector<int> uniform = uniform_split(trace.global_batch, members.size());
-    double t_ctrl = 0, t_uniform = 0, t_oracle = 0, t_reference = 0;
+    double t_ctrl = 0, t_uniform = 0, t_oracle = 0, t_reference = 0, t_measuring = 0;
     for (std::size_t i = 0; i < members.size(); ++i) {
       const double f = noise_factor(rng, config.step_noise);
       noise_log[members[i]][step] = f;
@@ -415,13 +446,21 @@ ReplayResult replay(const Trace& trace, const ReplayConfig& config) {
       t_uniform = std::max(t_uniform, m.time(uniform[i]) * f);
       t_oracle = std::max(t_oracle, m.time(oracle[i]) * f);
       t_reference = std::max(t_reference, m.time(reference[i]) * f);
+      const double t = m.time(measuring[i]) * f;
+      t_measuring = std::max(t_measuring, t);
+      auto& seen = measured[members[i]];
+      seen.push_back((t - truth[i].alpha) / measuring[i]);
+      if (seen.size() > cc.throughput_window) seen.pop_front();
+      measured_estimate[members[i]] = *median(std::vector<double>(seen.begin(), seen.end()));
     }
+    measuring_plan();  // in force from the next step
     all_ctrl += t_ctrl;
     all_oracle += t_oracle;
     if (steady) {
       since_ctrl += t_ctrl;
       since_oracle += t_oracle;
       since_reference += t_reference;
+      since_measuring += t_measuring;
     }
     if (steady && round_index > settle_until_round) {
       sum_ctrl += t_ctrl;
@@ -491,6 +530,7 @@ ReplayResult replay(const Trace& trace, const ReplayConfig& config) {
   out.efficiency_all = all_ctrl > 0 ? all_oracle / all_ctrl : 0.0;
   out.time_lost = since_oracle > 0 ? since_ctrl / since_oracle - 1.0 : 0.0;
   out.reference_time_lost = since_oracle > 0 ? since_reference / since_oracle - 1.0 : 0.0;
+  out.measuring_time_lost = since_oracle > 0 ? since_measuring / since_oracle - 1.0 : 0.0;
   out.time_lost_to_reference = since_reference > 0 ? since_ctrl / since_reference - 1.0 : 0.0;
   out.speedup_over_uniform = sum_ctrl > 0 ? sum_uniform / sum_ctrl : 0.0;
   out.ideal_speedup = sum_oracle > 0 ? sum_uniform / sum_oracle : 0.0;

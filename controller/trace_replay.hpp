@@ -133,6 +133,15 @@ struct ReplayResult {
   // plus the two steps a plan takes to apply (a generation's members and their speeds it knows
   // at once, as the oracle does). What it loses against the oracle no such controller avoids.
   double reference_time_lost = 0;      // sum reference / sum oracle - 1, the steps of time_lost
+  // The measuring reference: it knows the step at which each speed changes (and every
+  // generation's members) but not the new speed, which it measures as any controller must: the
+  // median per-sample time of the steps it ran at its own batches since the worker's last
+  // change (at most the controller's throughput window of them), the same noise included. It
+  // plans the best integer split under those estimates after every step, in force at the next,
+  // with no deadband and no gate. What it loses against the oracle is what measuring the
+  // speeds costs when changes are found at once; a reference, not a bound (where the recorded
+  // speeds drift, a controller that plans less often can lose less).
+  double measuring_time_lost = 0;      // sum measuring / sum oracle - 1, the steps of time_lost
   double time_lost_to_reference = 0;   // sum controller / sum reference - 1, the same steps
   double speedup_over_uniform = 0;     // sum uniform / sum controller, steady
   double ideal_speedup = 0;            // sum uniform / sum oracle, steady: the ideal this run's

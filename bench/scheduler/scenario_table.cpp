@@ -4,7 +4,9 @@
 // step noise over --seeds seeds. Per scenario: the time lost against the oracle that knows each
 // speed from the step it changes (median and worst), against the reference that learns each
 // change from the changed worker's first heartbeat window after it (median and worst), and the
-// reference's own loss against the oracle (median), the steps each change took to be followed
+// reference's own loss against the oracle (median), the measuring reference's loss against the
+// oracle (it knows when each speed changes and measures the new speed from the steps it runs:
+// ReplayResult::measuring_time_lost; median and worst), the steps each change took to be followed
 // (from the change to the first step run with a plan that follows it; worst over seeds, per
 // kind of change: two control rounds are 2 x --interval steps), and plan changes per 100
 // steady steps (mean, worst).
@@ -168,19 +170,21 @@ int main(int argc, char** argv) {
   const Trace base = parse_trace(in, file.substr(file.rfind('/') + 1));
   std::printf(
       "| scenario | extra step noise | time lost, median (worst) | against the reference, "
-      "median (worst) | the reference's own | steps to follow, worst per kind of change | "
+      "median (worst) | the reference's own | the measuring reference's own, median (worst) | "
+      "steps to follow, worst per kind of change | "
       "plan changes / 100 steady steps, mean (worst) |\n"
-      "|---|---|---|---|---|---|---|\n");
+      "|---|---|---|---|---|---|---|---|\n");
   for (const ScenarioConfig& sc : scenarios(steps, base.generations.front().members)) {
     const Trace t = make_scenario(base, sc);
     for (double noise : {0.0, 0.2}) {
-      std::vector<double> lost, to_reference, reference, churn;
+      std::vector<double> lost, to_reference, reference, measuring, churn;
       std::map<std::string, int> follow;  // kind of change -> worst rounds (-1: never)
       for (int seed = 1; seed <= seeds; ++seed) {
         const ReplayResult r = replay(t, make(noise, seed, interval));
         lost.push_back(r.time_lost);
         to_reference.push_back(r.time_lost_to_reference);
         reference.push_back(r.reference_time_lost);
+        measuring.push_back(r.measuring_time_lost);
         churn.push_back(r.changes_per_100_steps);
         for (std::size_t k = 1; k < r.regimes.size(); ++k) {
           const std::string kind = kind_of(r.regimes[k].cause);
@@ -190,7 +194,9 @@ int main(int argc, char** argv) {
         }
         if (noise == 0.0) break;  // the recorded noise alone: one replay says it all
       }
-      for (auto* v : {&lost, &to_reference, &reference}) std::sort(v->begin(), v->end());
+      for (auto* v : {&lost, &to_reference, &reference, &measuring}) {
+        std::sort(v->begin(), v->end());
+      }
       double mean_churn = 0;
       for (double c : churn) mean_churn += c / static_cast<double>(churn.size());
       std::string rounds;
@@ -199,11 +205,13 @@ int main(int argc, char** argv) {
                   (f < 0 ? std::string("never") : std::to_string(f));
       }
       const std::size_t mid = lost.size() / 2;
-      std::printf("| %s | %s | %.2f%% (%.2f%%) | %.2f%% (%.2f%%) | %.2f%% | %s | %.2f (%.2f) |\n",
-                  std::string(to_string(sc.kind)).c_str(), noise > 0 ? "20%" : "none",
-                  100 * lost[mid], 100 * lost.back(), 100 * to_reference[mid],
-                  100 * to_reference.back(), 100 * reference[mid], rounds.c_str(), mean_churn,
-                  *std::max_element(churn.begin(), churn.end()));
+      std::printf(
+          "| %s | %s | %.2f%% (%.2f%%) | %.2f%% (%.2f%%) | %.2f%% | %.2f%% (%.2f%%) | %s | %.2f "
+          "(%.2f) |\n",
+          std::string(to_string(sc.kind)).c_str(), noise > 0 ? "20%" : "none", 100 * lost[mid],
+          100 * lost.back(), 100 * to_reference[mid], 100 * to_reference.back(),
+          100 * reference[mid], 100 * measuring[mid], 100 * measuring.back(), rounds.c_str(),
+          mean_churn, *std::max_element(churn.begin(), churn.end()));
     }
   }
   return 0;

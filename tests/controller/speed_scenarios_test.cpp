@@ -206,6 +206,9 @@ TEST(SpeedScenarios, ReplayOfAKnownStepChangeScoresAsComputedByHand) {
   // The quick level sees a at a third of its speed after two windows (steps 201-208), the
   // round runs at once and its plan applies two steps later: 9 steps at the old plan.
   EXPECT_EQ(r.regimes[1].steps_to_follow, 9) << r.describe();
+  // The measuring reference knows the change at step 201 but not a's new speed: it runs that
+  // step at the old plan, measures 3 ms a sample, and runs the new oracle plan from step 202.
+  EXPECT_NEAR(r.measuring_time_lost, 1 * (0.6 - 0.36) / oracle, 1e-9) << r.describe();
 }
 
 std::vector<ScenarioConfig> recorded_scenarios() {
