@@ -1183,9 +1183,9 @@ void ElasticJob::heard_from(Trainer& t, std::int64_t generation, Millis now) {
 void ElasticJob::reprobe_after_silence(const std::string& heard, Millis now) {
   // Every member of the generation had missed a probe: nobody answered the head, which more
   // likely lost its own network (or its node's) than every trainer at once. The misses say
-  // nothing about the others once one is heard again, and counted against them, its answer
-  // wrote off every other trainer of a job whose trainers had gone on among themselves. So
-  // they are asked again; a trainer that misses this probe goes as before.
+  // nothing about the others once one is heard again: counted against them, its answer would
+  // write off every other trainer of a job whose trainers went on among themselves. So they
+  // are asked again; a trainer that misses this probe goes as before.
   std::vector<std::string> silent;
   for (const auto& name : members_) {
     const Trainer& m = trainers_.at(name);
