@@ -2434,6 +2434,19 @@ void Simulation::judge() {
   for (auto& [pid, p] : procs_) check_replica(p, "at the end");
 }
 
+// When a drawn fault fires: during the first formation (30%), during training (50%) or near the
+// end (20%) of a job of `steps` steps.
+void draw_moment(std::mt19937_64& rng, std::int64_t steps, Fault& f) {
+  const auto when = uniform(rng, 0, 9);
+  if (when <= 2) {
+    f.at_ms = uniform(rng, 0, 2000);
+  } else if (when <= 7) {
+    f.at_step = uniform(rng, 1, steps);
+  } else {
+    f.at_step = uniform(rng, std::max<std::int64_t>(1, steps - 2), steps);
+  }
+}
+
 }  // namespace
 
 SimConfig random_config(std::uint64_t seed) {
@@ -2474,14 +2487,7 @@ SimConfig random_config(std::uint64_t seed) {
     Fault f;
     // Head restarts are drawn below, from their own stream.
     f.kind = static_cast<FaultKind>(uniform(rng, 0, static_cast<int>(FaultKind::kRestartHead) - 1));
-    const auto when = uniform(rng, 0, 9);
-    if (when <= 2) {
-      f.at_ms = uniform(rng, 0, 2000);  // during the first formation
-    } else if (when <= 7) {
-      f.at_step = uniform(rng, 1, n);  // during training
-    } else {
-      f.at_step = uniform(rng, std::max<std::int64_t>(1, n - 2), n);  // near the end
-    }
+    draw_moment(rng, n, f);
     f.leader = chance(rng, 0.5);
     f.duration_ms = chance(rng, 0.5) ? uniform(rng, 200, 2500) : uniform(rng, 2500, 6000);
     f.restart_after_ms = chance(rng, 0.8) ? uniform(rng, 500, 8000) : -1;
@@ -2499,14 +2505,7 @@ SimConfig random_config(std::uint64_t seed) {
   if (chance(head_rng, 0.3)) {
     Fault f;
     f.kind = FaultKind::kRestartHead;
-    const auto when = uniform(head_rng, 0, 9);
-    if (when <= 2) {
-      f.at_ms = uniform(head_rng, 0, 2000);
-    } else if (when <= 7) {
-      f.at_step = uniform(head_rng, 1, n);
-    } else {
-      f.at_step = uniform(head_rng, std::max<std::int64_t>(1, n - 2), n);
-    }
+    draw_moment(head_rng, n, f);
     f.duration_ms = uniform(head_rng, 200, 5000);
     c.faults.push_back(f);
   }
@@ -2516,14 +2515,7 @@ SimConfig random_config(std::uint64_t seed) {
   if (chance(isolate_rng, 0.2)) {
     Fault f;
     f.kind = FaultKind::kIsolateHead;
-    const auto when = uniform(isolate_rng, 0, 9);
-    if (when <= 2) {
-      f.at_ms = uniform(isolate_rng, 0, 2000);
-    } else if (when <= 7) {
-      f.at_step = uniform(isolate_rng, 1, n);
-    } else {
-      f.at_step = uniform(isolate_rng, std::max<std::int64_t>(1, n - 2), n);
-    }
+    draw_moment(isolate_rng, n, f);
     f.duration_ms = uniform(isolate_rng, 500, 4 * c.heartbeat_timeout_ms);
     c.faults.push_back(f);
   }
