@@ -1902,10 +1902,7 @@ class Simulation {
     last_fault_end_ = std::max(last_fault_end_, now_ + ms(outage_ms));
     at(now_ + ms(outage_ms), [this] {
       head_up_ = true;
-      disruption_ =
-          actors::FullDisruption(std::chrono::milliseconds(2 * cfg_.heartbeat_interval_ms),
-                                 std::chrono::milliseconds(cfg_.heartbeat_timeout_ms),
-                                 std::chrono::milliseconds(cfg_.full_disruption_hold_ms));
+      disruption_ = fresh_disruption_rule();  // a new head process knows of no outage
       store_below_ = std::max(store_below_, crashed_generation_ + 1);
       if (job_.finished()) {
         // A job that ended is the JobManager's to report (it persisted the outcome); no
@@ -2216,10 +2213,13 @@ class Simulation {
 
   // ---------------------------------------------------------------- state
   SimConfig cfg_;
-  // After cfg_, which it is made from.
-  actors::FullDisruption disruption_{std::chrono::milliseconds(2 * cfg_.heartbeat_interval_ms),
-                                     std::chrono::milliseconds(cfg_.heartbeat_timeout_ms),
-                                     std::chrono::milliseconds(cfg_.full_disruption_hold_ms)};
+  // The head's rule as its MembershipTable makes it: quiet after two missed beats.
+  actors::FullDisruption fresh_disruption_rule() const {
+    return actors::FullDisruption(std::chrono::milliseconds(2 * cfg_.heartbeat_interval_ms),
+                                  std::chrono::milliseconds(cfg_.heartbeat_timeout_ms),
+                                  std::chrono::milliseconds(cfg_.full_disruption_hold_ms));
+  }
+  actors::FullDisruption disruption_ = fresh_disruption_rule();  // after cfg_, made from it
   std::mt19937_64 rng_;
   ElasticJob job_;
   SimResult result_;
