@@ -14,6 +14,7 @@ ControllerConfig for_step_observations(ControllerConfig config) {
   config.provisional_observations = 12;
   config.change.quick_run = 3;
   config.change.quick_spread_z = 3.0;
+  config.persist_z = 1.5;
   return config;
 }
 
@@ -37,6 +38,7 @@ void ControllerConfig::validate() const {
   if (!(noise_z >= 0.0) || !std::isfinite(noise_z)) fail("noise_z must be >= 0");
   if (!(prior_noise >= 0.0 && prior_noise < 1.0)) fail("prior_noise must be in [0, 1)");
   if (!(persist_gain >= 0.0 && persist_gain < 1.0)) fail("persist_gain must be in [0, 1)");
+  if (!(persist_z >= 0.0) || !std::isfinite(persist_z)) fail("persist_z must be >= 0");
   affine.validate();
   try {
     change.validate();
@@ -199,15 +201,37 @@ BatchPlan BatchController::plan(PlanTrigger trigger) {
     const bool real = gain_exceeds(d.current_step_time, d.target_step_time,
                                    config_.persist_gain + d.noise_gain);
     held_rounds_ = real ? held_rounds_ + 1 : 0;
-    if (held_rounds_ >= config_.persist_rounds) {
+    // The same gain at the lower persist_z, held while every worker made a whole throughput
+    // window of fresh observations (ControllerConfig::persist_z): the rounds' estimates then
+    // no longer share the observations the run began with.
+    const double z_held = std::min(config_.persist_z, z);
+    const bool likely =
+        z_held > 0.0 && gain_exceeds(d.current_step_time, d.target_step_time,
+                                     config_.persist_gain + d.noise_gain * z_held / z);
+    if (!likely) {
+      held_seen_.clear();
+    } else if (held_seen_.empty()) {
+      for (const Worker& w : workers_) held_seen_.push_back(w.seen);
+    }
+    bool held_a_window = !held_seen_.empty();
+    for (std::size_t i = 0; i < held_seen_.size(); ++i) {
+      held_a_window =
+          held_a_window && workers_[i].seen - held_seen_[i] >= config_.throughput_window;
+    }
+    if (held_rounds_ >= config_.persist_rounds || held_a_window) {
       params.deadband = config_.persist_gain;
+      if (held_rounds_ < config_.persist_rounds) params.noise_z = z_held;
       d = decide_plan(v, params);
       persisted = d.changed;
     }
   } else {
     held_rounds_ = 0;
+    held_seen_.clear();
   }
-  if (d.changed) held_rounds_ = 0;
+  if (d.changed) {
+    held_rounds_ = 0;
+    held_seen_.clear();
+  }
 
   BatchPlan p;
   p.keys.reserve(workers_.size());

@@ -54,6 +54,14 @@ struct ControllerConfig {
   // deadband is at most persist_gain (the deadband alone decides then).
   std::size_t persist_rounds = 3;
   double persist_gain = 0.02;
+  // A lower bar for a gain that lasts: a predicted gain above persist_gain plus the gate's
+  // threshold at persist_z (instead of noise_z) standard errors, in every round while each
+  // worker made `throughput_window` fresh observations, replaces the plan all the same. By then
+  // the estimates share no observation with those the run began with, so two windows say the
+  // same, where one window's 2 standard errors are often noise. Under a gate of 4 standard
+  // errors a plan 5% off was held for hundreds of steps in the replays of 20% step noise.
+  // 0: off (only the rule above). Needs persist_rounds > 0, like the rule above.
+  double persist_z = 0.0;
 
   // Throws std::invalid_argument naming the first impossible setting (B < min_batch,
   // min_batch > max_batch, deadband or gain out of range, ...).
@@ -66,8 +74,9 @@ struct ControllerConfig {
 // waited for is one step now. So twice the observations in the throughput window (48), a noise
 // gate at 4 standard errors instead of 3.5, a first plan provisional until every worker has 12
 // observations instead of 3, and a large change caught after three observations beyond 3
-// spreads instead of two beyond 4. Chosen by replaying recordings that hold both (the same
-// runs' windows and steps): docs/benchmarks.md, "Following speed changes".
+// spreads instead of two beyond 4, and a gain held across a fresh window of 48 observations
+// replacing the plan at 1.5 standard errors (persist_z). Chosen by replaying recordings that
+// hold both (the same runs' windows and steps): docs/benchmarks.md, "Following speed changes".
 ControllerConfig for_step_observations(ControllerConfig config);
 
 // What a plan() call is for. A periodic control round is one round of the smoothing across
@@ -185,6 +194,9 @@ class BatchController {
   bool membership_changed_ = false;
   bool speed_changed_ = false;   // a quick-level change of speed since the last plan()
   std::size_t held_rounds_ = 0;  // rounds in a row the deadband held a real gain (persist_*)
+  // Each worker's `seen` when the rounds in a row with a gain at persist_z began; empty when
+  // the last round had none.
+  std::vector<std::size_t> held_seen_;
 };
 
 }  // namespace omnilearn::scheduler
