@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 namespace omnilearn::state {
@@ -103,9 +104,12 @@ class EtcdStore final : public StateStore {
         state_prefix_(options_.prefix + "/state/"),
         leader_key_(options_.prefix + "/leader") {
     if (options_.endpoints.empty()) throw StateStoreError("etcd: no endpoints given");
+    // The lease runs on etcd's side from when the grant reaches it: counted here from the ask.
+    const auto asked = Clock::now();
     lease_ = as_int(call("/v3/lease/grant", {{"TTL", options_.lease_ttl.count()}}).at("ID"));
-    last_renewed_ = Clock::now();
+    last_renewed_ = asked;
     keeper_ = std::thread([this] { keep_lease(); });
+    watchdog_ = std::thread([this] { watch_deadline(); });
     try {
       campaign();
     } catch (...) {
@@ -222,28 +226,53 @@ class EtcdStore final : public StateStore {
     }
   }
 
-  // Renews the lease a third of the TTL apart. The lease is lost when etcd says so, and also
-  // when this process could not renew it for a whole TTL (frozen, or cut off): by then etcd may
-  // have expired it and elected another head, so this one must stop acting without asking.
+  // The lease is lost when etcd says so, and also when this process could not renew it for
+  // nearly a whole TTL (frozen, or cut off): etcd may then expire it and elect another head,
+  // and this one must have stopped acting by then, without asking. Hence the deadline: a tenth
+  // of the TTL (at most 500 ms) before the TTL is out, counted from when the last renewal was
+  // sent (etcd counts from when it arrived), kept by a thread of its own that no renewal holds
+  // up (one that gets no answer waits out its connect and read timeouts: seconds, with several
+  // members).
+  std::chrono::milliseconds valid_for() const {
+    using std::chrono::milliseconds;
+    const auto ttl = std::chrono::duration_cast<milliseconds>(options_.lease_ttl);
+    return ttl - std::min(ttl / 10, milliseconds(500));
+  }
+
+  void watch_deadline() {
+    std::unique_lock lock(mutex_);
+    while (!stopping_ && !lost_) {
+      const auto deadline = last_renewed_ + valid_for();
+      if (Clock::now() < deadline) {
+        // Woken early by a renewal (a later deadline) or by stop.
+        wake_.wait_until(lock, deadline);
+        continue;
+      }
+      const double silent = std::chrono::duration<double>(Clock::now() - last_renewed_).count();
+      lock.unlock();
+      deposed(
+          fmt::format("the etcd lease was not renewed for {:.1f} s (its TTL is {} s, after "
+                      "which etcd may elect another head)",
+                      silent, options_.lease_ttl.count()));
+      return;
+    }
+  }
+
+  // Renews the lease a third of the TTL apart, until it is lost or the store stops.
   void keep_lease() {
     const auto period =
         std::chrono::duration_cast<std::chrono::milliseconds>(options_.lease_ttl) / 3;
     std::unique_lock lock(mutex_);
-    while (!stopping_) {
-      wake_.wait_for(lock, std::chrono::milliseconds(100), [this] { return stopping_; });
-      if (stopping_) return;
+    while (!stopping_ && !lost_) {
+      wake_.wait_until(lock, last_attempt_ + period, [this] { return stopping_ || lost_; });
+      if (stopping_ || lost_) return;
       const auto now = Clock::now();
-      if (now - last_renewed_ > options_.lease_ttl) {
-        lock.unlock();
-        deposed(fmt::format("the etcd lease was not renewed for {:.1f} s (more than its TTL)",
-                            std::chrono::duration<double>(now - last_renewed_).count()));
-        return;
-      }
-      if (now - last_attempt_ < period) continue;
       last_attempt_ = now;
+      const auto deadline = last_renewed_ + valid_for();
       lock.unlock();
       try {
-        auto answer = call("/v3/lease/keepalive", {{"ID", std::to_string(lease_)}});
+        // Not waited for past the deadline: the lease is lost by then anyway.
+        auto answer = call("/v3/lease/keepalive", {{"ID", std::to_string(lease_)}}, deadline);
         const auto ttl = as_int(answer.at("result").value("TTL", Json()));
         if (ttl <= 0) {
           deposed("etcd expired this head's lease");
@@ -251,8 +280,9 @@ class EtcdStore final : public StateStore {
         }
         lock.lock();
         last_renewed_ = now;  // counted from the ask, as the lease is on etcd's side
+        wake_.notify_all();   // the watchdog's deadline moved
       } catch (const std::exception&) {
-        lock.lock();  // tried again at the next period, until the TTL is out
+        lock.lock();  // tried again at the next period, until the deadline
       }
     }
   }
@@ -267,6 +297,7 @@ class EtcdStore final : public StateStore {
         first = true;
       }
     }
+    wake_.notify_all();  // the keeper and the watchdog end
     if (first && leader_revision_ != 0 && options_.on_deposed) options_.on_deposed(why);
   }
 
@@ -277,20 +308,33 @@ class EtcdStore final : public StateStore {
     }
     wake_.notify_all();
     if (keeper_.joinable()) keeper_.join();
+    if (watchdog_.joinable()) watchdog_.join();
   }
 
   // POSTs `body` to one member after another until one answers; throws StateStoreError naming
-  // every member's failure.
-  Json call(const std::string& path, const Json& body) {
+  // every member's failure. With a `deadline`, no member is asked, nor waited for, past it.
+  Json call(const std::string& path, const Json& body,
+            std::optional<Clock::time_point> deadline = std::nullopt) {
+    using std::chrono::milliseconds;
     std::string failures;
     const auto text = body.dump();
     for (std::size_t n = 0; n < options_.endpoints.size(); ++n) {
       const std::size_t i = (preferred_.load() + n) % options_.endpoints.size();
       const auto& endpoint = options_.endpoints[i];
+      auto connect = milliseconds(1000), transfer = milliseconds(3000);
+      if (deadline) {
+        const auto left = std::chrono::duration_cast<milliseconds>(*deadline - Clock::now());
+        if (left <= milliseconds(0)) {
+          failures += fmt::format("; {}: not asked, the deadline had passed", endpoint);
+          continue;
+        }
+        connect = std::min(connect, left);
+        transfer = std::min(transfer, left);
+      }
       httplib::Client client("http://" + endpoint);
-      client.set_connection_timeout(1, 0);
-      client.set_read_timeout(3, 0);
-      client.set_write_timeout(3, 0);
+      client.set_connection_timeout(connect);
+      client.set_read_timeout(transfer);
+      client.set_write_timeout(transfer);
       auto result = client.Post(path, text, "application/json");
       if (!result) {
         failures += fmt::format("; {}: {}", endpoint, httplib::to_string(result.error()));
@@ -329,6 +373,7 @@ class EtcdStore final : public StateStore {
   Clock::time_point last_renewed_;
   Clock::time_point last_attempt_{};
   std::thread keeper_;
+  std::thread watchdog_;  // deposes this head at the lease's deadline (watch_deadline)
 };
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include "state/etcd_store.hpp"
 
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -117,6 +118,34 @@ TEST_F(EtcdStoreTest, AHeadWhoseKeyWasReplacedCannotWriteAndKnowsIt) {
     EXPECT_EQ(deposed.load(), 1);
     EXPECT_EQ(other->get("jobs/1"), "a") << "the fenced write changed nothing";
   }
+}
+
+// An etcd that stops answering (frozen here; a head cut off from it sees the same: connections
+// that get no answer): the head gives its lease up before etcd could let another head be
+// elected, though the renewal it has in flight waits up to 3 s for an answer. The bound has a
+// wide slack (the deadline falls at most 1.8 s after the freeze, the TTL being 2 s), and a
+// keeper held up by that renewal would miss it by a second or more.
+TEST_F(EtcdStoreTest, AHeadWhoseEtcdStopsAnsweringGivesUpItsLeaseInTime) {
+  std::promise<std::pair<std::chrono::steady_clock::time_point, std::string>> deposed;
+  std::atomic<bool> once{false};
+  auto head_options = options("head-a:7070");
+  head_options.lease_ttl = 2s;
+  head_options.on_deposed = [&](const std::string& why) {
+    if (!once.exchange(true)) deposed.set_value({std::chrono::steady_clock::now(), why});
+  };
+  auto head = open_etcd_store(head_options);
+  std::this_thread::sleep_for(1s);  // renewed at least once
+  const auto frozen = std::chrono::steady_clock::now();
+  ASSERT_TRUE(etcd_->member(0).send_signal(SIGSTOP));
+  auto outcome = deposed.get_future();
+  const bool in_time = outcome.wait_for(10s) == std::future_status::ready;
+  ASSERT_TRUE(etcd_->member(0).send_signal(SIGCONT));
+  ASSERT_TRUE(in_time) << "not deposed 10 s after etcd stopped answering";
+  const auto [at, why] = outcome.get();
+  EXPECT_LT(at - frozen, 2900ms) << why;
+  std::printf("deposed %.2f s after the freeze: %s\n",
+              std::chrono::duration<double>(at - frozen).count(), why.c_str());
+  EXPECT_NE(why.find("not renewed"), std::string::npos) << why;
 }
 
 }  // namespace

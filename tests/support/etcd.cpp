@@ -19,27 +19,42 @@ std::string EtcdCluster::unavailable() {
   return "";
 }
 
-EtcdCluster::EtcdCluster(int members, const std::filesystem::path& data_dir) {
+EtcdCluster::EtcdCluster(int members, const std::filesystem::path& data_dir,
+                         const std::string& host, std::vector<std::string> launcher) {
   std::vector<std::string> names, peers;
   std::string initial;
   for (int i = 0; i < members; ++i) {
     names.push_back("m" + std::to_string(i));
-    clients_.push_back("127.0.0.1:" + std::to_string(unused_port()));
-    peers.push_back("http://127.0.0.1:" + std::to_string(unused_port()));
+    clients_.push_back(host + ":" + std::to_string(unused_port()));
+    peers.push_back("http://" + host + ":" + std::to_string(unused_port()));
     initial += (i ? "," : "") + names.back() + "=" + peers.back();
   }
   for (int i = 0; i < members; ++i) {
     const std::string client = "http://" + clients_[i];
     ProcessOptions options;
     options.name = "etcd " + names[i];
-    members_.push_back(std::make_unique<ChildProcess>(
-        std::vector<std::string>{kEtcd, "--name", names[i], "--data-dir",
-                                 (data_dir / names[i]).string(), "--listen-client-urls", client,
-                                 "--advertise-client-urls", client, "--listen-peer-urls", peers[i],
-                                 "--initial-advertise-peer-urls", peers[i], "--initial-cluster",
-                                 initial, "--initial-cluster-state", "new",
-                                 "--initial-cluster-token", data_dir.filename().string()},
-        options));
+    std::vector<std::string> command = launcher;
+    const std::vector<std::string> etcd{kEtcd,
+                                        "--name",
+                                        names[i],
+                                        "--data-dir",
+                                        (data_dir / names[i]).string(),
+                                        "--listen-client-urls",
+                                        client,
+                                        "--advertise-client-urls",
+                                        client,
+                                        "--listen-peer-urls",
+                                        peers[i],
+                                        "--initial-advertise-peer-urls",
+                                        peers[i],
+                                        "--initial-cluster",
+                                        initial,
+                                        "--initial-cluster-state",
+                                        "new",
+                                        "--initial-cluster-token",
+                                        data_dir.filename().string()};
+    command.insert(command.end(), etcd.begin(), etcd.end());
+    members_.push_back(std::make_unique<ChildProcess>(command, options));
   }
   for (auto& member : members_) {
     if (!member->wait_for_output("ready to serve client requests", std::chrono::seconds(30),
