@@ -4,7 +4,8 @@
 // when the link returns the node rejoins as a new incarnation; the job completes every step, its
 // final parameters those of a calm run (float64, to kExactTolerance). The same for an
 // asynchronous job whose parameter server is on the cut-off node. And the head cut off from
-// every node at once: it declares none dead, and the jobs keep their trainers.
+// every node at once: it declares none dead, and the jobs keep their trainers; an active head
+// with a standby cut off from its nodes and from etcd gives way to the standby.
 // Skipped, with the reason, where network namespaces cannot be created.
 
 #include <gtest/gtest.h>
@@ -13,8 +14,10 @@
 #include <csignal>
 #include <cstdio>
 #include <map>
+#include <regex>
 #include <thread>
 
+#include "tests/support/etcd.hpp"
 #include "tests/support/job_run.hpp"
 #include "tests/support/netns.hpp"
 
@@ -346,6 +349,108 @@ TEST(JobPartition, AnAsynchronousJobsServerCutOffRestartsOnTheHeadsSide) {
   EXPECT_TRUE(left.empty()) << "trainers still running after the job ended (the stale server "
                                "included?):\n"
                             << describe(left);
+}
+
+// The active head cut off from everything, its nodes, its standby and etcd, while a job runs:
+// it cannot renew its lease, so it stops acting and exits just before the lease's TTL is out,
+// before etcd can let the standby be elected: at no moment are two heads active. The standby,
+// on the nodes' side, is elected, takes the job over with the same trainers (the agents follow
+// it through --other-heads) and the job completes every step once, its final parameters those
+// of a calm run. A TTL of 5 s: the old head exits at least 0.5 s before the new one can start.
+TEST(JobPartition, AnActiveHeadCutOffFromEverythingGivesWayToItsStandby) {
+  if (auto why = EtcdCluster::unavailable(); !why.empty()) GTEST_SKIP() << why;
+  NetworkPair network;
+  std::string why;
+  if (!network.create(&why)) GTEST_SKIP() << "partition test skipped: " << why;
+  CalmRun calm(kJob, kSteps);
+  ScratchDir dir("partition-standby");
+  // etcd on the nodes' side: cutting the link cuts the active head off from it too. Three
+  // members, as a cluster runs it: a renewal then tries each in turn, each connect getting no
+  // answer for a second, longer than the time between two renewals.
+  EtcdCluster etcd(3, dir.path() / "etcd", NetworkPair::kWorkerAddress,
+                   network.in_worker_namespace());
+  const std::string store = etcd.store("cut-off");
+  NamespacedCluster cluster(network, 200ms, 1500ms, {"--store", store, "--lease-ttl-s", "5"});
+  std::vector<std::string> standby_command = network.in_worker_namespace();
+  const std::vector<std::string> head_args{omnilearn_binary().string(),
+                                           "head",
+                                           "--host",
+                                           NetworkPair::kWorkerAddress,
+                                           "--port",
+                                           "0",
+                                           "--heartbeat-interval-ms",
+                                           "200",
+                                           "--heartbeat-timeout-ms",
+                                           "1500",
+                                           "--store",
+                                           store,
+                                           "--lease-ttl-s",
+                                           "5",
+                                           "--standby"};
+  standby_command.insert(standby_command.end(), head_args.begin(), head_args.end());
+  ChildProcess standby(standby_command, omnilearn_process_options({.name = "standby"}));
+  static const std::regex kWaiting(R"(standby on (\S+): waiting for the active head)");
+  auto waiting = standby.wait_for_output(kWaiting, 20s);
+  std::smatch match;
+  ASSERT_TRUE(waiting && std::regex_search(*waiting, match, kWaiting)) << standby.describe();
+  const std::string standby_address = match[1].str();
+  for (const auto* name : {"w1", "w2", "w3"}) {
+    cluster.start_worker(name, Side::kWorker, {"--other-heads", standby_address});
+  }
+  ASSERT_TRUE(cluster.wait_for_status(
+      [](const auto& s) {
+        return s.state("w1") == "alive" && s.state("w2") == "alive" && s.state("w3") == "alive";
+      },
+      20s))
+      << cluster.last_status_text();
+
+  auto run_dir = dir.path() / "run";
+  auto submitted =
+      cluster.run({"submit", dir.write("job.toml", kJob).string(), "--run-dir", run_dir.string()});
+  ASSERT_EQ(submitted.status.code, 0) << submitted.err;
+  ASSERT_TRUE(wait_for_event(
+      run_dir,
+      [](const Json& e) {
+        return e.value("event", "") == "step" && e.at("step").get<int>() >= 10 &&
+               e.at("batches").size() == 3;
+      },
+      60s))
+      << tail_of(run_dir);
+
+  network.set_link_up(false);
+  auto& active = cluster.head();
+  auto exit = active.wait_exit(15s);
+  ASSERT_TRUE(exit) << "the cut-off head is still running: " << active.describe();
+  EXPECT_EQ(standby.output(Stream::kStdout).find("listening on"), std::string::npos)
+      << "the standby was elected while the cut-off head still ran\n"
+      << standby.describe() << active.describe();
+  EXPECT_EQ(exit->code, 1) << active.describe();
+  EXPECT_TRUE(active.wait_for_output("no longer the active head", 1s, Stream::kStderr))
+      << active.describe();
+  ASSERT_TRUE(standby.wait_for_output("listening on " + standby_address, 20s))
+      << standby.describe();
+  ASSERT_TRUE(wait_for_event(
+      run_dir,
+      [](const Json& e) {
+        return e.value("event", "") == "head_restarted" && e.value("resumed", false);
+      },
+      30s))
+      << tail_of(run_dir) << standby.describe();
+  network.set_link_up(true);
+
+  std::optional<Json> summary;
+  wait_until([&] { return (summary = read_summary(run_dir)).has_value(); }, 120s, 200ms);
+  ASSERT_TRUE(summary) << tail_of(run_dir) << standby.describe();
+  SCOPED_TRACE(summary->dump(2));
+  EXPECT_EQ(summary->at("status"), "succeeded");
+  EXPECT_EQ(summary->at("steps"), kSteps);
+  const auto events = read_events(run_dir);
+  EXPECT_EQ(expect_each_step_once(events, kSteps), 3) << "trainers were started again";
+  calm.expect_equal(summary->at("checkpoint").get<std::string>());
+  standby.kill_and_reap();
+  const std::vector<ProcessInfo> left =
+      job_processes_left(events.front().at("job_id").get<std::string>(), 30s);
+  EXPECT_TRUE(left.empty()) << describe(left);
 }
 
 }  // namespace
