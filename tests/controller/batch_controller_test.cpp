@@ -35,6 +35,19 @@ void run_steps(BatchController& c, const std::map<std::string, double>& speed, i
   }
 }
 
+// `steps` steps of every worker at the plan in force: worker i computes at speeds[i] samples/s,
+// each step's time multiplied by a draw of `noise`.
+template <class Noise>
+void run_noisy_steps(BatchController& c, const std::vector<double>& speeds, int steps, Noise& noise,
+                     std::mt19937_64& rng) {
+  const BatchPlan& p = c.last_plan();
+  for (int s = 0; s < steps; ++s) {
+    for (std::size_t i = 0; i < p.keys.size(); ++i) {
+      c.observe(p.keys[i], p.batches[i], noise(rng) * p.batches[i] / speeds[i]);
+    }
+  }
+}
+
 TEST(ControllerConfig, RejectsImpossibleSettings) {
   auto bad = [](auto mutate) {
     ControllerConfig c;
@@ -374,12 +387,7 @@ TEST(BatchController, AGainHeldAcrossAFreshWindowIsCorrectedAtPersistZ) {
     int first = 0;
     for (int round = 1; round <= 40; ++round) {
       if (round == 7) speed[0] = 920.0;  // a 8% slower, after the first plans settled
-      const BatchPlan& p = c.last_plan();
-      for (int s = 0; s < 10; ++s) {
-        for (std::size_t i = 0; i < keys.size(); ++i) {
-          c.observe(keys[i], p.batches[i], noise(rng) * p.batches[i] / speed[i]);
-        }
-      }
+      run_noisy_steps(c, speed, 10, noise, rng);
       const BatchPlan next = c.plan();
       if (round > 7 && next.changed) {
         EXPECT_TRUE(next.persisted);
@@ -422,12 +430,7 @@ TEST(BatchController, NoiseAloneSeldomHoldsAcrossAWindow) {
     std::lognormal_distribution<double> noise(0.0, 0.25);
     int changed = 0, persisted = 0;
     for (int round = 0; round < 2000; ++round) {
-      const BatchPlan& p = c.last_plan();
-      for (int s = 0; s < 10; ++s) {
-        for (std::size_t i = 0; i < keys.size(); ++i) {
-          c.observe(keys[i], p.batches[i], noise(rng) * p.batches[i] / 1000.0);
-        }
-      }
+      run_noisy_steps(c, std::vector<double>(4, 1000.0), 10, noise, rng);
       const BatchPlan next = c.plan();
       if (round >= 5) {
         changed += next.changed ? 1 : 0;
@@ -458,12 +461,7 @@ TEST(BatchController, NoiseAloneSeldomPersists) {
     int changed = 0, persisted = 0;
     double gate = 0.0;
     for (int round = 0; round < 1000; ++round) {
-      const BatchPlan& p = c.last_plan();
-      for (int s = 0; s < 5; ++s) {
-        for (std::size_t i = 0; i < keys.size(); ++i) {
-          c.observe(keys[i], p.batches[i], noise(rng) * p.batches[i] / 1000.0);
-        }
-      }
+      run_noisy_steps(c, std::vector<double>(4, 1000.0), 5, noise, rng);
       const BatchPlan next = c.plan();
       changed += next.changed ? 1 : 0;
       persisted += next.persisted ? 1 : 0;
