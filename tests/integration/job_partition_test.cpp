@@ -3,9 +3,10 @@
 // down). The node is declared dead, the job goes on with the two nodes on the head's side, and
 // when the link returns the node rejoins as a new incarnation; the job completes every step, its
 // final parameters those of a calm run (float64, to kExactTolerance). The same for an
-// asynchronous job whose parameter server is on the cut-off node. And the head cut off from
-// every node at once: it declares none dead, and the jobs keep their trainers; an active head
-// with a standby cut off from its nodes and from etcd gives way to the standby.
+// asynchronous job whose parameter server, or one of whose workers, is on the cut-off node.
+// And the head cut off from every node at once: it declares none dead, and the jobs keep their
+// trainers; an active head with a standby cut off from its nodes and from etcd gives way to
+// the standby.
 // Skipped, with the reason, where network namespaces cannot be created.
 
 #include <gtest/gtest.h>
@@ -347,6 +348,92 @@ TEST(JobPartition, AnAsynchronousJobsServerCutOffRestartsOnTheHeadsSide) {
   const std::vector<ProcessInfo> left =
       job_processes_left(events.front().at("job_id").get<std::string>(), 30s);
   EXPECT_TRUE(left.empty()) << "trainers still running after the job ended (the stale server "
+                               "included?):\n"
+                            << describe(left);
+}
+
+// An asynchronous job's worker cut off alone: the server and the other worker stay on the head's
+// side. The cut-off node is declared dead, its worker written off and the batches it held dealt
+// again; the job goes on with the worker beside the server. When the link returns the node
+// rejoins as a new incarnation and its agent stops the stale worker, whose pushes, if any still
+// reach the server, change nothing: the job finishes with every sample of every epoch accepted
+// exactly once, and the server never restarts.
+TEST(JobPartition, AnAsynchronousJobsWorkerCutOffIsWrittenOffAndItsBatchesDealtAgain) {
+  NetworkPair network;
+  std::string why;
+  if (!network.create(&why)) GTEST_SKIP() << "partition test skipped: " << why;
+  constexpr int kEpochs = 60;
+  const std::string job = synthetic_asp_job("e2e-partition-asp-worker", kEpochs);
+  NamespacedCluster cluster(network, 200ms, 1500ms);
+  // The near node alone first, so that the server is placed there; slowed x4 (as the other
+  // asynchronous fault tests) so that the fault lands mid-job.
+  auto& near = cluster.start_worker("near", Side::kHead, {"--slowdown", "4"});
+  ASSERT_TRUE(
+      cluster.wait_for_status([](const auto& s) { return s.state("near") == "alive"; }, 20s))
+      << cluster.last_status_text() << near.describe();
+  ScratchDir dir("partition-asp-worker");
+  auto run_dir = dir.path() / "run";
+  auto submitted =
+      cluster.run({"submit", dir.write("job.toml", job).string(), "--run-dir", run_dir.string()});
+  ASSERT_EQ(submitted.status.code, 0) << submitted.err;
+  auto ready = wait_for_event(
+      run_dir, [](const Json& e) { return e.value("event", "") == "server_ready"; }, 60s);
+  ASSERT_TRUE(ready) << tail_of(run_dir) << near.describe();
+  ASSERT_EQ(ready->at("node"), "near");
+  auto& far = cluster.start_worker("far", Side::kWorker, {"--slowdown", "4"});
+  auto far_pushed = wait_for_event(
+      run_dir,
+      [](const Json& e) {
+        return e.value("event", "") == "first_push" &&
+               e.value("trainer", "").find("-far-") != std::string::npos;
+      },
+      60s);
+  ASSERT_TRUE(far_pushed) << tail_of(run_dir) << far.describe();
+
+  network.set_link_up(false);
+  ASSERT_TRUE(cluster.wait_for_status([](const auto& s) { return s.state("far") == "dead"; }, 20s))
+      << cluster.last_status_text();
+  auto gone = wait_for_event(
+      run_dir,
+      [](const Json& e) {
+        return e.value("event", "") == "trainer_gone" &&
+               e.value("trainer", "").find("-far-") != std::string::npos;
+      },
+      30s);
+  ASSERT_TRUE(gone) << "the cut-off worker was not written off\n" << tail_of(run_dir);
+  const double gone_at = gone->at("time").get<double>();
+  ASSERT_TRUE(wait_for_event(
+      run_dir,
+      [&](const Json& e) {
+        return e.value("event", "") == "asp_interval" && e.at("time").get<double>() > gone_at &&
+               e.value("updates", 0) > 0;
+      },
+      30s))
+      << "no update after the worker was written off\n"
+      << tail_of(run_dir);
+
+  network.set_link_up(true);
+  ASSERT_TRUE(cluster.wait_for_status(
+      [](const auto& s) { return s.nodes_named("far").size() == 2 && s.state("far") == "alive"; },
+      30s))
+      << "the node did not rejoin after the link came back: " << cluster.last_status_text() << "\n"
+      << far.describe();
+
+  std::optional<Json> summary;
+  wait_until([&] { return (summary = read_summary(run_dir)).has_value(); }, 240s, 200ms);
+  ASSERT_TRUE(summary) << tail_of(run_dir);
+  SCOPED_TRACE(summary->dump(2));
+  EXPECT_EQ(summary->at("status"), "succeeded");
+  EXPECT_EQ(summary->at("servers")[0].at("restarts"), 0);
+  EXPECT_EQ(summary->at("sampling").at("samples_accepted"), kEpochs * kSyntheticAspSamples);
+  EXPECT_EQ(summary->at("sampling").at("duplicates"), 0);
+  std::printf("worker cut off: written off with %lld samples held\n",
+              static_cast<long long>(gone->value("samples_held", std::int64_t{0})));
+  const auto events = read_events(run_dir);
+  ASSERT_FALSE(events.empty());
+  const std::vector<ProcessInfo> left =
+      job_processes_left(events.front().at("job_id").get<std::string>(), 30s);
+  EXPECT_TRUE(left.empty()) << "trainers still running after the job ended (the stale worker "
                                "included?):\n"
                             << describe(left);
 }
