@@ -1,11 +1,11 @@
-// Fault tests with a job: a node cut off from the head and from the other trainers by a
-// network partition (the veth link between two network namespaces this test creates goes
-// down). The node is declared dead, the job goes on with the two nodes on the head's side, and
-// when the link returns the node rejoins as a new incarnation; the job completes every step, its
-// final parameters those of a calm run (float64, to kExactTolerance). The same for an
-// asynchronous job whose parameter server, or one of whose workers, is on the cut-off node.
-// And the head cut off from every node at once: it declares none dead, and the jobs keep their
-// trainers; an active head with a standby cut off from its nodes and from etcd gives way to
+// Fault tests with a job: a node (the leader's, or a follower's) cut off from the head and from
+// the other trainers by a network partition (the veth link between two network namespaces this
+// test creates goes down). The node is declared dead, the job goes on with the two nodes on the
+// head's side, and when the link returns the node rejoins as a new incarnation; the job
+// completes every step, its final parameters those of a calm run (float64, to kExactTolerance). The
+// same for an asynchronous job whose parameter server, or one of whose workers, is on the cut-off
+// node. And the head cut off from every node at once: it declares none dead, and the jobs keep
+// their trainers; an active head with a standby cut off from its nodes and from etcd gives way to
 // the standby.
 // Skipped, with the reason, where network namespaces cannot be created.
 
@@ -71,19 +71,26 @@ void expect_no_process_left(const std::filesystem::path& run_dir, const std::str
                             << describe(left);
 }
 
-TEST(JobPartition, APartitionedNodeIsLeftBehindAndRejoinsWhenTheLinkReturns) {
+// A node cut off from the head and from the other two: with `leader`, the node whose trainer
+// leads the job (rank 0 of the first generation), else a follower's (rank 2). Ranks follow the
+// trainers' names, which begin with their node's: "far" sorts before "near1" and "near2",
+// "remote" after them. A cut-off leader can renew no lease, so it commits nothing more; the
+// survivors go on as a generation of two under a new leader.
+void partition_a_node(bool leader) {
   NetworkPair network;
   std::string why;
   if (!network.create(&why)) GTEST_SKIP() << "partition test skipped: " << why;
   CalmRun calm(kJob, kSteps);
   // Job-test heartbeats (200 ms, dead after 1.5 s): trainers loading LibTorch on two cores.
   NamespacedCluster cluster(network, 200ms, 1500ms);
+  const std::string cut = leader ? "far" : "remote";
   cluster.start_worker("near1", Side::kHead);
   cluster.start_worker("near2", Side::kHead);
-  auto& far = cluster.start_worker("far", Side::kWorker);
+  auto& far = cluster.start_worker(cut, Side::kWorker);
   ASSERT_TRUE(cluster.wait_for_status(
-      [](const auto& s) {
-        return s.state("near1") == "alive" && s.state("near2") == "alive" && s.state("far") == "alive";
+      [&](const auto& s) {
+        return s.state("near1") == "alive" && s.state("near2") == "alive" &&
+               s.state(cut) == "alive";
       },
       20s))
       << cluster.last_status_text() << far.describe();
@@ -98,9 +105,14 @@ TEST(JobPartition, APartitionedNodeIsLeftBehindAndRejoinsWhenTheLinkReturns) {
            e.at("batches").size() == 3;
   }, 60s);
   ASSERT_TRUE(training) << tail_of(run_dir) << far.describe();
+  const auto first_generation = events_named(read_events(run_dir), "generation").at(0);
+  const auto& members = first_generation.at("members");
+  const std::string far_rank = members.at(leader ? 0 : 2).get<std::string>();
+  ASSERT_NE(far_rank.find("-" + cut + "-"), std::string::npos)
+      << "the cut-off node's trainer is not rank " << (leader ? 0 : 2) << ": " << first_generation;
 
   network.set_link_up(false);
-  auto dead = cluster.wait_for_status([](const auto& s) { return s.state("far") == "dead"; }, 20s);
+  auto dead = cluster.wait_for_status([&](const auto& s) { return s.state(cut) == "dead"; }, 20s);
   ASSERT_TRUE(dead) << cluster.last_status_text();
   // The survivors' collective with the unreachable trainer fails (by its timeout: a partition
   // resets no connection), then they go on as a generation of two.
@@ -115,11 +127,11 @@ TEST(JobPartition, APartitionedNodeIsLeftBehindAndRejoinsWhenTheLinkReturns) {
 
   network.set_link_up(true);
   auto back = cluster.wait_for_status(
-      [](const auto& s) { return s.nodes_named("far").size() == 2 && s.state("far") == "alive"; },
+      [&](const auto& s) { return s.nodes_named(cut).size() == 2 && s.state(cut) == "alive"; },
       30s);
   ASSERT_TRUE(back) << "the node did not rejoin after the link came back: "
                     << cluster.last_status_text() << "\n" << far.describe();
-  EXPECT_EQ(back->nodes_named("far")[0]["state"], "dead");
+  EXPECT_EQ(back->nodes_named(cut)[0]["state"], "dead");
 
   std::optional<Json> summary;
   wait_until([&] { return (summary = read_summary(run_dir)).has_value(); }, 120s, 200ms);
@@ -136,6 +148,14 @@ TEST(JobPartition, APartitionedNodeIsLeftBehindAndRejoinsWhenTheLinkReturns) {
   }
   EXPECT_EQ(previous, kSteps);
   calm.expect_equal(summary->at("checkpoint").get<std::string>());
+}
+
+TEST(JobPartition, APartitionedFollowerIsLeftBehindAndRejoinsWhenTheLinkReturns) {
+  partition_a_node(false);
+}
+
+TEST(JobPartition, APartitionedLeaderIsLeftBehindAndTheOthersGoOnUnderANewOne) {
+  partition_a_node(true);
 }
 
 // The head's own network goes down for several heartbeat timeouts while every node and every
