@@ -30,6 +30,7 @@ void ScenarioConfig::validate() const {
     throw std::invalid_argument("speed scenario: " + what);
   };
   if (skip < 0) fail("skip must be >= 0");
+  if (offset < 0) fail("offset must be >= 0");
   if (at < 1 || at >= steps)
     fail("at must be within the scenario's steps (1.." + std::to_string(steps - 1) + ")");
   if (!(factor > 0.0) || !std::isfinite(factor)) fail("factor must be positive and finite");
@@ -76,6 +77,34 @@ Trace make_scenario(const Trace& base, const ScenarioConfig& c) {
   }
   const std::int64_t origin = base.first_step() + c.skip;
   const std::int64_t period = base.last_step() - origin;
+  if (c.offset >= period) {
+    throw std::invalid_argument(base.name + ": offset " + std::to_string(c.offset) +
+                                " is not below the " + std::to_string(period) +
+                                " steps repeated after skip");
+  }
+  if (c.offset > 0) {
+    // Rotate: the step at origin + offset + 1 comes first; a window across the cut is split.
+    std::vector<TraceObservation> rotated;
+    for (const auto& o : tile) {
+      const std::int64_t cut = origin + c.offset;
+      TraceObservation part = o;
+      if (o.last_step > cut) {
+        part.first_step = std::max(o.first_step, cut + 1) - c.offset;
+        part.last_step = o.last_step - c.offset;
+        rotated.push_back(part);
+      }
+      if (o.first_step <= cut) {
+        part.first_step = o.first_step - c.offset + period;
+        part.last_step = std::min(o.last_step, cut) - c.offset + period;
+        rotated.push_back(part);
+      }
+    }
+    std::stable_sort(rotated.begin(), rotated.end(),
+                     [](const TraceObservation& a, const TraceObservation& b) {
+                       return a.last_step < b.last_step;
+                     });
+    tile = std::move(rotated);
+  }
 
   Trace t;
   t.name = base.name + ":" + std::string(to_string(c.kind));

@@ -31,6 +31,11 @@ struct ScenarioConfig {
   SpeedScenario kind = SpeedScenario::kStep;
   std::int64_t steps = 1200;      // the scenario's length
   std::int64_t skip = 30;         // the base trace's first steps left out (its controller's start)
+  // Where in the repeated base the scenario starts: its observations after `skip` are rotated
+  // by this many steps (a window across the cut is split in two, each part keeping its mean).
+  // Replays from several offsets meet the recording's own noise at different places; one
+  // replay says little where that noise is bursty. Must be below the repeated part's length.
+  std::int64_t offset = 0;
   std::string worker;             // whose speed or membership changes; the base's first if empty
   std::int64_t at = 400;          // the first change: in effect from at + 1
   double factor = 3.0;            // how many times slower (step, drift, neighbour)
@@ -43,10 +48,11 @@ struct ScenarioConfig {
 };
 
 // The scenario built from `base` (a trace with one generation: a steady cluster). Its
-// observations after `skip` are repeated end to end up to `steps`, windows that straddle a
+// observations after `skip`, rotated by `offset`, are repeated end to end up to `steps`,
+// windows that straddle a
 // change are cut at it, and the changed worker's compute times are multiplied by its factor.
 // Throws std::invalid_argument when the base has more than one generation or no observations
-// after `skip`, or names a worker not in it.
+// after `skip`, an offset not below their length, or a worker not in it.
 Trace make_scenario(const Trace& base, const ScenarioConfig& config);
 
 }  // namespace omnilearn::scheduler

@@ -1,15 +1,16 @@
 // Following speeds that change (docs/benchmarks.md, "Following speed changes"): the controller
 // replayed over the five speed scenarios of controller/speed_scenarios.hpp, each built from a
 // recorded steady trace (its real noise kept), with the recorded noise alone and with 20% extra
-// step noise over --seeds seeds. Per scenario: the time lost against the oracle that knows each
-// speed from the step it changes (median and worst), against the reference that learns each
-// change from the changed worker's first heartbeat window after it (median and worst), and the
-// reference's own loss against the oracle (median), the measuring reference's loss against the
-// oracle (it knows when each speed changes and measures the new speed from the steps it runs:
-// ReplayResult::measuring_time_lost; median and worst), the steps each change took to be followed
-// (from the change to the first step run with a plan that follows it; worst over seeds, per
-// kind of change: two control rounds are 2 x --interval steps), and plan changes per 100
-// steady steps (mean, worst).
+// step noise, over --seeds seeds: each seed starts the repeated recording at its own offset
+// (spread evenly over it; ScenarioConfig::offset) and draws its own extra noise. Per scenario: the
+// time lost against the oracle that knows each speed from the step it changes (median and worst),
+// against the reference that learns each change from the changed worker's first heartbeat window
+// after it (median and worst), and the reference's own loss against the oracle (median), the
+// measuring reference's loss against the oracle (it knows when each speed changes and measures the
+// new speed from the steps it runs: ReplayResult::measuring_time_lost; median and worst), the steps
+// each change took to be followed (from the change to the first step run with a plan that follows
+// it; worst over seeds, per kind of change: two control rounds are 2 x --interval steps), and plan
+// changes per 100 steady steps (mean, worst).
 //
 //   scheduler_scenario_table [--seeds 20] [--steps 1200] [--interval 10] [--z NOISE_Z]
 //                            [--deadband D] [--window N] [--persist-rounds N] [--persist-gain G]
@@ -174,13 +175,19 @@ int main(int argc, char** argv) {
       "steps to follow, worst per kind of change | "
       "plan changes / 100 steady steps, mean (worst) |\n"
       "|---|---|---|---|---|---|---|---|\n");
-  for (const ScenarioConfig& sc : scenarios(steps, base.generations.front().members)) {
-    const Trace t = make_scenario(base, sc);
+  // Each seed starts the repeated recording at its own offset, spread evenly over it.
+  const std::int64_t repeated = base.last_step() - base.first_step() - ScenarioConfig{}.skip;
+  for (ScenarioConfig sc : scenarios(steps, base.generations.front().members)) {
+    std::vector<Trace> traces;
+    for (int seed = 1; seed <= seeds; ++seed) {
+      sc.offset = repeated * (seed - 1) / seeds;
+      traces.push_back(make_scenario(base, sc));
+    }
     for (double noise : {0.0, 0.2}) {
       std::vector<double> lost, to_reference, reference, measuring, churn;
       std::map<std::string, int> follow;  // kind of change -> worst rounds (-1: never)
       for (int seed = 1; seed <= seeds; ++seed) {
-        const ReplayResult r = replay(t, make(noise, seed, interval));
+        const ReplayResult r = replay(traces[seed - 1], make(noise, seed, interval));
         lost.push_back(r.time_lost);
         to_reference.push_back(r.time_lost_to_reference);
         reference.push_back(r.reference_time_lost);
@@ -192,7 +199,6 @@ int main(int argc, char** argv) {
           auto [it, fresh] = follow.emplace(kind, f);
           if (!fresh) it->second = (f < 0 || it->second < 0) ? -1 : std::max(it->second, f);
         }
-        if (noise == 0.0) break;  // the recorded noise alone: one replay says it all
       }
       for (auto* v : {&lost, &to_reference, &reference, &measuring}) {
         std::sort(v->begin(), v->end());

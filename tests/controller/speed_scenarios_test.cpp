@@ -43,6 +43,19 @@ Trace synthetic() {
   return parse_trace(in, "synthetic");
 }
 
+// a's k-th window (steps 4k + 1 .. 4k + 4, k from 0) took 0.1 + 0.001 k s at 150 samples: its
+// per-sample time says where in the base a step came from. 100 steps.
+Trace numbered() {
+  std::ostringstream text;
+  text << "global_batch,300\ngeneration,0,a;b\n";
+  for (int k = 0; k < 25; ++k) {
+    text << "obs,a," << 4 * k + 1 << "," << 4 * k + 4 << ",150," << 0.1 + 0.001 * k << "\n";
+    text << "obs,b," << 4 * k + 1 << "," << 4 * k + 4 << ",150,0.3\n";
+  }
+  std::istringstream in(text.str());
+  return parse_trace(in, "numbered");
+}
+
 // The settings the traces were recorded with: interval 10, cool-down 3, warm-up 6, min batch 8.
 ReplayConfig config(double step_noise = 0.0, std::uint64_t seed = 1) {
   ReplayConfig c;
@@ -148,6 +161,38 @@ TEST(SpeedScenarios, NeighbourComesAndGoesAndDriftClimbsInStairs) {
   EXPECT_NEAR(per_sample_at(d, "b", 250), 0.002 * 4 / 3, 1e-12);
   EXPECT_NEAR(per_sample_at(d, "b", 350), 0.002 * 5 / 3, 1e-12);
   EXPECT_NEAR(per_sample_at(d, "b", 999), 0.004, 1e-12);
+}
+
+// Replays from several offsets meet a recording's bursts at different places: the base is
+// rotated, and the window across the cut is split in two, each part keeping its mean.
+TEST(SpeedScenarios, AnOffsetRotatesTheRepeatedBaseAndSplitsTheWindowAcrossTheCut) {
+  const Trace base = numbered();
+  ScenarioConfig c;
+  c.kind = SpeedScenario::kSteady;
+  c.steps = 250;
+  c.skip = 0;
+  c.at = 100;
+  c.offset = 6;  // inside the window of steps 5..8
+  const Trace t = make_scenario(base, c);
+  for (std::int64_t s = 1; s <= 250; ++s) {
+    const std::int64_t from = (s - 1 + 6) % 100 + 1;  // the base's step that step s replays
+    EXPECT_DOUBLE_EQ(per_sample_at(t, "a", s), per_sample_at(base, "a", from)) << "step " << s;
+    EXPECT_DOUBLE_EQ(per_sample_at(t, "b", s), 0.002) << "step " << s;
+  }
+  int opening = 0, closing = 0;  // the two parts of the window 5..8, in each repetition
+  for (const auto& o : t.observations) {
+    if (o.worker != "a" || o.compute_s != 0.101) continue;
+    if (o.last_step - o.first_step == 1 && o.first_step % 100 == 1) ++opening;
+    if (o.last_step - o.first_step == 1 && o.last_step % 100 == 0) ++closing;
+  }
+  EXPECT_EQ(opening, 3);
+  EXPECT_EQ(closing, 2);
+  c.offset = 0;
+  EXPECT_DOUBLE_EQ(per_sample_at(make_scenario(base, c), "a", 1), 0.1 / 150);
+  c.offset = 100;  // the whole base: no rotation left to make
+  EXPECT_THROW(make_scenario(base, c), std::invalid_argument);
+  c.offset = -1;
+  EXPECT_THROW(make_scenario(base, c), std::invalid_argument);
 }
 
 TEST(SpeedScenarios, RefusesWhatItCannotBuild) {
