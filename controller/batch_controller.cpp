@@ -15,6 +15,7 @@ ControllerConfig for_step_observations(ControllerConfig config) {
   config.change.quick_run = 3;
   config.change.quick_spread_z = 3.0;
   config.persist_z = 1.5;
+  config.correlated_noise = true;
   return config;
 }
 
@@ -158,13 +159,23 @@ std::vector<std::pair<double, std::optional<double>>> BatchController::noise() c
   }
   const double pooled =
       pooled_dev.size() >= 5 ? 1.4826 * *median(pooled_dev) : config_.prior_noise;
+  // Correlated noise (ControllerConfig::correlated_noise): each estimate's error grows by the
+  // factor of a first-order autoregressive process's mean.
+  double correlation = 1.0;
+  if (config_.correlated_noise) {
+    std::vector<NoisePair> pairs;
+    for (const Worker& w : workers_) w.throughput.noise_pairs(pairs);
+    const double rho = std::clamp(lag_one_autocorrelation(pairs).value_or(0.0), 0.0, 0.9);
+    correlation = std::sqrt((1.0 + rho) / (1.0 - rho));
+  }
   std::vector<std::pair<double, std::optional<double>>> out;
   out.reserve(workers_.size());
   for (std::size_t i = 0; i < workers_.size(); ++i) {
     const double spread = own[i].size() >= kOwnSpread ? 1.4826 * *median(own[i]) : pooled;
     const std::size_t n = workers_[i].throughput.size();
-    out.emplace_back(spread, n == 0 ? std::nullopt
-                                    : std::optional<double>(median_relative_error(spread, n)));
+    out.emplace_back(
+        spread, n == 0 ? std::nullopt
+                       : std::optional<double>(correlation * median_relative_error(spread, n)));
   }
   return out;
 }

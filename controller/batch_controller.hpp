@@ -33,6 +33,16 @@ struct ControllerConfig {
   // Relative spread of one observation assumed until the workers' own spread can be measured
   // (fewer than 5 observations in all).
   double prior_noise = 0.05;
+  // Noise that lasts (a shared CPU's bursts of a few steps, a CPU quota's throttling) makes
+  // neighbouring observations alike, and the median of n of them varies more than that of n
+  // independent ones. With the noise's lag-one autocorrelation rho (lag_one_autocorrelation
+  // over every worker's noise_pairs, taken as 0 below 0 and at most 0.9), each estimate's
+  // relative error is taken sqrt((1 + rho) / (1 - rho)) times the independent one's: the
+  // factor for the mean of a first-order autoregressive process. It matters for one
+  // observation per step (for_step_observations turns it on), where a CPU hog's bursts span a
+  // few observations and the gate let plans made from them through; a heartbeat window's mean
+  // already spans a burst. false: independent noise.
+  bool correlated_noise = false;
   ChangeDetection change;  // when a worker's speed changed for real
   // A plan made while some worker had fewer observations than this since it joined is
   // provisional: the next round replaces it under the deadband alone, without the noise gate.
@@ -75,7 +85,8 @@ struct ControllerConfig {
 // gate at 4 standard errors instead of 3.5, a first plan provisional until every worker has 12
 // observations instead of 3, and a large change caught after three observations beyond 3
 // spreads instead of two beyond 4, and a gain held across a fresh window of 48 observations
-// replacing the plan at 1.5 standard errors (persist_z). Chosen by replaying recordings that
+// replacing the plan at 1.5 standard errors (persist_z), and the noise's correlation from one
+// step to the next weighed in the gate (correlated_noise). Chosen by replaying recordings that
 // hold both (the same runs' windows and steps): docs/benchmarks.md, "Following speed changes".
 ControllerConfig for_step_observations(ControllerConfig config);
 

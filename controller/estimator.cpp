@@ -33,6 +33,17 @@ double median_relative_error(double spread, std::size_t n) {
   return 1.2533 * spread / std::sqrt(static_cast<double>(std::max<std::size_t>(n, 1)));
 }
 
+std::optional<double> lag_one_autocorrelation(std::span<const NoisePair> pairs) {
+  if (pairs.size() < 20) return std::nullopt;
+  double cross = 0.0, square = 0.0;
+  for (const NoisePair& p : pairs) {
+    cross += p.first * p.second;
+    square += 0.5 * (p.first * p.first + p.second * p.second);
+  }
+  if (!(square > 0.0)) return std::nullopt;
+  return cross / square;
+}
+
 void ChangeDetection::validate() const {
   auto fail = [](const char* what) {
     throw std::invalid_argument(std::string("change detection: ") + what);
@@ -104,6 +115,27 @@ std::vector<double> ThroughputEstimator::deviations() const {
     i = j;
   }
   return out;
+}
+
+void ThroughputEstimator::noise_pairs(std::vector<NoisePair>& out) const {
+  const std::vector<Entry> v = entries();
+  // Each observation's log deviation from its local level (NaN: too few around it).
+  std::vector<double> deviation(v.size(), std::nan(""));
+  std::vector<double> around;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    around.clear();
+    const std::size_t lo = i >= kLocalLevel ? i - kLocalLevel : 0;
+    const std::size_t hi = std::min(v.size() - 1, i + kLocalLevel);
+    for (std::size_t j = lo; j <= hi; ++j) {
+      if (v[j].batch == v[i].batch) around.push_back(v[j].rate);
+    }
+    if (around.size() >= 5) deviation[i] = std::log(v[i].rate / *median(around));
+  }
+  for (std::size_t i = 1; i < v.size(); ++i) {
+    if (v[i].batch != v[i - 1].batch) continue;
+    if (std::isnan(deviation[i - 1]) || std::isnan(deviation[i])) continue;
+    out.push_back({deviation[i - 1], deviation[i]});
+  }
 }
 
 void ThroughputEstimator::check_for_change() {

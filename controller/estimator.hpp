@@ -25,6 +25,18 @@ std::optional<double> relative_spread(std::span<const double> values);
 // (1.2533 sigma / sqrt(n) for Gaussian noise).
 double median_relative_error(double spread, std::size_t n);
 
+// Two consecutive observations' noise: each as the log of its rate over the local level (the
+// median of the observations around it at the same batch).
+struct NoisePair {
+  double first = 0.0;
+  double second = 0.0;
+};
+
+// The lag-one autocorrelation of the noise over `pairs` (pooled, each pair's deviations
+// weighed alike): sum(first x second) / sum((first^2 + second^2) / 2). nullopt with fewer than
+// 20 pairs or no deviation at all.
+std::optional<double> lag_one_autocorrelation(std::span<const NoisePair> pairs);
+
 // When a run of observations says the worker's speed changed for real.
 // Three levels: a large change is caught after a short run of observations all beyond a wide
 // threshold (two observations beyond a very wide one, three beyond a wide one); a small one
@@ -83,6 +95,17 @@ class ThroughputEstimator {
   // (batches with 3 or more observations only): the noise, without what a plan change does to
   // the throughput when a step has a fixed cost.
   std::vector<double> deviations() const;
+
+  // Appends to `out` each two consecutive observations of the window at the same batch, as
+  // their deviations from their local levels: the median of the observations at that batch
+  // within kLocalLevel places on either side, when there are at least 5 of them. A local
+  // level, not the window's: a change of speed the detector has not caught yet, or a slow
+  // drift, would otherwise read as noise that lasts.
+  void noise_pairs(std::vector<NoisePair>& out) const;
+  // Places on either side of an observation that its local level is taken over: wider than the
+  // bursts of a shared CPU (a few steps, which should count as lasting noise), narrower than
+  // the window.
+  static constexpr std::size_t kLocalLevel = 7;
 
   // The window's observations (samples/s), oldest first.
   std::vector<double> values() const;

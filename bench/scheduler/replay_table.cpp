@@ -6,14 +6,16 @@
 // each regime (start, real speed change, join) took to be followed (worst).
 //
 //   scheduler_replay_table [--seeds 10] [--interval 10] [--z NOISE_Z] [--window N]
-//                          [--follow TOLERANCE] [--deadband 0.05] [--change ...] [--provisional N] [--per-step]
-//                          [--alpha] tests/data/trace_*.csv
+//                          [--follow TOLERANCE] [--deadband 0.05] [--change ...] [--provisional N]
+//                          [--per-step]
+//                          [--independent-noise] [--alpha] tests/data/trace_*.csv
 // "noise-aware, per round" is the defaults without the smoothing across rounds
 // (persist_rounds = 0); "noise-aware, across rounds" the defaults.
 // --alpha: replay with the traces' fitted fixed cost per step (ReplayConfig::use_trace_alpha).
 // --per-step: the controller set for one observation per step (for_step_observations), for the
 // per-step recordings tests/data/steps_*.csv; --change, --provisional: its change detection
-// (the nine fields of ChangeDetection) and provisional_observations.
+// (the nine fields of ChangeDetection) and provisional_observations; --independent-noise: the
+// controller's correlated_noise off (what weighing the noise's correlation buys and costs).
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -40,6 +42,9 @@ bool use_alpha = false;
 double deadband = 0.05;
 ChangeDetection change;
 std::size_t provisional = ControllerConfig{}.provisional_observations;
+double persist_z = ControllerConfig{}.persist_z;
+bool correlated_noise = ControllerConfig{}.correlated_noise;
+bool independent_noise = false;  // --independent-noise: correlated_noise off, whatever else says
 
 ReplayConfig make(const Variant& v, Policy policy, double noise, int seed, int interval) {
   const bool filtered = v.filtered;
@@ -56,6 +61,8 @@ ReplayConfig make(const Variant& v, Policy policy, double noise, int seed, int i
   c.controller.throughput_window = window;
   c.controller.change = change;
   c.controller.provisional_observations = provisional;
+  c.controller.persist_z = persist_z;
+  c.controller.correlated_noise = correlated_noise && !independent_noise;
   c.use_trace_alpha = use_alpha;
   if (!filtered) {
     c.controller.throughput_window = 5;
@@ -86,6 +93,8 @@ int main(int argc, char** argv) {
       deadband = std::atof(argv[++i]);
     } else if (!std::strcmp(argv[i], "--interval") && i + 1 < argc) {
       interval = std::atoi(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--independent-noise")) {
+      independent_noise = true;
     } else if (!std::strcmp(argv[i], "--per-step")) {
       // The settings for per-step recordings (tests/data/steps_*.csv): for_step_observations.
       const ControllerConfig step = for_step_observations(ControllerConfig{});
@@ -93,6 +102,8 @@ int main(int argc, char** argv) {
       noise_z = step.noise_z;
       provisional = step.provisional_observations;
       change = step.change;
+      persist_z = step.persist_z;
+      correlated_noise = step.correlated_noise;
     } else if (!std::strcmp(argv[i], "--provisional") && i + 1 < argc) {
       provisional = static_cast<std::size_t>(std::atoi(argv[++i]));
     } else if (!std::strcmp(argv[i], "--change") && i + 1 < argc) {
@@ -112,7 +123,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: %s [--seeds N] [--interval STEPS] [--z NOISE_Z] [--window N] [--follow "
                  "TOLERANCE] [--deadband D] [--change QR,QMIN,QZ,R,MIN,Z,SR,SMIN,SZ] "
-                 "[--provisional N] [--per-step] [--alpha] TRACE.csv...\n",
+                 "[--provisional N] [--per-step] [--independent-noise] [--alpha] TRACE.csv...\n",
                  argv[0]);
     return 2;
   }

@@ -15,12 +15,13 @@
 //   scheduler_scenario_table [--seeds 20] [--steps 1200] [--interval 10] [--z NOISE_Z]
 //                            [--deadband D] [--window N] [--persist-rounds N] [--persist-gain G]
 //                            [--change QR,QMIN,QZ,R,MIN,Z,SR,SMIN,SZ] [--provisional N]
-//                            [--per-step] BASE.csv
+//                            [--independent-noise] [--per-step] BASE.csv
 // --z, --deadband, --window, --persist-rounds, --persist-gain: the controller's noise_z,
 // deadband (0.05 here), throughput_window, persist_rounds and persist_gain (ControllerConfig);
 // --change: its change detection's three levels (ChangeDetection: quick_run, quick_min_change,
 // quick_spread_z, run, min_change, spread_z, slow_run, slow_min_change, slow_spread_z);
-// --provisional: its provisional_observations; to see what other settings buy and cost.
+// --provisional: its provisional_observations; --independent-noise: correlated_noise off; to
+// see what other settings buy and cost.
 // --per-step: the settings for one observation per step (for_step_observations), for a base
 // recorded per step (traces.py --per-step-out, tests/data/steps_*.csv); flags after it
 // override them.
@@ -127,6 +128,8 @@ int main(int argc, char** argv) {
       controller_settings.persist_rounds = static_cast<std::size_t>(std::atoll(argv[++i]));
     } else if (!std::strcmp(argv[i], "--persist-gain") && i + 1 < argc) {
       controller_settings.persist_gain = std::atof(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--independent-noise")) {
+      controller_settings.correlated_noise = false;
     } else if (!std::strcmp(argv[i], "--per-step")) {
       controller_settings = for_step_observations(controller_settings);
     } else if (!std::strcmp(argv[i], "--provisional") && i + 1 < argc) {
@@ -152,7 +155,7 @@ int main(int argc, char** argv) {
                  "usage: %s [--seeds N] [--steps N] [--interval STEPS] [--z NOISE_Z >= 0] "
                  "[--deadband D] [--window N] [--persist-rounds N] [--persist-gain G] "
                  "[--change QUICK_RUN,QUICK_MIN,QUICK_Z,RUN,MIN,Z,SLOW_RUN,SLOW_MIN,SLOW_Z] "
-                 "[--provisional N] [--per-step] "
+                 "[--provisional N] [--independent-noise] [--per-step] "
                  "BASE.csv (a recorded steady trace, e.g. tests/data/trace_clean.csv)\n",
                  argv[0]);
     return 2;

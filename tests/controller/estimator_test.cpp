@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-
+#include <cstdio>
 #include <random>
 
 namespace omnilearn::scheduler {
@@ -209,6 +209,66 @@ TEST(ThroughputEstimator, AFewWindowsAtANewBatchBorrowTheOlderSpread) {
   for (double r : {480, 500, 490}) at(30, r);
   EXPECT_EQ(e.regime_changes(), 1u);
   EXPECT_NEAR(*e.throughput(), 490.0, 15.0);
+}
+
+// The lag-one autocorrelation of pooled pairs: near rho for a first-order autoregressive noise,
+// near 0 for independent noise, nothing from too few pairs.
+TEST(LagOneAutocorrelation, RecoversAnAutoregressiveProcessAndNeedsTwentyPairs) {
+  std::mt19937_64 rng(7);
+  std::normal_distribution<double> z(0.0, 0.1);
+  for (double rho : {0.0, 0.3, 0.7}) {
+    std::vector<NoisePair> pairs;
+    double x = 0.0;
+    for (int k = 0; k < 4000; ++k) {
+      const double next = rho * x + z(rng);
+      pairs.push_back({x, next});
+      x = next;
+    }
+    EXPECT_NEAR(*lag_one_autocorrelation(pairs), rho, 0.05) << "rho " << rho;
+  }
+  std::vector<NoisePair> few(19, NoisePair{0.1, 0.1});
+  EXPECT_FALSE(lag_one_autocorrelation(few));
+  few.push_back({0.1, 0.1});
+  EXPECT_NEAR(*lag_one_autocorrelation(few), 1.0, 1e-12);
+  EXPECT_FALSE(lag_one_autocorrelation(std::vector<NoisePair>(30)));  // no deviation at all
+}
+
+// The pairs' deviations are from a local level, not the window's median: a change of speed the
+// detector has not caught (here: the detector is off) would otherwise read as noise that lasts,
+// since every observation on one side of it deviates the same way. Bursts of a few steps still do.
+TEST(ThroughputEstimator, NoisePairsSeeBurstsButNotAChangeOfLevel) {
+  ChangeDetection off;  // no level ever fires
+  off.quick_run = 0;
+  off.min_change = 1e9;
+  off.slow_run = 0;
+  std::mt19937_64 rng(3);
+  std::normal_distribution<double> z(0.0, 0.05);
+  auto correlation = [](const ThroughputEstimator& e) {
+    std::vector<NoisePair> pairs;
+    e.noise_pairs(pairs);
+    return *lag_one_autocorrelation(pairs);
+  };
+  // Independent 5% noise, the speed 30% lower from the window's middle on.
+  ThroughputEstimator level(48, off);
+  for (int k = 0; k < 48; ++k) level.observe(32, (k < 24 ? 0.032 : 0.032 / 0.7) * std::exp(z(rng)));
+  std::printf("a change of level: %.2f from local levels", correlation(level));
+  EXPECT_LT(correlation(level), 0.35);
+  // Against the window's median, the same observations look like lasting noise.
+  const std::vector<double> v = level.values();
+  const double m = *median(v);
+  std::vector<NoisePair> global;
+  for (std::size_t k = 1; k < v.size(); ++k) {
+    global.push_back({std::log(v[k - 1] / m), std::log(v[k] / m)});
+  }
+  std::printf(", %.2f from the window's median\n", *lag_one_autocorrelation(global));
+  EXPECT_GT(*lag_one_autocorrelation(global), 0.6);
+  // Bursts: every fourth run of four observations 40% slower.
+  ThroughputEstimator bursts(48, off);
+  for (int k = 0; k < 48; ++k) {
+    bursts.observe(32, ((k / 4) % 4 == 3 ? 0.032 / 0.6 : 0.032) * std::exp(z(rng)));
+  }
+  std::printf("bursts: %.2f\n", correlation(bursts));
+  EXPECT_GT(correlation(bursts), 0.4);
 }
 
 TEST(ThroughputEstimator, RejectsNonsense) {
