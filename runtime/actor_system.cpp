@@ -822,6 +822,10 @@ void ActorSystem::cancel_timer(TimerId id) { impl_->timers.cancel(id); }
 
 const TransportStats& ActorSystem::transport_stats() const { return impl_->transport->stats(); }
 
+void ActorSystem::set_send_fence(Transport::SendFence fence) {
+  impl_->transport->set_send_fence(std::move(fence));
+}
+
 void ActorSystem::refuse_undecodable(const Envelope& request, bool answer) {
   impl_->transport->count_malformed_payload();
   if (!answer || request.correlation == 0 || request.is_reply()) return;

@@ -127,6 +127,12 @@ class ActorSystem {
   const TransportStats& transport_stats() const;
   SystemStats stats() const;
 
+  // Nothing leaves this process for the network while `fence` gives a reason
+  // (Transport::set_send_fence): a head sets it to its lease, so that once the lease may have
+  // run out no answer or order of it reaches another process. Messages between its own actors
+  // are not fenced. Any thread; an empty function removes the fence.
+  void set_send_fence(Transport::SendFence fence);
+
   // Stops everything now (idempotent); the destructor calls it.
   void shutdown();
 

@@ -88,6 +88,10 @@ struct Transport::Impl {
   zmq::context_t context{1};
   int wake_fd = -1;
 
+  // The send fence (set_send_fence), read by the I/O thread before each delivery.
+  std::mutex fence_mutex;
+  std::shared_ptr<const Transport::SendFence> send_fence;
+
   // Guarded by mutex: work handed to the I/O thread.
   std::mutex mutex;
   // A vector swapped with the I/O thread's and cleared there, so both keep their capacity: no
@@ -584,6 +588,23 @@ struct Transport::Impl {
   // Everything the I/O thread took from the outbox in one go, grouped by where it goes (order
   // kept per destination, which is all ZeroMQ keeps anyway).
   void deliver_all(std::vector<Envelope>& out) {
+    if (out.empty()) return;
+    std::shared_ptr<const SendFence> fence;
+    {
+      std::lock_guard lock(fence_mutex);
+      fence = send_fence;
+    }
+    if (fence) {
+      if (const std::optional<std::string> why = (*fence)()) {
+        if (stats.dropped_fenced.fetch_add(out.size()) == 0) {
+          spdlog::warn("transport: sending nothing more: {}", *why);
+        }
+        if (on_undeliverable) {
+          for (const auto& envelope : out) on_undeliverable(envelope, "fenced: " + *why);
+        }
+        return;
+      }
+    }
     std::vector<std::pair<Target, std::vector<Envelope*>>> groups;
     for (auto& envelope : out) {
       Target target = resolve(envelope);
@@ -890,6 +911,12 @@ bool Transport::run_inline(const std::function<void()>& work) {
 
 void Transport::yield_io_role() {
   if (Impl::t_io_leader) Impl::t_io_leader->yield_role();
+}
+
+void Transport::set_send_fence(SendFence fence) {
+  auto shared = fence ? std::make_shared<const SendFence>(std::move(fence)) : nullptr;
+  std::lock_guard lock(impl_->fence_mutex);
+  impl_->send_fence = std::move(shared);
 }
 
 void Transport::send(Envelope envelope) {

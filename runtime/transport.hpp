@@ -46,6 +46,9 @@ struct TransportStats {
   // Times an actor's turn on the I/O thread ran past TransportOptions::inline_takeover (or began
   // a blocking wait) and a standby thread took the sockets over.
   std::atomic<std::uint64_t> io_takeovers{0};
+  // Messages the send fence held back (Transport::set_send_fence): this process had lost the
+  // right to speak when they were about to leave.
+  std::atomic<std::uint64_t> dropped_fenced{0};
 };
 
 struct TransportOptions {
@@ -106,6 +109,15 @@ class Transport {
   // On the I/O thread, inside run_inline: a wait is coming (ActorScheduler::BlockingScope), so
   // the standby takes the role over now. Anywhere else: nothing.
   static void yield_io_role();
+
+  // Asked on the I/O thread right before messages leave for the network: a reason means this
+  // process may no longer speak (a head whose lease ran out: another may lead by now), and
+  // the messages are dropped (stats().dropped_fenced, the undeliverable handler told why). The
+  // last check before the socket, so that a process frozen past its right and then thawed
+  // sends nothing, whichever of its threads runs first. Must be cheap and must not block. Any
+  // thread; an empty function removes the fence.
+  using SendFence = std::function<std::optional<std::string>()>;
+  void set_send_fence(SendFence fence);
 
   // Queues a message (any thread; blocks while the outbox is full, see max_outbox). Routing: to.system that is an endpoint ("tcp://...") goes
   // through a DEALER connected on first use; any other system id goes to the peer that

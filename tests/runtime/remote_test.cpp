@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <future>
 #include <thread>
 
@@ -108,6 +109,44 @@ TEST_F(Remote, AskToAMissingRemoteActorFailsFast) {
   EXPECT_LT(Clock::now() - start, 2s);
   EXPECT_NE(result.error.find("no-such-actor"), std::string::npos) << result.error;
   EXPECT_TRUE(testing::wait_until([&] { return b.stats().dead_letters == 1; }, 2s));
+}
+
+// A fenced system (a head whose lease may have run out, ActorSystem::set_send_fence) sends
+// nothing to other processes: an ask fails at once with the fence's reason, a tell is dropped
+// and counted, and its own actors still talk to each other. Lifting the fence lets messages
+// out again.
+TEST_F(Remote, AFencedSystemSendsNothingToOthersUntilTheFenceLifts) {
+  b.spawn("echo", echo_actor());
+  a.spawn("echo", echo_actor());
+  ASSERT_TRUE(a.ask(ActorAddress{endpoint_b, "echo"}, Ping{1}, 5s).get().ok());
+  std::atomic<bool> lapsed{true};
+  a.set_send_fence([&]() -> std::optional<std::string> {
+    if (lapsed) return std::string("the lease ran out");
+    return std::nullopt;
+  });
+  const auto start = Clock::now();
+  const auto fenced = a.ask(ActorAddress{endpoint_b, "echo"}, Ping{2}, 10s).get();
+  EXPECT_LT(Clock::now() - start, 2s) << "a fenced ask waits for its timeout";
+  EXPECT_EQ(fenced.status, AskResult::Status::kUnreachable);
+  EXPECT_NE(fenced.error.find("fenced: the lease ran out"), std::string::npos) << fenced.error;
+  auto inbox_b = testing::spawn_probe(b, "inbox");
+  auto inbox_a = testing::spawn_probe(a, "inbox");
+  inbox_a.run([&](testing::ProbeActor& self) {
+    self.tell(ActorAddress{endpoint_b, "inbox"}, Ping{3});
+  });
+  EXPECT_FALSE(inbox_b.queue->pop(500ms)) << "a fenced tell reached the other process";
+  EXPECT_EQ(a.transport_stats().dropped_fenced.load(), 2u);
+  EXPECT_TRUE(a.ask(ActorAddress{a.id(), "echo"}, Ping{4}, 5s).get().ok())
+      << "the fence stopped a message between the system's own actors";
+  lapsed = false;
+  EXPECT_TRUE(a.ask(ActorAddress{endpoint_b, "echo"}, Ping{5}, 5s).get().ok());
+  inbox_a.run([&](testing::ProbeActor& self) {
+    self.tell(ActorAddress{endpoint_b, "inbox"}, Ping{6});
+  });
+  const auto after = inbox_b.queue->pop_as<Ping>(5s);
+  ASSERT_TRUE(after);
+  EXPECT_EQ(after->sequence, 6u) << "the fenced tell arrived after all";
+  a.set_send_fence({});
 }
 
 TEST_F(Remote, AskToAnEndpointNobodyListensOnTimesOut) {
