@@ -164,6 +164,9 @@ int run_head(const HeadFlags& flags) {
         std::_Exit(1);
       };
       head.store = state::open_etcd_store(std::move(etcd));
+      // Thawed past its lease, a head's threads wake together, and one may send before the
+      // watchdog deposes it: the fence asks the clock before every message leaves.
+      system.set_send_fence([store = head.store] { return store->lapsed(); });
     } else if (flags.standby) {
       throw CliError("--standby needs a store that heads share: --store etcd://HOST:PORT,...");
     } else if (!flags.store.empty()) {

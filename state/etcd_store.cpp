@@ -108,6 +108,7 @@ class EtcdStore final : public StateStore {
     const auto asked = Clock::now();
     lease_ = as_int(call("/v3/lease/grant", {{"TTL", options_.lease_ttl.count()}}).at("ID"));
     last_renewed_ = asked;
+    deadline_.store((asked + valid_for()).time_since_epoch().count(), std::memory_order_release);
     keeper_ = std::thread([this] { keep_lease(); });
     watchdog_ = std::thread([this] { watch_deadline(); });
     try {
@@ -125,6 +126,19 @@ class EtcdStore final : public StateStore {
       call("/v3/lease/revoke", {{"ID", std::to_string(lease_)}});
     } catch (const std::exception&) {
     }
+  }
+
+  // The clock first: past the deadline, the lease may be gone whatever the threads have done.
+  std::optional<std::string> lapsed() const override {
+    const Clock::time_point deadline{Clock::duration(deadline_.load(std::memory_order_acquire))};
+    if (Clock::now() >= deadline) {
+      return fmt::format(
+          "this head's etcd lease was not renewed in time (its TTL is {} s): "
+          "another head may be active",
+          options_.lease_ttl.count());
+    }
+    if (lost_flag_.load(std::memory_order_acquire)) return "this head's etcd lease is lost";
+    return std::nullopt;
   }
 
   std::string describe() const override {
@@ -280,6 +294,7 @@ class EtcdStore final : public StateStore {
         }
         lock.lock();
         last_renewed_ = now;  // counted from the ask, as the lease is on etcd's side
+        deadline_.store((now + valid_for()).time_since_epoch().count(), std::memory_order_release);
         wake_.notify_all();   // the watchdog's deadline moved
       } catch (const std::exception&) {
         lock.lock();  // tried again at the next period, until the deadline
@@ -293,6 +308,7 @@ class EtcdStore final : public StateStore {
       std::lock_guard lock(mutex_);
       if (!lost_) {
         lost_ = true;
+        lost_flag_.store(true, std::memory_order_release);
         lost_reason_ = why;
         first = true;
       }
@@ -372,6 +388,9 @@ class EtcdStore final : public StateStore {
   std::string lost_reason_;
   Clock::time_point last_renewed_;
   Clock::time_point last_attempt_{};
+  // What lapsed() reads without the mutex: last_renewed_ + valid_for() (Clock ticks) and lost_.
+  std::atomic<Clock::rep> deadline_{0};
+  std::atomic<bool> lost_flag_{false};
   std::thread keeper_;
   std::thread watchdog_;  // deposes this head at the lease's deadline (watch_deadline)
 };

@@ -47,6 +47,12 @@ class StateStore {
   // StateStoreError when it cannot, with nothing applied. Thread-safe.
   virtual void commit(const std::vector<Write>& writes) = 0;
 
+  // Why this head may no longer act as the active one, if so: for a store that elects heads
+  // (etcd), its lease is lost or may have run out by the clock, whether or not the thread that
+  // deposes it has run yet. Cheap, lock-free, any thread: the head's send fence asks it before
+  // every message leaves (ActorSystem::set_send_fence). A store that elects no one: never.
+  virtual std::optional<std::string> lapsed() const { return std::nullopt; }
+
   // One key's value, if set.
   std::optional<std::string> get(const std::string& key);
   void put(const std::string& key, std::string value);

@@ -14,6 +14,7 @@
 
 #include "tests/support/etcd.hpp"
 #include "tests/support/job_run.hpp"
+#include "tests/support/wait.hpp"
 
 namespace omnilearn::state {
 namespace {
@@ -146,6 +147,39 @@ TEST_F(EtcdStoreTest, AHeadWhoseEtcdStopsAnsweringGivesUpItsLeaseInTime) {
   std::printf("deposed %.2f s after the freeze: %s\n",
               std::chrono::duration<double>(at - frozen).count(), why.c_str());
   EXPECT_NE(why.find("not renewed"), std::string::npos) << why;
+}
+
+// lapsed() answers from the clock: from the lease's deadline on it says the lease may be gone,
+// without waiting for the watchdog thread to depose the head (a head frozen past its lease and
+// thawed wakes all its threads at once; its send fence asks lapsed() before any message
+// leaves). Before the deadline, while renewals succeed, it says nothing.
+TEST_F(EtcdStoreTest, LapsedSaysFromTheClockThatTheLeaseMayBeGone) {
+  std::atomic<bool> deposed{false};
+  auto head_options = options("head-a:7070");
+  head_options.lease_ttl = 2s;
+  head_options.on_deposed = [&](const std::string&) { deposed = true; };
+  auto head = open_etcd_store(head_options);
+  for (int i = 0; i < 30; ++i) {  // 1.5 s: renewed on the way
+    EXPECT_FALSE(head->lapsed()) << *head->lapsed();
+    std::this_thread::sleep_for(50ms);
+  }
+  const auto frozen = std::chrono::steady_clock::now();
+  ASSERT_TRUE(etcd_->member(0).send_signal(SIGSTOP));
+  std::optional<std::string> why;
+  while (!why && std::chrono::steady_clock::now() - frozen < 10s) {
+    why = head->lapsed();
+    if (!why) std::this_thread::sleep_for(2ms);
+  }
+  const auto at = std::chrono::steady_clock::now();
+  const bool deposed_in_time = testing::wait_until([&] { return deposed.load(); }, 10s);
+  ASSERT_TRUE(etcd_->member(0).send_signal(SIGCONT));
+  ASSERT_TRUE(why) << "lapsed() said nothing 10 s after etcd stopped answering";
+  EXPECT_LT(at - frozen, 2900ms);
+  EXPECT_NE(why->find("not renewed in time"), std::string::npos) << *why;
+  EXPECT_TRUE(deposed_in_time);
+  EXPECT_TRUE(head->lapsed()) << "lapsed() must not turn back once the deadline passed";
+  std::printf("lapsed %.2f s after the freeze: %s\n",
+              std::chrono::duration<double>(at - frozen).count(), why->c_str());
 }
 
 }  // namespace
