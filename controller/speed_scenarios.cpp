@@ -84,9 +84,9 @@ Trace make_scenario(const Trace& base, const ScenarioConfig& c) {
   }
   if (c.offset > 0) {
     // Rotate: the step at origin + offset + 1 comes first; a window across the cut is split.
+    const std::int64_t cut = origin + c.offset;
     std::vector<TraceObservation> rotated;
     for (const auto& o : tile) {
-      const std::int64_t cut = origin + c.offset;
       TraceObservation part = o;
       if (o.last_step > cut) {
         part.first_step = std::max(o.first_step, cut + 1) - c.offset;

@@ -7,8 +7,7 @@
 //
 //   scheduler_replay_table [--seeds 10] [--interval 10] [--z NOISE_Z] [--window N]
 //                          [--follow TOLERANCE] [--deadband 0.05] [--change ...] [--provisional N]
-//                          [--per-step]
-//                          [--independent-noise] [--alpha] tests/data/trace_*.csv
+//                          [--per-step] [--independent-noise] [--alpha] tests/data/trace_*.csv
 // "noise-aware, per round" is the defaults without the smoothing across rounds
 // (persist_rounds = 0); "noise-aware, across rounds" the defaults.
 // --alpha: replay with the traces' fitted fixed cost per step (ReplayConfig::use_trace_alpha).
