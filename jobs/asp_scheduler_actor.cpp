@@ -148,7 +148,8 @@ AspRunState decode_asp_run_state(const std::string& text) {
 AspSchedulerActor::AspSchedulerActor(SchedulerOptions options)
     : options_(std::move(options)),
       job_(asp_job_options(options_)),
-      recorder_(JobRecorderOptions{options_.job_id, options_.run_dir, options_.events_skipped}),
+      recorder_(recorder_options(options_.job_id, options_.run_dir, options_.events_skipped,
+                                 options_.store)),
       clock_(kMaxRunGap),
       clock_subject_("job " + options_.job_id + ": the scheduler") {}
 

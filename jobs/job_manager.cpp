@@ -181,7 +181,8 @@ void JobManager::end_job_here(Job& job, const std::string& state, const std::str
   job.finished = true;
   spdlog::error("jobs: job {} {}: {}", job.info.id, state, reason);
   // The same record the scheduler keeps: its events after the job's, then the summary.
-  JobRecorder recorder(JobRecorderOptions{job.info.id, job.run_dir, job.events_skipped});
+  JobRecorder recorder(
+      recorder_options(job.info.id, job.run_dir, job.events_skipped, options_.store));
   recorder.open();
   for (auto& event : events) recorder.record(std::move(event));
   recorder.record(finished_event(job.info.state, job.info.reason, job.info.step));

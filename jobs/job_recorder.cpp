@@ -198,6 +198,17 @@ EventFileLines read_event_lines(const fs::path& path, EventFilePosition from, st
   return out;
 }
 
+JobRecorderOptions recorder_options(std::string job_id, std::string run_dir,
+                                    std::uint64_t lines_before,
+                                    std::shared_ptr<state::StateStore> store) {
+  JobRecorderOptions options;
+  options.job_id = std::move(job_id);
+  options.run_dir = std::move(run_dir);
+  options.lines_before = lines_before;
+  if (store) options.may_write = [store = std::move(store)] { return store->lapsed(); };
+  return options;
+}
+
 JobRecorder::JobRecorder(JobRecorderOptions options)
     : options_(std::move(options)), run_dir_(options_.run_dir) {
   if (options_.kept_events == 0) options_.kept_events = 1;
@@ -294,8 +305,22 @@ void JobRecorder::count(EventKind kind, double time, const std::optional<std::in
   }
 }
 
+bool JobRecorder::fenced(std::string_view what) {
+  if (!options_.may_write) return false;
+  const std::optional<std::string> why = options_.may_write();
+  if (!why) return false;
+  if (file_whole_ || fd_ >= 0) {
+    spdlog::warn("job {}: not writing {} to {}: {}", options_.job_id, what, run_dir_.string(),
+                 *why);
+  }
+  file_whole_ = false;
+  close_file(false);
+  return true;
+}
+
 void JobRecorder::write_line(const std::string& line) {
   if (fd_ < 0 || !file_whole_) return;
+  if (fenced("events")) return;
   std::string out = line;
   out += '\n';
   const char* data = out.data();
@@ -365,6 +390,7 @@ bool JobRecorder::finish(Json summary) {
   close_file(true);
   if (summary.is_object()) summary["events"] = counts_json();
   summary_ = summary.dump(2);
+  if (fenced("the summary")) return false;
   try {
     runtime::write_file_atomically(run_dir_ / "summary.json", summary_ + "\n");
     return true;

@@ -23,12 +23,15 @@
 #include <cstdint>
 #include <deque>
 #include <filesystem>
+#include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "state/state_store.hpp"
 #include "wire/job_protocol.hpp"
 
 namespace omnilearn::actors {
@@ -146,7 +149,18 @@ struct JobRecorderOptions {
   // The recent events kept in memory: two pages, so a follower up to two pages behind is
   // answered without touching the disk.
   std::size_t kept_events = 2 * kMaxEventsPerPage;
+  // Asked before each write to the run directory: a reason means this head may no longer act
+  // (its lease may have run out: StateStore::lapsed), and nothing more is written there, since
+  // the head that took over may be writing the same files. Events are then kept in memory
+  // only. Empty: always written.
+  std::function<std::optional<std::string>()> may_write;
 };
+
+// The recorder's options for a job of a head over `store`: writes fenced by the store's lapsed()
+// (nothing more is written once the head's lease may have run out). A null store: no fence.
+JobRecorderOptions recorder_options(std::string job_id, std::string run_dir,
+                                    std::uint64_t lines_before,
+                                    std::shared_ptr<state::StateStore> store);
 
 class JobRecorder {
  public:
@@ -212,6 +226,9 @@ class JobRecorder {
   // The events from `since` read back from events.jsonl; nullopt when it cannot serve them.
   std::optional<std::vector<std::string>> from_file(std::uint64_t since, std::size_t max);
   void write_line(const std::string& line);
+  // Whether options_.may_write forbids writing `what` now; then the file is closed and no longer
+  // whole (logged once).
+  bool fenced(std::string_view what);
   void close_file(bool sync);
 
   JobRecorderOptions options_;

@@ -173,7 +173,8 @@ SchedulerActor::SchedulerActor(SchedulerOptions options)
       // The trainers of a group report every rank's compute of every step (observe_step).
       controller_(scheduler::for_step_observations(options_.spec.controller.config)),
       rounds_(control_rounds(options_.spec.controller)),
-      recorder_(JobRecorderOptions{options_.job_id, options_.run_dir, options_.events_skipped}),
+      recorder_(recorder_options(options_.job_id, options_.run_dir, options_.events_skipped,
+                                 options_.store)),
       base_lease_ms_(job_.lease_duration()),
       clock_(kMaxRunGap),
       clock_subject_("job " + options_.job_id + ": the scheduler") {}

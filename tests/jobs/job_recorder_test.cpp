@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -217,6 +218,41 @@ TEST(JobRecorder, AFailedWriteLeavesTheWholeLinesAndNamesTheGap) {
   ASSERT_EQ(all.size(), 100u + kKept);
   for (std::size_t i = 0; i < 100; ++i) EXPECT_EQ(Json::parse(all[i]).at("step"), i);
   EXPECT_EQ(Json::parse(all[100]).at("step"), 300 - static_cast<int>(kKept));
+}
+
+// A head whose lease may have run out (JobRecorderOptions::may_write, the store's lapsed())
+// writes nothing more to the run directory, which the head that took over may be writing: the
+// events from then on are kept in memory only, and no summary.json is written.
+TEST(JobRecorder, AFencedRecorderWritesNothingMoreToTheRunDirectory) {
+  testing::ScratchDir scratch;
+  std::optional<std::string> lapsed;
+  JobRecorderOptions options = options_for(scratch.path());
+  options.may_write = [&] { return lapsed; };
+  JobRecorder recorder(options);
+  ASSERT_TRUE(recorder.open());
+  for (std::int64_t s = 0; s < 10; ++s) recorder.record(step_event(s));
+  lapsed = "the lease ran out";
+  for (std::int64_t s = 10; s < 20; ++s) recorder.record(step_event(s));
+  EXPECT_FALSE(recorder.file_whole());
+  EXPECT_EQ(recorder.events_in_file(), 10u);
+  const auto written = lines_of(recorder.events_path());
+  ASSERT_EQ(written.size(), 10u);
+  EXPECT_EQ(Json::parse(written.back()).at("step"), 9);
+  EXPECT_EQ(read_all(recorder, 0).size(), 20u) << "the later events are kept in memory";
+  EXPECT_FALSE(recorder.finish(Json{{"job_id", "j1"}}));
+  EXPECT_FALSE(fs::exists(scratch.path() / "summary.json"));
+  EXPECT_EQ(lines_of(recorder.events_path()), written);
+
+  // Unfenced, the same recorder's options write everything.
+  testing::ScratchDir other;
+  JobRecorderOptions open_options = options_for(other.path());
+  open_options.may_write = [] { return std::optional<std::string>(); };
+  JobRecorder plain(open_options);
+  ASSERT_TRUE(plain.open());
+  for (std::int64_t s = 0; s < 20; ++s) plain.record(step_event(s));
+  EXPECT_TRUE(plain.finish(Json{{"job_id", "j1"}}));
+  EXPECT_EQ(lines_of(plain.events_path()).size(), 20u);
+  EXPECT_TRUE(fs::exists(other.path() / "summary.json"));
 }
 
 // A head restarted under a running job: the new scheduler's recorder counts the job's events
