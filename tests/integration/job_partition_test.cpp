@@ -50,6 +50,14 @@ std::optional<Json> wait_for_event(const std::filesystem::path& run_dir,
   return hit;
 }
 
+// Matches an event `kind` of a trainer on node `node` (a trainer's name holds its node's).
+std::function<bool(const Json&)> trainer_event_on(const std::string& kind,
+                                                  const std::string& node) {
+  return [kind, part = "-" + node + "-"](const Json& e) {
+    return e.value("event", "") == kind && e.value("trainer", "").find(part) != std::string::npos;
+  };
+}
+
 std::string tail_of(const std::filesystem::path& run_dir) {
   auto events = read_events(run_dir);
   std::string text;
@@ -407,25 +415,13 @@ TEST(JobPartition, AnAsynchronousJobsWorkerCutOffIsWrittenOffAndItsBatchesDealtA
   ASSERT_TRUE(ready) << tail_of(run_dir) << near.describe();
   ASSERT_EQ(ready->at("node"), "near");
   auto& far = cluster.start_worker("far", Side::kWorker, {"--slowdown", "4"});
-  auto far_pushed = wait_for_event(
-      run_dir,
-      [](const Json& e) {
-        return e.value("event", "") == "first_push" &&
-               e.value("trainer", "").find("-far-") != std::string::npos;
-      },
-      60s);
+  auto far_pushed = wait_for_event(run_dir, trainer_event_on("first_push", "far"), 60s);
   ASSERT_TRUE(far_pushed) << tail_of(run_dir) << far.describe();
 
   network.set_link_up(false);
   ASSERT_TRUE(cluster.wait_for_status([](const auto& s) { return s.state("far") == "dead"; }, 20s))
       << cluster.last_status_text();
-  auto gone = wait_for_event(
-      run_dir,
-      [](const Json& e) {
-        return e.value("event", "") == "trainer_gone" &&
-               e.value("trainer", "").find("-far-") != std::string::npos;
-      },
-      30s);
+  auto gone = wait_for_event(run_dir, trainer_event_on("trainer_gone", "far"), 30s);
   ASSERT_TRUE(gone) << "the cut-off worker was not written off\n" << tail_of(run_dir);
   const double gone_at = gone->at("time").get<double>();
   ASSERT_TRUE(wait_for_event(
