@@ -86,8 +86,12 @@ struct ControllerConfig {
 // observations instead of 3, and a large change caught after three observations beyond 3
 // spreads instead of two beyond 4, and a gain held across a fresh window of 48 observations
 // replacing the plan at 1.5 standard errors (persist_z), and the noise's correlation from one
-// step to the next weighed in the gate (correlated_noise). Chosen by replaying recordings that
-// hold both (the same runs' windows and steps): docs/benchmarks.md, "Following speed changes".
+// step to the next weighed in the gate (correlated_noise). Of the change detector's smaller
+// levels, the run level only where a step's noise spreads 20% or more (run_min_spread: where
+// the quick level cannot see a halved speed) and the slow level not at all: beside a bursty
+// CPU hog both fired on bursts, each time dropping the window, and the plan followed them.
+// Chosen by replaying recordings that hold both (the same runs' windows and steps):
+// docs/benchmarks.md, "Following speed changes".
 ControllerConfig for_step_observations(ControllerConfig config);
 
 // What a plan() call is for. A periodic control round is one round of the smoothing across

@@ -57,6 +57,9 @@ void ChangeDetection::validate() const {
   if (run < 1) fail("run must be at least 1 observation");
   if (!(min_change > 0.0) || !std::isfinite(min_change)) fail("min_change must be positive");
   if (!(spread_z >= 0.0) || !std::isfinite(spread_z)) fail("spread_z must be >= 0");
+  if (!(run_min_spread >= 0.0) || !std::isfinite(run_min_spread)) {
+    fail("run_min_spread must be >= 0");
+  }
   if (!(slow_min_change > 0.0) || !std::isfinite(slow_min_change)) {
     fail("slow_min_change must be positive");
   }
@@ -192,8 +195,8 @@ bool ThroughputEstimator::median_shifted(const std::vector<Entry>& v, std::size_
 }
 
 bool ThroughputEstimator::all_beyond(const std::vector<Entry>& v, std::size_t run,
-                                     double min_change, double spread_z,
-                                     bool same_batch_only) const {
+                                     double min_change, double spread_z, bool same_batch_only,
+                                     double min_spread) const {
   const auto newest = v.end() - static_cast<std::ptrdiff_t>(run);
   std::vector<double> older, same_batch;
   const bool one_batch =
@@ -215,6 +218,7 @@ bool ThroughputEstimator::all_beyond(const std::vector<Entry>& v, std::size_t ru
     spread = same_batch.size() >= 8 ? own : std::max(own, spread);
     older = same_batch;
   }
+  if (spread.value_or(0.0) < min_spread) return false;
   const double center = *median(older);
   // In logarithms: step-time noise is multiplicative, so a worker twice as slow (rate -50%)
   // lies as far beyond the noise as one twice as fast (+100%). Relative to the rate, a
@@ -243,7 +247,8 @@ bool ThroughputEstimator::changed(const std::vector<Entry>& v, Level level, std:
   if (run == 0 || v.size() < run + 2) return false;
   const bool moved = level == Level::kSlow
                          ? median_shifted(v, run, min_change, spread_z)
-                         : all_beyond(v, run, min_change, spread_z, level == Level::kQuick);
+                         : all_beyond(v, run, min_change, spread_z, level == Level::kQuick,
+                                      level == Level::kRun ? change_.run_min_spread : 0.0);
   if (!moved) return false;
   // The worker's speed changed: the older observations describe a machine that is gone.
   const std::vector<Entry> recent(v.end() - static_cast<std::ptrdiff_t>(run), v.end());

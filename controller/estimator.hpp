@@ -57,6 +57,13 @@ struct ChangeDetection {
   std::size_t run = 3;      // this many newest observations in a row, all on one side ...
   double min_change = 0.15; // ... each off the older median by more than this (relative) ...
   double spread_z = 2.5;    // ... and by more than spread_z x the older observations' spread
+  // ... and only where that spread is at least this large (0: at any noise). Where the noise
+  // is small, the quick level already sees every change worth a round; a run of three
+  // observations beyond a few small spreads is then as often a burst of a shared CPU (a hog's
+  // bursts last from 3 to 12 steps) as a change of speed, and every detection drops the
+  // window the estimate stood on. Under large noise the quick level's bar (quick_spread_z
+  // spreads) hides even a halved speed, and this level is what catches it.
+  double run_min_spread = 0.0;
   std::size_t slow_run = 8;        // small changes: the median of this many newest ...
   double slow_min_change = 0.05;   // ... off the older median by more than this (relative) ...
   double slow_spread_z = 5.0;      // ... and by more than this many standard errors of the
@@ -138,10 +145,10 @@ class ThroughputEstimator {
   // lie on one side of the older median beyond the threshold (with `same_batch_only`, the
   // older observations at their batch, at least 8 of them, or no change; the spread is that of
   // the older observations at their batch with 8 or more, else the larger of theirs and all
-  // older ones'). median_shifted:
+  // older ones'; no change when it is below `min_spread`). median_shifted:
   // their median lies off the older median beyond the threshold and the noise.
   bool all_beyond(const std::vector<Entry>& v, std::size_t run, double min_change, double spread_z,
-                  bool same_batch_only) const;
+                  bool same_batch_only, double min_spread) const;
   bool median_shifted(const std::vector<Entry>& v, std::size_t run, double min_change,
                       double spread_z) const;
   std::vector<Entry> entries() const;  // oldest first

@@ -6,15 +6,18 @@
 // each regime (start, real speed change, join) took to be followed (worst).
 //
 //   scheduler_replay_table [--seeds 10] [--interval 10] [--z NOISE_Z] [--window N]
-//                          [--follow TOLERANCE] [--deadband 0.05] [--change ...] [--provisional N]
-//                          [--per-step] [--independent-noise] [--alpha] tests/data/trace_*.csv
+//                          [--follow TOLERANCE] [--deadband 0.05] [--change ...]
+//                          [--run-min-spread S] [--provisional N] [--per-step]
+//                          [--independent-noise] [--alpha] tests/data/trace_*.csv
 // "noise-aware, per round" is the defaults without the smoothing across rounds
 // (persist_rounds = 0); "noise-aware, across rounds" the defaults.
 // --alpha: replay with the traces' fitted fixed cost per step (ReplayConfig::use_trace_alpha).
 // --per-step: the controller set for one observation per step (for_step_observations), for the
 // per-step recordings tests/data/steps_*.csv; --change, --provisional: its change detection
-// (the nine fields of ChangeDetection) and provisional_observations; --independent-noise: the
-// controller's correlated_noise off (what weighing the noise's correlation buys and costs).
+// (the nine fields of ChangeDetection) and provisional_observations; --run-min-spread: the
+// spread below which its run level stays off (after --per-step, which sets it);
+// --independent-noise: the controller's correlated_noise off (what weighing the noise's correlation
+// buys and costs).
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -105,6 +108,8 @@ int main(int argc, char** argv) {
       correlated_noise = step.correlated_noise;
     } else if (!std::strcmp(argv[i], "--provisional") && i + 1 < argc) {
       provisional = static_cast<std::size_t>(std::atoi(argv[++i]));
+    } else if (!std::strcmp(argv[i], "--run-min-spread") && i + 1 < argc) {
+      change.run_min_spread = std::atof(argv[++i]);
     } else if (!std::strcmp(argv[i], "--change") && i + 1 < argc) {
       // As scheduler_scenario_table's: the nine fields of ChangeDetection, in order.
       if (std::sscanf(argv[++i], "%zu,%lf,%lf,%zu,%lf,%lf,%zu,%lf,%lf", &change.quick_run,
@@ -122,6 +127,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: %s [--seeds N] [--interval STEPS] [--z NOISE_Z] [--window N] [--follow "
                  "TOLERANCE] [--deadband D] [--change QR,QMIN,QZ,R,MIN,Z,SR,SMIN,SZ] "
+                 "[--run-min-spread S] "
                  "[--provisional N] [--per-step] [--independent-noise] [--alpha] TRACE.csv...\n",
                  argv[0]);
     return 2;

@@ -14,12 +14,13 @@
 //
 //   scheduler_scenario_table [--seeds 20] [--steps 1200] [--interval 10] [--z NOISE_Z]
 //                            [--deadband D] [--window N] [--persist-rounds N] [--persist-gain G]
-//                            [--change QR,QMIN,QZ,R,MIN,Z,SR,SMIN,SZ] [--provisional N]
-//                            [--independent-noise] [--per-step] BASE.csv
+//                            [--change QR,QMIN,QZ,R,MIN,Z,SR,SMIN,SZ] [--run-min-spread S]
+//                            [--provisional N] [--independent-noise] [--per-step] BASE.csv
 // --z, --deadband, --window, --persist-rounds, --persist-gain: the controller's noise_z,
 // deadband (0.05 here), throughput_window, persist_rounds and persist_gain (ControllerConfig);
 // --change: its change detection's three levels (ChangeDetection: quick_run, quick_min_change,
 // quick_spread_z, run, min_change, spread_z, slow_run, slow_min_change, slow_spread_z);
+// --run-min-spread: the spread below which its run level stays off (run_min_spread);
 // --provisional: its provisional_observations; --independent-noise: correlated_noise off; to
 // see what other settings buy and cost.
 // --per-step: the settings for one observation per step (for_step_observations), for a base
@@ -135,6 +136,8 @@ int main(int argc, char** argv) {
     } else if (!std::strcmp(argv[i], "--provisional") && i + 1 < argc) {
       controller_settings.provisional_observations =
           static_cast<std::size_t>(std::atoll(argv[++i]));
+    } else if (!std::strcmp(argv[i], "--run-min-spread") && i + 1 < argc) {
+      controller_settings.change.run_min_spread = std::atof(argv[++i]);
     } else if (!std::strcmp(argv[i], "--change") && i + 1 < argc) {
       auto& d = controller_settings.change;
       if (std::sscanf(argv[++i], "%zu,%lf,%lf,%zu,%lf,%lf,%zu,%lf,%lf", &d.quick_run,
@@ -155,7 +158,7 @@ int main(int argc, char** argv) {
                  "usage: %s [--seeds N] [--steps N] [--interval STEPS] [--z NOISE_Z >= 0] "
                  "[--deadband D] [--window N] [--persist-rounds N] [--persist-gain G] "
                  "[--change QUICK_RUN,QUICK_MIN,QUICK_Z,RUN,MIN,Z,SLOW_RUN,SLOW_MIN,SLOW_Z] "
-                 "[--provisional N] [--independent-noise] [--per-step] "
+                 "[--run-min-spread S] [--provisional N] [--independent-noise] [--per-step] "
                  "BASE.csv (a recorded steady trace, e.g. tests/data/trace_clean.csv)\n",
                  argv[0]);
     return 2;

@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <random>
 
+#include "controller/batch_controller.hpp"
+
 namespace omnilearn::scheduler {
 namespace {
 
@@ -271,6 +273,35 @@ TEST(ThroughputEstimator, NoisePairsSeeBurstsButNotAChangeOfLevel) {
   EXPECT_GT(correlation(bursts), 0.4);
 }
 
+// The run level's noise floor (ChangeDetection::run_min_spread, 0.2 for per-step
+// observations): under 5% noise, three observations 25% slower (a burst of a shared CPU, below
+// the quick level's 40%) no longer drop the window; under 25% noise, where the quick level's
+// bar of three spreads hides a halved speed, the run level still catches it in three.
+TEST(ThroughputEstimator, RunLevelWaitsForLargeNoiseAndStillCatchesAHalvingThere) {
+  const ChangeDetection per_step = for_step_observations(ControllerConfig{}).change;
+  ASSERT_GT(per_step.run_min_spread, 0.0);
+  for (const double floor : {0.0, per_step.run_min_spread}) {
+    ChangeDetection d = per_step;
+    d.run_min_spread = floor;
+    ThroughputEstimator e(48, d);
+    for (int k = 0; k < 30; ++k) e.observe(10, 1.0 + 0.05 * std::sin(1.3 * k));
+    for (int k = 0; k < 3; ++k) e.observe(10, 1.33);
+    EXPECT_EQ(e.quick_changes(), 0u) << "floor " << floor;
+    EXPECT_EQ(e.regime_changes(), floor > 0.0 ? 0u : 1u) << "floor " << floor;
+  }
+  ThroughputEstimator e(48, per_step);
+  const double noise[] = {1.2, 0.8, 1.0};
+  for (int k = 0; k < 30; ++k) e.observe(10, noise[k % 3]);
+  EXPECT_EQ(e.regime_changes(), 0u);
+  EXPECT_NEAR(*e.spread(), 0.25, 0.01);
+  for (double t : {2.2, 1.9}) e.observe(10, t);
+  EXPECT_EQ(e.regime_changes(), 0u);
+  e.observe(10, 2.0);  // rates 0.45, 0.53 and 0.5 of the old one: -0.79, -0.64, -0.69 in logs
+  EXPECT_EQ(e.regime_changes(), 1u);
+  EXPECT_EQ(e.quick_changes(), 0u);
+  EXPECT_NEAR(*e.throughput(), 5.0, 1e-9);  // the median of the three: the window restarted
+}
+
 TEST(ThroughputEstimator, RejectsNonsense) {
   ThroughputEstimator e(3);
   EXPECT_THROW(e.observe(0, 1.0), std::invalid_argument);
@@ -278,6 +309,9 @@ TEST(ThroughputEstimator, RejectsNonsense) {
   EXPECT_THROW(e.observe(8, std::numeric_limits<double>::infinity()), std::invalid_argument);
   EXPECT_THROW(e.observe(8, std::nan("")), std::invalid_argument);
   EXPECT_THROW(ThroughputEstimator(0), std::invalid_argument);
+  ChangeDetection negative_floor;
+  negative_floor.run_min_spread = -0.1;
+  EXPECT_THROW(ThroughputEstimator(5, negative_floor), std::invalid_argument);
   EXPECT_EQ(e.size(), 0u);
 }
 
