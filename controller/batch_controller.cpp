@@ -17,7 +17,6 @@ ControllerConfig for_step_observations(ControllerConfig config) {
   config.change.run_min_spread = 0.2;
   config.change.slow_run = 0;
   config.persist_z = 1.5;
-  config.correlated_noise = true;
   return config;
 }
 

@@ -38,10 +38,11 @@ struct ControllerConfig {
   // independent ones. With the noise's lag-one autocorrelation rho (lag_one_autocorrelation
   // over every worker's noise_pairs, taken as 0 below 0 and at most 0.9), each estimate's
   // relative error is taken sqrt((1 + rho) / (1 - rho)) times the independent one's: the
-  // factor for the mean of a first-order autoregressive process. It matters for one
-  // observation per step (for_step_observations turns it on), where a CPU hog's bursts span a
-  // few observations and the gate let plans made from them through; a heartbeat window's mean
-  // already spans a burst. false: independent noise.
+  // factor for the mean of a first-order autoregressive process. Off by default, and in
+  // for_step_observations too: beside a CPU hog, whose bursts span a few steps, it held plans
+  // made from bursts, but with the run level off under small noise (ChangeDetection::
+  // run_min_spread) bursts no longer restart a worker's window, the plan holds without it, and
+  // the higher gate only cost time (docs/benchmarks.md, "Following speed changes").
   bool correlated_noise = false;
   ChangeDetection change;  // when a worker's speed changed for real
   // A plan made while some worker had fewer observations than this since it joined is
@@ -85,8 +86,7 @@ struct ControllerConfig {
 // gate at 4 standard errors instead of 3.5, a first plan provisional until every worker has 12
 // observations instead of 3, and a large change caught after three observations beyond 3
 // spreads instead of two beyond 4, and a gain held across a fresh window of 48 observations
-// replacing the plan at 1.5 standard errors (persist_z), and the noise's correlation from one
-// step to the next weighed in the gate (correlated_noise). Of the change detector's smaller
+// replacing the plan at 1.5 standard errors (persist_z). Of the change detector's smaller
 // levels, the run level only where a step's noise spreads 20% or more (run_min_spread: where
 // the quick level cannot see a halved speed) and the slow level not at all: beside a bursty
 // CPU hog both fired on bursts, each time dropping the window, and the plan followed them.

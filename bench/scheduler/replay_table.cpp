@@ -8,7 +8,8 @@
 //   scheduler_replay_table [--seeds 10] [--interval 10] [--z NOISE_Z] [--window N]
 //                          [--follow TOLERANCE] [--deadband 0.05] [--change ...]
 //                          [--run-min-spread S] [--provisional N] [--per-step]
-//                          [--independent-noise] [--alpha] tests/data/trace_*.csv
+//                          [--independent-noise] [--correlated-noise] [--alpha]
+//                          tests/data/trace_*.csv
 // "noise-aware, per round" is the defaults without the smoothing across rounds
 // (persist_rounds = 0); "noise-aware, across rounds" the defaults.
 // --alpha: replay with the traces' fitted fixed cost per step (ReplayConfig::use_trace_alpha).
@@ -16,8 +17,8 @@
 // per-step recordings tests/data/steps_*.csv; --change, --provisional: its change detection
 // (the nine fields of ChangeDetection) and provisional_observations; --run-min-spread: the
 // spread below which its run level stays off (after --per-step, which sets it);
-// --independent-noise: the controller's correlated_noise off (what weighing the noise's correlation
-// buys and costs).
+// --independent-noise, --correlated-noise: the controller's correlated_noise off, on (what
+// weighing the noise's correlation buys and costs).
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -97,6 +98,8 @@ int main(int argc, char** argv) {
       interval = std::atoi(argv[++i]);
     } else if (!std::strcmp(argv[i], "--independent-noise")) {
       independent_noise = true;
+    } else if (!std::strcmp(argv[i], "--correlated-noise")) {
+      correlated_noise = true;  // after --per-step, which sets it
     } else if (!std::strcmp(argv[i], "--per-step")) {
       // The settings for per-step recordings (tests/data/steps_*.csv): for_step_observations.
       const ControllerConfig step = for_step_observations(ControllerConfig{});
@@ -124,12 +127,14 @@ int main(int argc, char** argv) {
     }
   }
   if (files.empty()) {
-    std::fprintf(stderr,
-                 "usage: %s [--seeds N] [--interval STEPS] [--z NOISE_Z] [--window N] [--follow "
-                 "TOLERANCE] [--deadband D] [--change QR,QMIN,QZ,R,MIN,Z,SR,SMIN,SZ] "
-                 "[--run-min-spread S] "
-                 "[--provisional N] [--per-step] [--independent-noise] [--alpha] TRACE.csv...\n",
-                 argv[0]);
+    std::fprintf(
+        stderr,
+        "usage: %s [--seeds N] [--interval STEPS] [--z NOISE_Z] [--window N] [--follow "
+        "TOLERANCE] [--deadband D] [--change QR,QMIN,QZ,R,MIN,Z,SR,SMIN,SZ] "
+        "[--run-min-spread S] [--correlated-noise] "
+        "[--provisional N] [--per-step] [--independent-noise] [--correlated-noise] [--alpha] "
+        "TRACE.csv...\n",
+        argv[0]);
     return 2;
   }
   std::printf("| trace | controller | policy | extra step noise | efficiency median (worst) | "

@@ -345,8 +345,8 @@ TEST(SpeedScenarios, QuickDetectionAndItsRoundFollowAStepChangeSooner) {
 // every detection drops the window the estimate stood on. With the settings for per-step
 // observations the run level stays off at such noise (ChangeDetection::run_min_spread) and the
 // plan holds: at most one change per 100 steady steps from every one of ten starting points,
-// where the run level at any noise (and the slow level: the settings before) changes it about
-// seven times as often and loses more time.
+// where the run level at any noise (and the slow level: the settings before) changes it almost
+// three times as often and loses more time.
 TEST(SpeedScenarios, BesideACpuHogThePlanHoldsWithoutTheRunLevel) {
   const auto path = data_dir() / "steps_noisy.csv";
   std::ifstream in(path);
