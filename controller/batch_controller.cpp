@@ -14,6 +14,7 @@ ControllerConfig for_step_observations(ControllerConfig config) {
   config.provisional_observations = 12;
   config.change.quick_run = 3;
   config.change.quick_spread_z = 3.0;
+  config.change.quick_max_change = 1.2;
   config.change.run_min_spread = 0.2;
   config.change.slow_run = 0;
   config.persist_z = 1.5;

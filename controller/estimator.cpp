@@ -54,6 +54,9 @@ void ChangeDetection::validate() const {
   if (!(quick_spread_z >= 0.0) || !std::isfinite(quick_spread_z)) {
     fail("quick_spread_z must be >= 0");
   }
+  if (!(quick_max_change >= quick_min_change)) {
+    fail("quick_max_change must be at least quick_min_change");
+  }
   if (run < 1) fail("run must be at least 1 observation");
   if (!(min_change > 0.0) || !std::isfinite(min_change)) fail("min_change must be positive");
   if (!(spread_z >= 0.0) || !std::isfinite(spread_z)) fail("spread_z must be >= 0");
@@ -205,7 +208,28 @@ bool ThroughputEstimator::all_beyond(const std::vector<Entry>& v, std::size_t ru
     older.push_back(it->rate);
     if (one_batch && it->batch == newest->batch) same_batch.push_back(it->rate);
   }
-  if (same_batch_only && same_batch.size() < 8) return false;
+  // One side: every one of the newest beyond `tolerance` from `center`, all on the same side.
+  auto beyond_from = [&](double center, double tolerance) {
+    int side = 0;
+    for (auto it = newest; it != v.end(); ++it) {
+      const double off = std::log(it->rate / center);
+      const int s = off > tolerance ? 1 : off < -tolerance ? -1 : 0;
+      if (s == 0 || (side != 0 && s != side)) return false;
+      side = s;
+    }
+    return true;
+  };
+  const double max_change = std::log1p(change_.quick_max_change);
+  if (same_batch_only && same_batch.size() < 8) {
+    // Right after a plan change: only a change beyond quick_max_change, against the older
+    // observations at batches within 25% of the newest.
+    if (!one_batch || !std::isfinite(max_change)) return false;
+    std::vector<double> near;
+    for (auto it = v.begin(); it != newest; ++it) {
+      if (std::abs(it->batch - newest->batch) <= 0.25 * newest->batch) near.push_back(it->rate);
+    }
+    return near.size() >= 8 && beyond_from(*median(near), max_change);
+  }
   // The noise: the spread of the observations at the newest batch once there are 8 of them;
   // before that (right after a plan change) the larger of theirs and every older one's. Two
   // or three windows have no spread worth the name (none for two, often zero for three), and
@@ -225,20 +249,14 @@ bool ThroughputEstimator::all_beyond(const std::vector<Entry>& v, std::size_t ru
   // slowdown can never pass a tolerance of 100%, and under 20% step noise (a spread near 0.2,
   // a tolerance near 50%) a worker that halved its speed went unseen until the window's median
   // moved, half a window later.
-  auto beyond = [&](double tolerance) {
-    int side = 0;
-    for (auto it = newest; it != v.end(); ++it) {
-      const double off = std::log(it->rate / center);
-      const int s = off > tolerance ? 1 : off < -tolerance ? -1 : 0;
-      if (s == 0 || (side != 0 && s != side)) return false;
-      side = s;
-    }
-    return true;
-  };
+  auto beyond = [&](double tolerance) { return beyond_from(center, tolerance); };
+  // The quick level's bar stops at quick_max_change.
+  const double bar = spread_z * spread.value_or(0.0);
   // The fixed tolerance first: it fails most observations without the spread's two medians
   // (this runs for every level on every observation).
   return beyond(std::log1p(min_change)) &&
-         beyond(std::max(std::log1p(min_change), spread_z * spread.value_or(0.0)));
+         beyond(
+             std::max(std::log1p(min_change), same_batch_only ? std::min(bar, max_change) : bar));
 }
 
 bool ThroughputEstimator::changed(const std::vector<Entry>& v, Level level, std::size_t run,

@@ -7,6 +7,7 @@
 // smoothing window does not make the controller slow to follow.
 
 #include <cstddef>
+#include <limits>
 #include <optional>
 #include <span>
 #include <vector>
@@ -54,6 +55,16 @@ struct ChangeDetection {
   std::size_t quick_run = 2;
   double quick_min_change = 0.4;
   double quick_spread_z = 4.0;
+  // ... but never a bar above this change (relative, as quick_min_change; infinity: none).
+  // Beside a CPU hog under extra step noise a step's spread reached 40%: three spreads then
+  // hid a 3x slowdown, which waited 30 steps for the window's median to move; three
+  // observations in a row each this far off are a change worth a round at any noise. Right
+  // after a plan change (fewer than eight older observations at the newest batch) the quick
+  // level compares by this bar alone with the older observations at batches within 25% of
+  // the newest, at least eight of them: a fixed per-step cost moves a throughput by less than
+  // the batch moved, and a plan change made just after a change of speed otherwise left the
+  // detector blind until the window's median followed.
+  double quick_max_change = std::numeric_limits<double>::infinity();
   std::size_t run = 3;      // this many newest observations in a row, all on one side ...
   double min_change = 0.15; // ... each off the older median by more than this (relative) ...
   double spread_z = 2.5;    // ... and by more than spread_z x the older observations' spread

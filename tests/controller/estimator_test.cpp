@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <random>
 
 #include "controller/batch_controller.hpp"
@@ -302,6 +303,47 @@ TEST(ThroughputEstimator, RunLevelWaitsForLargeNoiseAndStillCatchesAHalvingThere
   EXPECT_NEAR(*e.throughput(), 5.0, 1e-9);  // the median of the three: the window restarted
 }
 
+// The quick level's bar stops at quick_max_change (1.2 per step: 2.2x). Under noise that
+// spreads 49%, three spreads (1.47 in logarithms) hide a 3x slowdown (1.1), and so do the run
+// level's 2.5 (1.23); three observations each more than 2.2x off are caught all the same.
+TEST(ThroughputEstimator, QuickLevelSeesA3xChangeUnderHeavyNoise) {
+  const ChangeDetection per_step = for_step_observations(ControllerConfig{}).change;
+  ASSERT_NEAR(per_step.quick_max_change, 1.2, 1e-12);
+  for (const double cap : {std::numeric_limits<double>::infinity(), per_step.quick_max_change}) {
+    ChangeDetection d = per_step;
+    d.quick_max_change = cap;
+    ThroughputEstimator e(48, d);
+    const double noise[] = {1.5, 0.667, 1.0};
+    for (int k = 0; k < 30; ++k) e.observe(10, noise[k % 3]);
+    EXPECT_NEAR(*e.spread(), 0.49, 0.01);
+    for (double t : {3.3, 2.7, 3.0}) e.observe(10, t);  // -1.19, -0.99, -1.10 in logarithms
+    EXPECT_EQ(e.quick_changes(), std::isinf(cap) ? 0u : 1u) << "cap " << cap;
+    EXPECT_EQ(e.regime_changes(), std::isinf(cap) ? 0u : 1u) << "cap " << cap;
+  }
+}
+
+// Right after a plan change the quick level has fewer than eight older observations at the
+// newest batch; it then compares by quick_max_change alone with those at batches within 25%:
+// a worker 3x slower from the plan's first step is caught in three steps, where otherwise
+// nothing saw it (the run level stays off at 5% noise). A plan that moved the batch further
+// (64 to 20: under a fixed per-step cost the throughput moves too) is not compared.
+TEST(ThroughputEstimator, QuickLevelComparesWithNearBatchesRightAfterAPlanChange) {
+  const ChangeDetection per_step = for_step_observations(ControllerConfig{}).change;
+  for (const double cap : {std::numeric_limits<double>::infinity(), per_step.quick_max_change}) {
+    ChangeDetection d = per_step;
+    d.quick_max_change = cap;
+    ThroughputEstimator e(48, d);
+    for (int k = 0; k < 30; ++k) e.observe(64, 0.64 * (1.0 + 0.05 * std::sin(1.3 * k)));
+    for (int k = 0; k < 3; ++k) e.observe(60, 3 * 0.60);
+    EXPECT_EQ(e.quick_changes(), std::isinf(cap) ? 0u : 1u) << "cap " << cap;
+    EXPECT_EQ(e.regime_changes(), std::isinf(cap) ? 0u : 1u) << "cap " << cap;
+  }
+  ThroughputEstimator far(48, per_step);
+  for (int k = 0; k < 30; ++k) far.observe(64, 0.64 * (1.0 + 0.05 * std::sin(1.3 * k)));
+  for (int k = 0; k < 3; ++k) far.observe(20, 3 * 0.20);
+  EXPECT_EQ(far.regime_changes(), 0u);
+}
+
 TEST(ThroughputEstimator, RejectsNonsense) {
   ThroughputEstimator e(3);
   EXPECT_THROW(e.observe(0, 1.0), std::invalid_argument);
@@ -312,6 +354,9 @@ TEST(ThroughputEstimator, RejectsNonsense) {
   ChangeDetection negative_floor;
   negative_floor.run_min_spread = -0.1;
   EXPECT_THROW(ThroughputEstimator(5, negative_floor), std::invalid_argument);
+  ChangeDetection cap_below_min;
+  cap_below_min.quick_max_change = cap_below_min.quick_min_change / 2;
+  EXPECT_THROW(ThroughputEstimator(5, cap_below_min), std::invalid_argument);
   EXPECT_EQ(e.size(), 0u);
 }
 
