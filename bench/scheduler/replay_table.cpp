@@ -7,8 +7,8 @@
 //
 //   scheduler_replay_table [--seeds 10] [--interval 10] [--z NOISE_Z] [--window N]
 //                          [--follow TOLERANCE] [--deadband 0.05] [--change ...]
-//                          [--run-min-spread S] [--provisional N] [--per-step]
-//                          [--independent-noise] [--correlated-noise] [--alpha]
+//                          [--run-min-spread S] [--quick-max-change C] [--provisional N]
+//                          [--per-step] [--independent-noise] [--correlated-noise] [--alpha]
 //                          tests/data/trace_*.csv
 // "noise-aware, per round" is the defaults without the smoothing across rounds
 // (persist_rounds = 0); "noise-aware, across rounds" the defaults.
@@ -16,7 +16,8 @@
 // --per-step: the controller set for one observation per step (for_step_observations), for the
 // per-step recordings tests/data/steps_*.csv; --change, --provisional: its change detection
 // (the nine fields of ChangeDetection) and provisional_observations; --run-min-spread: the
-// spread below which its run level stays off (after --per-step, which sets it);
+// spread below which its run level stays off, --quick-max-change: the change its quick level's
+// bar stops at (inf: none; both after --per-step, which sets them);
 // --independent-noise, --correlated-noise: the controller's correlated_noise off, on (what
 // weighing the noise's correlation buys and costs).
 #include <algorithm>
@@ -111,6 +112,8 @@ int main(int argc, char** argv) {
       correlated_noise = step.correlated_noise;
     } else if (!std::strcmp(argv[i], "--provisional") && i + 1 < argc) {
       provisional = static_cast<std::size_t>(std::atoi(argv[++i]));
+    } else if (!std::strcmp(argv[i], "--quick-max-change") && i + 1 < argc) {
+      change.quick_max_change = std::atof(argv[++i]);
     } else if (!std::strcmp(argv[i], "--run-min-spread") && i + 1 < argc) {
       change.run_min_spread = std::atof(argv[++i]);
     } else if (!std::strcmp(argv[i], "--change") && i + 1 < argc) {
@@ -131,7 +134,7 @@ int main(int argc, char** argv) {
         stderr,
         "usage: %s [--seeds N] [--interval STEPS] [--z NOISE_Z] [--window N] [--follow "
         "TOLERANCE] [--deadband D] [--change QR,QMIN,QZ,R,MIN,Z,SR,SMIN,SZ] "
-        "[--run-min-spread S] [--correlated-noise] "
+        "[--run-min-spread S] [--quick-max-change C] [--correlated-noise] "
         "[--provisional N] [--per-step] [--independent-noise] [--correlated-noise] [--alpha] "
         "TRACE.csv...\n",
         argv[0]);

@@ -15,16 +15,16 @@
 //   scheduler_scenario_table [--seeds 20] [--steps 1200] [--interval 10] [--z NOISE_Z]
 //                            [--deadband D] [--window N] [--persist-rounds N] [--persist-gain G]
 //                            [--change QR,QMIN,QZ,R,MIN,Z,SR,SMIN,SZ] [--run-min-spread S]
-//                            [--provisional N] [--independent-noise] [--correlated-noise]
-//                            [--per-step] BASE.csv
+//                            [--quick-max-change C] [--provisional N] [--independent-noise]
+//                            [--correlated-noise] [--per-step] BASE.csv
 // --z, --deadband, --window, --persist-rounds, --persist-gain: the controller's noise_z,
 // deadband (0.05 here), throughput_window, persist_rounds and persist_gain (ControllerConfig);
 // --change: its change detection's three levels (ChangeDetection: quick_run, quick_min_change,
 // quick_spread_z, run, min_change, spread_z, slow_run, slow_min_change, slow_spread_z);
 // --run-min-spread: the spread below which its run level stays off (run_min_spread);
+// --quick-max-change: the change its quick level's bar stops at (quick_max_change; inf: none);
 // --provisional: its provisional_observations; --independent-noise, --correlated-noise:
-// correlated_noise off, on; to
-// see what other settings buy and cost.
+// correlated_noise off, on; to see what other settings buy and cost.
 // --per-step: the settings for one observation per step (for_step_observations), for a base
 // recorded per step (traces.py --per-step-out, tests/data/steps_*.csv); flags after it
 // override them.
@@ -140,6 +140,8 @@ int main(int argc, char** argv) {
     } else if (!std::strcmp(argv[i], "--provisional") && i + 1 < argc) {
       controller_settings.provisional_observations =
           static_cast<std::size_t>(std::atoll(argv[++i]));
+    } else if (!std::strcmp(argv[i], "--quick-max-change") && i + 1 < argc) {
+      controller_settings.change.quick_max_change = std::atof(argv[++i]);
     } else if (!std::strcmp(argv[i], "--run-min-spread") && i + 1 < argc) {
       controller_settings.change.run_min_spread = std::atof(argv[++i]);
     } else if (!std::strcmp(argv[i], "--change") && i + 1 < argc) {
@@ -158,15 +160,15 @@ int main(int argc, char** argv) {
     }
   }
   if (file.empty() || seeds < 1 || interval < 1) {
-    std::fprintf(
-        stderr,
-        "usage: %s [--seeds N] [--steps N] [--interval STEPS] [--z NOISE_Z >= 0] "
-        "[--deadband D] [--window N] [--persist-rounds N] [--persist-gain G] "
-        "[--change QUICK_RUN,QUICK_MIN,QUICK_Z,RUN,MIN,Z,SLOW_RUN,SLOW_MIN,SLOW_Z] "
-        "[--run-min-spread S] [--provisional N] [--independent-noise] [--correlated-noise] "
-        "[--per-step] "
-        "BASE.csv (a recorded steady trace, e.g. tests/data/trace_clean.csv)\n",
-        argv[0]);
+    std::fprintf(stderr,
+                 "usage: %s [--seeds N] [--steps N] [--interval STEPS] [--z NOISE_Z >= 0] "
+                 "[--deadband D] [--window N] [--persist-rounds N] [--persist-gain G] "
+                 "[--change QUICK_RUN,QUICK_MIN,QUICK_Z,RUN,MIN,Z,SLOW_RUN,SLOW_MIN,SLOW_Z] "
+                 "[--run-min-spread S] [--quick-max-change C] [--provisional N] "
+                 "[--independent-noise] [--correlated-noise] "
+                 "[--per-step] "
+                 "BASE.csv (a recorded steady trace, e.g. tests/data/trace_clean.csv)\n",
+                 argv[0]);
     return 2;
   }
   try {
