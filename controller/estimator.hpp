@@ -154,8 +154,9 @@ class ThroughputEstimator {
 
   // The levels' tests on `v` (the window, oldest first). all_beyond: the newest `run` all
   // lie on one side of the older median beyond the threshold (with `same_batch_only`, the
-  // older observations at their batch, at least 8 of them, or no change; the spread is that of
-  // the older observations at their batch with 8 or more, else the larger of theirs and all
+  // older observations at their batch, at least 8 of them, the bar at most quick_max_change;
+  // with fewer, those at batches within 25%, beyond quick_max_change alone; the spread is that
+  // of the older observations at their batch with 8 or more, else the larger of theirs and all
   // older ones'; no change when it is below `min_spread`). median_shifted:
   // their median lies off the older median beyond the threshold and the noise.
   bool all_beyond(const std::vector<Entry>& v, std::size_t run, double min_change, double spread_z,
