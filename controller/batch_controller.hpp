@@ -39,10 +39,10 @@ struct ControllerConfig {
   // over every worker's noise_pairs, taken as 0 below 0 and at most 0.9), each estimate's
   // relative error is taken sqrt((1 + rho) / (1 - rho)) times the independent one's: the
   // factor for the mean of a first-order autoregressive process. Off by default, and in
-  // for_step_observations too: beside a CPU hog, whose bursts span a few steps, it held plans
-  // made from bursts, but with the run level off under small noise (ChangeDetection::
-  // run_min_spread) bursts no longer restart a worker's window, the plan holds without it, and
-  // the higher gate only cost time (docs/benchmarks.md, "Following speed changes").
+  // for_step_observations too: beside a CPU hog, whose bursts span a few steps, it keeps
+  // plans made from bursts out when a change detector restarts windows on bursts, but with the
+  // run level off under small noise (ChangeDetection::run_min_spread) the plan holds without
+  // it, and the higher gate only costs time (docs/benchmarks.md, "Following speed changes").
   bool correlated_noise = false;
   ChangeDetection change;  // when a worker's speed changed for real
   // A plan made while some worker had fewer observations than this since it joined is

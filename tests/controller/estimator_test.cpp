@@ -276,7 +276,7 @@ TEST(ThroughputEstimator, NoisePairsSeeBurstsButNotAChangeOfLevel) {
 
 // The run level's noise floor (ChangeDetection::run_min_spread, 0.2 for per-step
 // observations): under 5% noise, three observations 25% slower (a burst of a shared CPU, below
-// the quick level's 40%) no longer drop the window; under 25% noise, where the quick level's
+// the quick level's 40%) do not drop the window; under 25% noise, where the quick level's
 // bar of three spreads hides a halved speed, the run level still catches it in three.
 TEST(ThroughputEstimator, RunLevelWaitsForLargeNoiseAndStillCatchesAHalvingThere) {
   const ChangeDetection per_step = for_step_observations(ControllerConfig{}).change;

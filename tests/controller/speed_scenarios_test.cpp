@@ -24,12 +24,15 @@ std::filesystem::path data_dir() {
   return OMNILEARN_TEST_DATA_DIR;
 }
 
-Trace recorded() {
-  const auto path = data_dir() / "trace_clean.csv";
+// A recording in tests/data.
+Trace load(const std::string& name) {
+  const auto path = data_dir() / name;
   std::ifstream in(path);
   if (!in) throw std::runtime_error("cannot read " + path.string());
-  return parse_trace(in, "trace_clean.csv");
+  return parse_trace(in, name);
 }
+
+Trace recorded() { return load("trace_clean.csv"); }
 
 // Two workers, a at 1,000 samples/s and b at 500, in windows of 4 steps, 100 steps.
 Trace synthetic() {
@@ -342,14 +345,11 @@ TEST(SpeedScenarios, QuickDetectionAndItsRoundFollowAStepChangeSooner) {
 
 // Beside a bursty CPU hog, the fastest worker 3x slower from step 400 (the benchmark's *step*):
 // followed within two control rounds from each of 20 starting points in the recording, with
-// its own noise and under 20% more. A step's spread reached 40% there, and without the quick
-// level's cap (ChangeDetection::quick_max_change) one replay waited 31 steps; a plan change two
-// steps after the slowdown left it 33 steps without a detection in another.
+// its own noise and under 20% more. A step's spread reaches 40% there: without the quick
+// level's cap (ChangeDetection::quick_max_change) one of these replays waits 31 steps, and in
+// another a plan change two steps after the slowdown leaves the detector blind for 33.
 TEST(SpeedScenarios, BesideACpuHogAStepChangeIsFollowedWithinTwoRoundsFromEveryOffset) {
-  const auto path = data_dir() / "steps_noisy.csv";
-  std::ifstream in(path);
-  ASSERT_TRUE(in) << "cannot read " << path;
-  const Trace base = parse_trace(in, "steps_noisy.csv");
+  const Trace base = load("steps_noisy.csv");
   ScenarioConfig sc;
   sc.kind = SpeedScenario::kStep;
   sc.steps = 1200;
@@ -382,13 +382,10 @@ TEST(SpeedScenarios, BesideACpuHogAStepChangeIsFollowedWithinTwoRoundsFromEveryO
 // every detection drops the window the estimate stood on. With the settings for per-step
 // observations the run level stays off at such noise (ChangeDetection::run_min_spread) and the
 // plan holds: at most one change per 100 steady steps from every one of ten starting points,
-// where the run level at any noise (and the slow level: the settings before) changes it almost
-// three times as often and loses more time.
+// where the run level at any noise (with the slow level) changes it almost three times as often
+// and loses more time.
 TEST(SpeedScenarios, BesideACpuHogThePlanHoldsWithoutTheRunLevel) {
-  const auto path = data_dir() / "steps_noisy.csv";
-  std::ifstream in(path);
-  ASSERT_TRUE(in) << "cannot read " << path;
-  const Trace base = parse_trace(in, "steps_noisy.csv");
+  const Trace base = load("steps_noisy.csv");
   ScenarioConfig sc;
   sc.kind = SpeedScenario::kSteady;
   sc.steps = 1200;
