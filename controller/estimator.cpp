@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <sstream>
 #include <stdexcept>
 
@@ -199,7 +200,7 @@ bool ThroughputEstimator::median_shifted(const std::vector<Entry>& v, std::size_
 
 bool ThroughputEstimator::all_beyond(const std::vector<Entry>& v, std::size_t run,
                                      double min_change, double spread_z, bool same_batch_only,
-                                     double min_spread) const {
+                                     double min_spread, double max_change) const {
   const auto newest = v.end() - static_cast<std::ptrdiff_t>(run);
   std::vector<double> older, same_batch;
   const bool one_batch =
@@ -219,16 +220,16 @@ bool ThroughputEstimator::all_beyond(const std::vector<Entry>& v, std::size_t ru
     }
     return true;
   };
-  const double max_change = std::log1p(change_.quick_max_change);
+  const double max_bar = std::log1p(max_change);
   if (same_batch_only && same_batch.size() < 8) {
-    // Right after a plan change: only a change beyond quick_max_change, against the older
+    // Right after a plan change: only a change beyond max_change, against the older
     // observations at batches within 25% of the newest.
-    if (!one_batch || !std::isfinite(max_change)) return false;
+    if (!one_batch || !std::isfinite(max_bar)) return false;
     std::vector<double> near;
     for (auto it = v.begin(); it != newest; ++it) {
       if (std::abs(it->batch - newest->batch) <= 0.25 * newest->batch) near.push_back(it->rate);
     }
-    return near.size() >= 8 && beyond_from(*median(near), max_change);
+    return near.size() >= 8 && beyond_from(*median(near), max_bar);
   }
   // The noise: the spread of the observations at the newest batch once there are 8 of them;
   // before that (right after a plan change) the larger of theirs and every older one's. Two
@@ -250,23 +251,24 @@ bool ThroughputEstimator::all_beyond(const std::vector<Entry>& v, std::size_t ru
   // a tolerance near 50%) a worker that halved its speed went unseen until the window's median
   // moved, half a window later.
   auto beyond = [&](double tolerance) { return beyond_from(center, tolerance); };
-  // The quick level's bar stops at quick_max_change.
-  const double bar = spread_z * spread.value_or(0.0);
   // The fixed tolerance first: it fails most observations without the spread's two medians
   // (this runs for every level on every observation).
   return beyond(std::log1p(min_change)) &&
          beyond(
-             std::max(std::log1p(min_change), same_batch_only ? std::min(bar, max_change) : bar));
+             std::max(std::log1p(min_change), std::min(spread_z * spread.value_or(0.0), max_bar)));
 }
 
 bool ThroughputEstimator::changed(const std::vector<Entry>& v, Level level, std::size_t run,
                                   double min_change, double spread_z) {
   // The newest `run` against at least two older ones (a median of one is any outlier).
   if (run == 0 || v.size() < run + 2) return false;
-  const bool moved = level == Level::kSlow
-                         ? median_shifted(v, run, min_change, spread_z)
-                         : all_beyond(v, run, min_change, spread_z, level == Level::kQuick,
-                                      level == Level::kRun ? change_.run_min_spread : 0.0);
+  const bool moved =
+      level == Level::kSlow
+          ? median_shifted(v, run, min_change, spread_z)
+          : all_beyond(v, run, min_change, spread_z, level == Level::kQuick,
+                       level == Level::kRun ? change_.run_min_spread : 0.0,
+                       level == Level::kQuick ? change_.quick_max_change
+                                              : std::numeric_limits<double>::infinity());
   if (!moved) return false;
   // The worker's speed changed: the older observations describe a machine that is gone.
   const std::vector<Entry> recent(v.end() - static_cast<std::ptrdiff_t>(run), v.end());

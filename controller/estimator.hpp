@@ -153,14 +153,14 @@ class ThroughputEstimator {
                double spread_z);
 
   // The levels' tests on `v` (the window, oldest first). all_beyond: the newest `run` all
-  // lie on one side of the older median beyond the threshold (with `same_batch_only`, the
-  // older observations at their batch, at least 8 of them, the bar at most quick_max_change;
-  // with fewer, those at batches within 25%, beyond quick_max_change alone; the spread is that
-  // of the older observations at their batch with 8 or more, else the larger of theirs and all
-  // older ones'; no change when it is below `min_spread`). median_shifted:
-  // their median lies off the older median beyond the threshold and the noise.
+  // lie on one side of the older median beyond the threshold, a bar of spreads at most
+  // `max_change` (with `same_batch_only`, the older observations at their batch, at least 8 of
+  // them; with fewer, those at batches within 25%, beyond `max_change` alone; the spread is
+  // that of the older observations at their batch with 8 or more, else the larger of theirs
+  // and all older ones'; no change when it is below `min_spread`). median_shifted: their
+  // median lies off the older median beyond the threshold and the noise.
   bool all_beyond(const std::vector<Entry>& v, std::size_t run, double min_change, double spread_z,
-                  bool same_batch_only, double min_spread) const;
+                  bool same_batch_only, double min_spread, double max_change) const;
   bool median_shifted(const std::vector<Entry>& v, std::size_t run, double min_change,
                       double spread_z) const;
   std::vector<Entry> entries() const;  // oldest first

@@ -134,7 +134,7 @@ int main(int argc, char** argv) {
         stderr,
         "usage: %s [--seeds N] [--interval STEPS] [--z NOISE_Z] [--window N] [--follow "
         "TOLERANCE] [--deadband D] [--change QR,QMIN,QZ,R,MIN,Z,SR,SMIN,SZ] "
-        "[--run-min-spread S] [--quick-max-change C] [--correlated-noise] "
+        "[--run-min-spread S] [--quick-max-change C] "
         "[--provisional N] [--per-step] [--independent-noise] [--correlated-noise] [--alpha] "
         "TRACE.csv...\n",
         argv[0]);
