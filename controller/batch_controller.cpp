@@ -16,7 +16,12 @@ ControllerConfig for_step_observations(ControllerConfig config) {
   config.change.quick_spread_z = 3.0;
   config.change.quick_max_change = 1.2;
   config.change.run_min_spread = 0.2;
-  config.change.slow_run = 0;
+  config.change.slow_run = 8;
+  config.change.slow_min_change = 0.3;
+  config.change.slow_min_spread = 0.2;
+  config.change.remembered_regimes = 3;
+  config.change.recall_within = 12;
+  config.change.recall_max_change = 0.15;
   config.persist_z = 1.5;
   return config;
 }
@@ -98,9 +103,11 @@ bool BatchController::observe(const std::string& key, int batch, double compute_
   if (it == index_.end()) return false;
   Worker& w = workers_[it->second];
   const std::size_t quick = w.throughput.quick_changes();
+  const std::size_t recalls = w.throughput.recalls();
   w.throughput.observe(batch, compute_time_s);  // validates batch and time
   ++w.seen;
-  speed_changed_ = speed_changed_ || w.throughput.quick_changes() != quick;
+  speed_changed_ =
+      speed_changed_ || w.throughput.quick_changes() != quick || w.throughput.recalls() != recalls;
   // Only the affine policy plans with the fit; the others skip its upkeep.
   if (config_.policy == Policy::kAffine) w.history.observe(batch, compute_time_s);
   return true;

@@ -86,12 +86,14 @@ struct ControllerConfig {
 // gate at 4 standard errors instead of 3.5, a first plan provisional until every worker has 12
 // observations instead of 3, and a large change caught after three observations beyond 3
 // spreads instead of two beyond 4, and a gain held across a fresh window of 48 observations
-// replacing the plan at 1.5 standard errors (persist_z). Of the change detector's smaller
-// levels, the run level only where a step's noise spreads 20% or more (run_min_spread: where
-// the quick level cannot see a halved speed) and the slow level not at all: beside a bursty
-// CPU hog both fired on bursts, each time dropping the window, and the plan followed them.
-// Chosen by replaying recordings that hold both (the same runs' windows and steps):
-// docs/benchmarks.md, "Following speed changes".
+// replacing the plan at 1.5 standard errors (persist_z). The change detector's smaller levels
+// only where a step's noise spreads 20% or more (run_min_spread, slow_min_spread: where the
+// quick level cannot see a halved speed), the slow level only for changes of 30% or more:
+// beside a bursty CPU hog both fired on bursts under small noise, each time dropping the
+// window, and the plan followed them. Three regimes remembered (remembered_regimes), so that a
+// speed that comes back within 15% is estimated from its old window at once. Chosen by
+// replaying recordings that hold both (the same runs' windows and steps): docs/benchmarks.md,
+// "Following speed changes".
 ControllerConfig for_step_observations(ControllerConfig config);
 
 // What a plan() call is for. A periodic control round is one round of the smoothing across
@@ -162,13 +164,15 @@ class BatchController {
   BatchPlan plan(PlanTrigger trigger = PlanTrigger::kRound);
 
   // Whether a worker's change detector found a large change of its speed (its quick level,
-  // ChangeDetection::quick_run) since the last plan(): the control rounds then run a round
-  // without waiting for the interval (ControlRounds::due), so that a plan follows the change a
-  // few steps sooner; every step until then runs at the old plan, the changed worker setting
-  // the step time. A change the other levels catch waits for the next round: at most a few
-  // tens of percent for a few steps, where extra rounds on every detection (a real drift of a
-  // shared machine, a noisy run) made plans from two or three observations and then changed
-  // them again: in the replays of tests/controller, more plan changes than the speeds justified.
+  // ChangeDetection::quick_run), or a worker's speed came back to a remembered regime
+  // (ChangeDetection::remembered_regimes), since the last plan(): the control rounds then run a
+  // round without waiting for the interval (ControlRounds::due), so that a plan follows the
+  // change a few steps sooner; every step until then runs at the old plan, the changed worker
+  // setting the step time. A change the other levels catch waits for the next round: at most
+  // a few tens of percent for a few steps, where extra rounds on every detection (a real drift
+  // of a shared machine, a noisy run) made plans from two or three observations and then
+  // changed them again: in the replays of tests/controller, more plan changes than the speeds
+  // justified. A recalled regime is a whole window, not two or three observations.
   bool speed_changed() const { return speed_changed_; }
 
   // Why the current workers cannot hold B, or nullopt when they can.

@@ -68,6 +68,15 @@ void ChangeDetection::validate() const {
     fail("slow_min_change must be positive");
   }
   if (!(slow_spread_z >= 0.0) || !std::isfinite(slow_spread_z)) fail("slow_spread_z must be >= 0");
+  if (!(slow_min_spread >= 0.0) || !std::isfinite(slow_min_spread)) {
+    fail("slow_min_spread must be >= 0");
+  }
+  if (remembered_regimes > 0 && recall_within < 1) {
+    fail("recall_within must be at least 1 observation when regimes are remembered");
+  }
+  if (!(recall_max_change > 0.0) || !std::isfinite(recall_max_change)) {
+    fail("recall_max_change must be positive");
+  }
 }
 
 ThroughputEstimator::ThroughputEstimator(std::size_t window, ChangeDetection change)
@@ -90,6 +99,51 @@ void ThroughputEstimator::observe(int batch, double seconds) {
   next_ = (next_ + 1) % ring_.size();
   count_ = std::min(count_ + 1, ring_.size());
   check_for_change();
+  try_recall();
+}
+
+void ThroughputEstimator::refill(const std::vector<Entry>& entries) {
+  next_ = 0;
+  count_ = 0;
+  for (const Entry& e : entries) {
+    ring_[next_] = e;
+    next_ = (next_ + 1) % ring_.size();
+    ++count_;
+  }
+}
+
+void ThroughputEstimator::try_recall() {
+  if (!fresh_) return;
+  if (count_ > change_.recall_within || regimes_.empty()) {
+    fresh_ = false;
+    return;
+  }
+  const std::vector<double> now = values();
+  const double level = *median(now);
+  std::size_t nearest = regimes_.size();
+  double distance = std::log1p(change_.recall_max_change);
+  for (std::size_t r = 0; r < regimes_.size(); ++r) {
+    std::vector<double> rates;
+    rates.reserve(regimes_[r].size());
+    for (const Entry& e : regimes_[r]) rates.push_back(e.rate);
+    const double d = std::abs(std::log(level / *median(rates)));
+    if (d <= distance) {
+      nearest = r;
+      distance = d;
+    }
+  }
+  if (nearest == regimes_.size()) return;
+  std::vector<Entry> window = std::move(regimes_[nearest]);
+  regimes_.erase(regimes_.begin() + static_cast<std::ptrdiff_t>(nearest));
+  // Its newest observations, as many as leave room for the new ones.
+  const std::size_t room = ring_.size() - count_;
+  if (window.size() > room)
+    window.erase(window.begin(), window.end() - static_cast<std::ptrdiff_t>(room));
+  const std::vector<Entry> fresh = entries();
+  window.insert(window.end(), fresh.begin(), fresh.end());
+  refill(window);
+  fresh_ = false;
+  ++recalls_;
 }
 
 std::vector<ThroughputEstimator::Entry> ThroughputEstimator::entries() const {
@@ -180,6 +234,7 @@ bool ThroughputEstimator::median_shifted(const std::vector<Entry>& v, std::size_
   // observations is itself off by a third at times, and an underestimate is a false alarm.
   const double noise = std::max(relative_spread(older).value_or(0.0),
                                 relative_spread(recent).value_or(0.0));
+  if (noise < change_.slow_min_spread) return false;
   const double se = std::hypot(median_relative_error(noise, run),
                                median_relative_error(noise, older.size()));
   const double recent_median = *median(recent);
@@ -270,14 +325,16 @@ bool ThroughputEstimator::changed(const std::vector<Entry>& v, Level level, std:
                        level == Level::kQuick ? change_.quick_max_change
                                               : std::numeric_limits<double>::infinity());
   if (!moved) return false;
-  // The worker's speed changed: the older observations describe a machine that is gone.
-  const std::vector<Entry> recent(v.end() - static_cast<std::ptrdiff_t>(run), v.end());
-  clear();
-  for (const Entry& e : recent) {
-    ring_[next_] = e;
-    next_ = (next_ + 1) % ring_.size();
-    ++count_;
+  // The worker's speed changed: the older observations describe a machine that is gone, for
+  // now (ChangeDetection::remembered_regimes).
+  const auto first_new = v.end() - static_cast<std::ptrdiff_t>(run);
+  if (change_.remembered_regimes > 0 &&
+      2 * static_cast<std::size_t>(first_new - v.begin()) >= ring_.size()) {
+    regimes_.insert(regimes_.begin(), std::vector<Entry>(v.begin(), first_new));
+    if (regimes_.size() > change_.remembered_regimes) regimes_.pop_back();
   }
+  fresh_ = change_.remembered_regimes > 0;
+  refill(std::vector<Entry>(first_new, v.end()));
   ++regime_changes_;
   if (level == Level::kQuick) ++quick_changes_;
   return true;
@@ -300,6 +357,8 @@ std::optional<double> ThroughputEstimator::spread() const {
 void ThroughputEstimator::clear() {
   next_ = 0;
   count_ = 0;
+  regimes_.clear();
+  fresh_ = false;
 }
 
 }  // namespace omnilearn::scheduler

@@ -79,6 +79,24 @@ struct ChangeDetection {
   double slow_min_change = 0.05;   // ... off the older median by more than this (relative) ...
   double slow_spread_z = 5.0;      // ... and by more than this many standard errors of the
                                    // difference of the two medians (0 runs disable a level)
+  // ... and only where the spread of one observation is at least this large (0: at any
+  // noise), as run_min_spread: under small noise a run of a shared CPU's bursts moves a median
+  // of eight as far as a change of speed, and under large noise the other levels' bars, in
+  // spreads of one observation, hide a halved speed.
+  double slow_min_spread = 0.0;
+  // Speeds that come back. A neighbour that comes and goes, a quota that throttles and
+  // releases, move a worker between a few levels it has held before. A detected change keeps
+  // the observations it drops as a remembered regime when they filled at least half the
+  // window (a burst of a few steps is not a regime); at most `remembered_regimes` of them are
+  // kept, the newest first (0: none). While the new regime holds at most `recall_within`
+  // observations, a remembered one whose median lies within `recall_max_change` (relative) of
+  // the new observations' median comes back: the window is then its observations with the
+  // new ones after them. The estimate stands on a whole window again at once, where a fresh
+  // one needs tens of steps before the noise gate lets a plan follow it (BatchController runs
+  // a round at once after a recall, as after a quick-level change).
+  std::size_t remembered_regimes = 0;
+  std::size_t recall_within = 12;
+  double recall_max_change = 0.15;
   // Throws std::invalid_argument naming the first field out of range.
   void validate() const;
 };
@@ -135,8 +153,12 @@ class ThroughputEstimator {
   std::size_t regime_changes() const { return regime_changes_; }
   // Of those, the ones the quick level caught (ChangeDetection::quick_run).
   std::size_t quick_changes() const { return quick_changes_; }
+  // Times a remembered regime came back as the window (ChangeDetection::remembered_regimes).
+  std::size_t recalls() const { return recalls_; }
+  // Regimes remembered now.
+  std::size_t remembered() const { return regimes_.size(); }
 
-  // Forgets every observation (a worker whose hardware changed).
+  // Forgets every observation and every remembered regime (a worker whose hardware changed).
   void clear();
 
  private:
@@ -164,6 +186,12 @@ class ThroughputEstimator {
   bool median_shifted(const std::vector<Entry>& v, std::size_t run, double min_change,
                       double spread_z) const;
   std::vector<Entry> entries() const;  // oldest first
+  // Replaces the window with `entries` (oldest first, at most the window's size).
+  void refill(const std::vector<Entry>& entries);
+  // While the window is a regime that began at a detected change and holds at most
+  // recall_within observations: brings back the remembered regime nearest to it, when one
+  // lies within recall_max_change.
+  void try_recall();
 
   ChangeDetection change_;
   std::vector<Entry> ring_;  // circular
@@ -171,6 +199,9 @@ class ThroughputEstimator {
   std::size_t count_ = 0;
   std::size_t regime_changes_ = 0;
   std::size_t quick_changes_ = 0;
+  std::size_t recalls_ = 0;
+  std::vector<std::vector<Entry>> regimes_;  // remembered, the newest first
+  bool fresh_ = false;  // the window began at a detected change and may still be recalled
 };
 
 }  // namespace omnilearn::scheduler

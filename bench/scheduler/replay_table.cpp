@@ -7,17 +7,20 @@
 //
 //   scheduler_replay_table [--seeds 10] [--interval 10] [--z NOISE_Z] [--window N]
 //                          [--follow TOLERANCE] [--deadband 0.05] [--change ...]
-//                          [--run-min-spread S] [--quick-max-change C] [--provisional N]
-//                          [--per-step] [--independent-noise] [--correlated-noise] [--alpha]
+//                          [--run-min-spread S] [--quick-max-change C] [--slow-min-spread S]
+//                          [--regimes K,WITHIN,MAX] [--provisional N] [--per-step]
+//                          [--independent-noise] [--correlated-noise] [--alpha]
 //                          tests/data/trace_*.csv
 // "noise-aware, per round" is the defaults without the smoothing across rounds
 // (persist_rounds = 0); "noise-aware, across rounds" the defaults.
 // --alpha: replay with the traces' fitted fixed cost per step (ReplayConfig::use_trace_alpha).
 // --per-step: the controller set for one observation per step (for_step_observations), for the
 // per-step recordings tests/data/steps_*.csv; --change, --provisional: its change detection
-// (the nine fields of ChangeDetection) and provisional_observations; --run-min-spread: the
-// spread below which its run level stays off, --quick-max-change: the change its quick level's
-// bar stops at (inf: none; both after --per-step, which sets them);
+// (the nine settings of ChangeDetection's three levels) and provisional_observations;
+// --run-min-spread, --slow-min-spread: the spread below which its run level, its slow level
+// stays off, --quick-max-change: the change its quick level's bar stops at (inf: none),
+// --regimes: remembered_regimes, recall_within and recall_max_change (all after --per-step,
+// which sets them);
 // --independent-noise, --correlated-noise: the controller's correlated_noise off, on (what
 // weighing the noise's correlation buys and costs).
 #include <algorithm>
@@ -116,8 +119,16 @@ int main(int argc, char** argv) {
       change.quick_max_change = std::atof(argv[++i]);
     } else if (!std::strcmp(argv[i], "--run-min-spread") && i + 1 < argc) {
       change.run_min_spread = std::atof(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--slow-min-spread") && i + 1 < argc) {
+      change.slow_min_spread = std::atof(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--regimes") && i + 1 < argc) {
+      if (std::sscanf(argv[++i], "%zu,%zu,%lf", &change.remembered_regimes, &change.recall_within,
+                      &change.recall_max_change) != 3) {
+        files.clear();
+        break;
+      }
     } else if (!std::strcmp(argv[i], "--change") && i + 1 < argc) {
-      // As scheduler_scenario_table's: the nine fields of ChangeDetection, in order.
+      // As scheduler_scenario_table's: the three levels' nine settings, in order.
       if (std::sscanf(argv[++i], "%zu,%lf,%lf,%zu,%lf,%lf,%zu,%lf,%lf", &change.quick_run,
                       &change.quick_min_change, &change.quick_spread_z, &change.run,
                       &change.min_change, &change.spread_z, &change.slow_run,
@@ -130,14 +141,13 @@ int main(int argc, char** argv) {
     }
   }
   if (files.empty()) {
-    std::fprintf(
-        stderr,
-        "usage: %s [--seeds N] [--interval STEPS] [--z NOISE_Z] [--window N] [--follow "
-        "TOLERANCE] [--deadband D] [--change QR,QMIN,QZ,R,MIN,Z,SR,SMIN,SZ] "
-        "[--run-min-spread S] [--quick-max-change C] "
-        "[--provisional N] [--per-step] [--independent-noise] [--correlated-noise] [--alpha] "
-        "TRACE.csv...\n",
-        argv[0]);
+    std::fprintf(stderr,
+                 "usage: %s [--seeds N] [--interval STEPS] [--z NOISE_Z] [--window N] [--follow "
+                 "TOLERANCE] [--deadband D] [--change QR,QMIN,QZ,R,MIN,Z,SR,SMIN,SZ] "
+                 "[--run-min-spread S] [--quick-max-change C] [--slow-min-spread S] "
+                 "[--regimes K,WITHIN,MAX] [--provisional N] [--per-step] [--independent-noise] "
+                 "[--correlated-noise] [--alpha] TRACE.csv...\n",
+                 argv[0]);
     return 2;
   }
   std::printf("| trace | controller | policy | extra step noise | efficiency median (worst) | "

@@ -15,14 +15,18 @@
 //   scheduler_scenario_table [--seeds 20] [--steps 1200] [--interval 10] [--z NOISE_Z]
 //                            [--deadband D] [--window N] [--persist-rounds N] [--persist-gain G]
 //                            [--change QR,QMIN,QZ,R,MIN,Z,SR,SMIN,SZ] [--run-min-spread S]
-//                            [--quick-max-change C] [--provisional N] [--independent-noise]
+//                            [--quick-max-change C] [--slow-min-spread S]
+//                            [--regimes K,WITHIN,MAX] [--provisional N] [--independent-noise]
 //                            [--correlated-noise] [--per-step] BASE.csv
 // --z, --deadband, --window, --persist-rounds, --persist-gain: the controller's noise_z,
 // deadband (0.05 here), throughput_window, persist_rounds and persist_gain (ControllerConfig);
 // --change: its change detection's three levels (ChangeDetection: quick_run, quick_min_change,
 // quick_spread_z, run, min_change, spread_z, slow_run, slow_min_change, slow_spread_z);
-// --run-min-spread: the spread below which its run level stays off (run_min_spread);
+// --run-min-spread, --slow-min-spread: the spread below which its run level, its slow level
+// stays off (run_min_spread, slow_min_spread);
 // --quick-max-change: the change its quick level's bar stops at (quick_max_change; inf: none);
+// --regimes: the regimes it remembers, the observations within which one may come back and
+// how near it must be (remembered_regimes, recall_within, recall_max_change; 0,12,0.15: none);
 // --provisional: its provisional_observations; --independent-noise, --correlated-noise:
 // correlated_noise off, on; to see what other settings buy and cost.
 // --per-step: the settings for one observation per step (for_step_observations), for a base
@@ -144,6 +148,15 @@ int main(int argc, char** argv) {
       controller_settings.change.quick_max_change = std::atof(argv[++i]);
     } else if (!std::strcmp(argv[i], "--run-min-spread") && i + 1 < argc) {
       controller_settings.change.run_min_spread = std::atof(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--slow-min-spread") && i + 1 < argc) {
+      controller_settings.change.slow_min_spread = std::atof(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--regimes") && i + 1 < argc) {
+      auto& d = controller_settings.change;
+      if (std::sscanf(argv[++i], "%zu,%zu,%lf", &d.remembered_regimes, &d.recall_within,
+                      &d.recall_max_change) != 3) {
+        file.clear();
+        break;
+      }
     } else if (!std::strcmp(argv[i], "--change") && i + 1 < argc) {
       auto& d = controller_settings.change;
       if (std::sscanf(argv[++i], "%zu,%lf,%lf,%zu,%lf,%lf,%zu,%lf,%lf", &d.quick_run,
@@ -164,7 +177,8 @@ int main(int argc, char** argv) {
                  "usage: %s [--seeds N] [--steps N] [--interval STEPS] [--z NOISE_Z >= 0] "
                  "[--deadband D] [--window N] [--persist-rounds N] [--persist-gain G] "
                  "[--change QUICK_RUN,QUICK_MIN,QUICK_Z,RUN,MIN,Z,SLOW_RUN,SLOW_MIN,SLOW_Z] "
-                 "[--run-min-spread S] [--quick-max-change C] [--provisional N] "
+                 "[--run-min-spread S] [--quick-max-change C] [--slow-min-spread S] "
+                 "[--regimes K,WITHIN,MAX] [--provisional N] "
                  "[--independent-noise] [--correlated-noise] "
                  "[--per-step] "
                  "BASE.csv (a recorded steady trace, e.g. tests/data/trace_clean.csv)\n",

@@ -5,12 +5,13 @@
 
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <random>
 
-#include "random_cluster.hpp"
 #include "controller/simulator.hpp"
+#include "random_cluster.hpp"
 
 namespace omnilearn::scheduler {
 namespace {
@@ -322,6 +323,41 @@ TEST(BatchController, ALargeSpeedChangeAsksForARoundAtOnce) {
   // b 8% slower: the slow level sees it (the window restarts) without asking for a round.
   for (int k = 0; k < 12; ++k) c.observe("b", p.batch_of("b"), p.batch_of("b") / 920.0 * noisy(k));
   EXPECT_EQ(c.estimates()[1].regime_changes, 1u);
+  EXPECT_FALSE(c.speed_changed());
+}
+
+// A speed that comes back brings back its window (ChangeDetection::remembered_regimes): the
+// estimate then stands on a whole window, and the controller asks for a round at once, as for
+// a quick-level change, even where the level that found the change would wait for the next
+// round. Here only the run level finds changes (the quick level's bar is out of reach).
+TEST(BatchController, ARememberedSpeedThatComesBackAsksForARoundAtOnce) {
+  ControllerConfig cfg = for_step_observations(config(200));
+  cfg.change.quick_min_change = 100.0;
+  cfg.change.quick_max_change = std::numeric_limits<double>::infinity();
+  cfg.change.run_min_spread = 0.0;
+  BatchController c(cfg);
+  c.add_worker("a");
+  c.add_worker("b");
+  c.plan();
+  auto noisy = [](int k) { return 1.0 + 0.01 * std::sin(1.3 * k); };
+  int k = 0;
+  for (; k < 60; ++k) {
+    c.observe("a", 100, 0.1 * noisy(k));
+    c.observe("b", 100, 0.1 * noisy(k + 5));
+  }
+  EXPECT_EQ(c.plan().batches, (std::vector<int>{100, 100}));
+  for (; k < 100; ++k) c.observe("a", 100, 0.2 * noisy(k));  // a neighbour: half the speed
+  EXPECT_EQ(c.estimates()[0].regime_changes, 1u);
+  EXPECT_FALSE(c.speed_changed());  // the run level's change waits for the round
+  const BatchPlan slow = c.plan();
+  EXPECT_NEAR(slow.batch_of("a"), 67, 3);
+  for (; k < 103; ++k) c.observe("a", slow.batch_of("a"), slow.batch_of("a") / 1000.0 * noisy(k));
+  EXPECT_EQ(c.estimates()[0].regime_changes, 2u);
+  EXPECT_EQ(c.estimates()[0].observations, 48u);  // the window from before the neighbour
+  EXPECT_TRUE(c.speed_changed());
+  const BatchPlan back = c.plan();
+  EXPECT_TRUE(back.changed);
+  EXPECT_EQ(back.batches, (std::vector<int>{100, 100}));
   EXPECT_FALSE(c.speed_changed());
 }
 

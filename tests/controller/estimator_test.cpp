@@ -344,6 +344,136 @@ TEST(ThroughputEstimator, QuickLevelComparesWithNearBatchesRightAfterAPlanChange
   EXPECT_EQ(far.regime_changes(), 0u);
 }
 
+// Under noise that spreads 25% a halved speed can sit in a pattern that no run of three
+// observations clears: of each three, one is only 0.47 below the old level in logarithms, inside
+// the run level's 2.5 spreads (0.63) and the quick level's 3 (0.75). The slow level's median of
+// the newest eight sits 0.69 below once most of them are new, beyond its 5 standard errors
+// (0.62), and catches it within eight. Under
+// small noise the slow level is off: eight observations of a burst 35% slower (a shared CPU's)
+// no longer drop the window, as they did with it on at any noise.
+TEST(ThroughputEstimator, SlowLevelSeesAHalvingUnderLargeNoiseThatNoRunClears) {
+  const ChangeDetection per_step = for_step_observations(ControllerConfig{}).change;
+  ASSERT_GT(per_step.slow_min_spread, 0.0);
+  ASSERT_EQ(per_step.slow_run, 8u);
+  const double noise[] = {1.2, 0.8, 1.0};
+  for (const std::size_t slow_run : {std::size_t{0}, per_step.slow_run}) {
+    ChangeDetection d = per_step;
+    d.slow_run = slow_run;
+    ThroughputEstimator e(48, d);
+    for (int k = 0; k < 30; ++k) e.observe(10, noise[k % 3]);
+    EXPECT_NEAR(*e.spread(), 0.25, 0.01);
+    int seen = 0;  // observations of the new speed until the change is found
+    for (int k = 30; k < 42 && e.regime_changes() == 0; ++k, ++seen) {
+      e.observe(10, 2.0 * noise[k % 3]);
+    }
+    if (slow_run == 0) {
+      EXPECT_EQ(e.regime_changes(), 0u);  // not in twelve: the window's median moves at 24
+    } else {
+      EXPECT_EQ(e.regime_changes(), 1u);
+      EXPECT_LE(seen, 8);
+      EXPECT_NEAR(*e.throughput(), 5.0, 1.0);  // the window restarted at the new speed
+    }
+  }
+  for (const double floor : {0.0, per_step.slow_min_spread}) {
+    ChangeDetection d = per_step;
+    d.slow_min_spread = floor;
+    ThroughputEstimator e(48, d);
+    for (int k = 0; k < 30; ++k) e.observe(10, 1.0 + 0.05 * std::sin(1.3 * k));
+    for (int k = 0; k < 8; ++k) e.observe(10, 1.35 * (1.0 + 0.05 * std::sin(1.3 * k)));
+    EXPECT_EQ(e.regime_changes(), floor > 0.0 ? 0u : 1u) << "floor " << floor;
+  }
+}
+
+// A neighbour that comes and goes: the worker's speed returns to a level it held before, and
+// the window it had there comes back with it (ChangeDetection::remembered_regimes), so the
+// estimate stands on a whole window at once instead of three observations.
+TEST(ThroughputEstimator, ASpeedThatComesBackBringsBackItsWindow) {
+  const ChangeDetection per_step = for_step_observations(ControllerConfig{}).change;
+  ASSERT_GE(per_step.remembered_regimes, 2u);
+  auto step = [](int k) { return 1.0 + 0.05 * std::sin(1.3 * k); };  // 10 samples/s, +-5%
+  ThroughputEstimator e(48, per_step);
+  int k = 0;
+  for (; k < 60; ++k) e.observe(10, step(k));
+  for (; k < 100; ++k) e.observe(10, 2.0 * step(k));  // the neighbour arrives: 2x slower
+  EXPECT_EQ(e.regime_changes(), 1u);
+  EXPECT_EQ(e.remembered(), 1u);
+  EXPECT_EQ(e.recalls(), 0u);
+  EXPECT_EQ(e.size(), 40u);
+  EXPECT_NEAR(*e.throughput(), 5.0, 0.3);
+  for (; k < 103; ++k) e.observe(10, step(k));  // ... and leaves
+  EXPECT_EQ(e.regime_changes(), 2u);
+  EXPECT_EQ(e.recalls(), 1u);
+  EXPECT_EQ(e.size(), 48u);  // the 45 remembered observations, then the 3 new ones
+  EXPECT_NEAR(*e.throughput(), 10.0, 0.3);
+  EXPECT_EQ(e.remembered(), 1u);  // the neighbour's regime, for its next visit
+  for (; k < 106; ++k) e.observe(10, 2.0 * step(k));
+  EXPECT_EQ(e.recalls(), 2u);
+  EXPECT_EQ(e.size(), 43u);  // its 40, then 3
+  EXPECT_NEAR(*e.throughput(), 5.0, 0.3);
+
+  // Without remembered regimes every change starts from three observations.
+  ChangeDetection none = per_step;
+  none.remembered_regimes = 0;
+  ThroughputEstimator fresh(48, none);
+  for (int j = 0; j < 103; ++j) fresh.observe(10, (j >= 60 && j < 100 ? 2.0 : 1.0) * step(j));
+  EXPECT_EQ(fresh.regime_changes(), 2u);
+  EXPECT_EQ(fresh.recalls(), 0u);
+  EXPECT_EQ(fresh.size(), 3u);
+}
+
+// What does not come back: a speed not within recall_max_change of a remembered one, a regime
+// shorter than half the window (a burst), a regime that grew past recall_within observations,
+// and anything after clear().
+TEST(ThroughputEstimator, OnlyAWholeRegimeNearTheNewSpeedComesBack) {
+  const ChangeDetection per_step = for_step_observations(ControllerConfig{}).change;
+  auto step = [](int k) { return 1.0 + 0.05 * std::sin(1.3 * k); };
+  {
+    ThroughputEstimator e(48, per_step);
+    int k = 0;
+    for (; k < 60; ++k) e.observe(10, step(k));
+    for (; k < 100; ++k) e.observe(10, 2.0 * step(k));
+    for (; k < 103; ++k) e.observe(10, 0.7 * step(k));  // 1.43x the first speed
+    EXPECT_EQ(e.regime_changes(), 2u);
+    EXPECT_EQ(e.recalls(), 0u);
+    EXPECT_EQ(e.size(), 3u);
+    EXPECT_EQ(e.remembered(), 2u);
+  }
+  {
+    ThroughputEstimator e(48, per_step);
+    int k = 0;
+    for (; k < 60; ++k) e.observe(10, step(k));
+    for (; k < 70; ++k) e.observe(10, 2.0 * step(k));  // a burst of ten steps
+    for (; k < 73; ++k) e.observe(10, step(k));
+    EXPECT_EQ(e.recalls(), 1u);     // the window before the burst comes back
+    EXPECT_EQ(e.remembered(), 0u);  // and the burst is not remembered
+    for (; k < 76; ++k) e.observe(10, 2.0 * step(k));
+    EXPECT_EQ(e.regime_changes(), 3u);
+    EXPECT_EQ(e.recalls(), 1u);
+    EXPECT_EQ(e.size(), 3u);
+  }
+  {
+    ChangeDetection late = per_step;
+    late.recall_within = 2;  // fewer than the quick level keeps: never
+    ThroughputEstimator e(48, late);
+    for (int k = 0; k < 103; ++k) e.observe(10, (k >= 60 && k < 100 ? 2.0 : 1.0) * step(k));
+    EXPECT_EQ(e.regime_changes(), 2u);
+    EXPECT_EQ(e.recalls(), 0u);
+  }
+  {
+    ThroughputEstimator e(48, per_step);
+    int k = 0;
+    for (; k < 60; ++k) e.observe(10, step(k));
+    for (; k < 100; ++k) e.observe(10, 2.0 * step(k));
+    EXPECT_EQ(e.remembered(), 1u);
+    e.clear();  // other hardware: what it did before says nothing
+    EXPECT_EQ(e.remembered(), 0u);
+    for (; k < 160; ++k) e.observe(10, 2.0 * step(k));
+    for (; k < 163; ++k) e.observe(10, step(k));
+    EXPECT_EQ(e.recalls(), 0u);
+    EXPECT_EQ(e.size(), 3u);
+  }
+}
+
 TEST(ThroughputEstimator, RejectsNonsense) {
   ThroughputEstimator e(3);
   EXPECT_THROW(e.observe(0, 1.0), std::invalid_argument);
@@ -357,6 +487,16 @@ TEST(ThroughputEstimator, RejectsNonsense) {
   ChangeDetection cap_below_min;
   cap_below_min.quick_max_change = cap_below_min.quick_min_change / 2;
   EXPECT_THROW(ThroughputEstimator(5, cap_below_min), std::invalid_argument);
+  ChangeDetection negative_slow_floor;
+  negative_slow_floor.slow_min_spread = -0.1;
+  EXPECT_THROW(ThroughputEstimator(5, negative_slow_floor), std::invalid_argument);
+  ChangeDetection never_recalled;
+  never_recalled.remembered_regimes = 2;
+  never_recalled.recall_within = 0;
+  EXPECT_THROW(ThroughputEstimator(5, never_recalled), std::invalid_argument);
+  ChangeDetection no_distance;
+  no_distance.recall_max_change = 0.0;
+  EXPECT_THROW(ThroughputEstimator(5, no_distance), std::invalid_argument);
   EXPECT_EQ(e.size(), 0u);
 }
 
