@@ -114,7 +114,8 @@ void ThroughputEstimator::refill(const std::vector<Entry>& entries) {
 
 void ThroughputEstimator::try_recall() {
   if (!fresh_) return;
-  if (count_ > change_.recall_within || regimes_.empty()) {
+  // A new regime that filled the window leaves no room for a remembered one.
+  if (count_ > change_.recall_within || count_ >= ring_.size() || regimes_.empty()) {
     fresh_ = false;
     return;
   }
@@ -137,8 +138,9 @@ void ThroughputEstimator::try_recall() {
   regimes_.erase(regimes_.begin() + static_cast<std::ptrdiff_t>(nearest));
   // Its newest observations, as many as leave room for the new ones.
   const std::size_t room = ring_.size() - count_;
-  if (window.size() > room)
+  if (window.size() > room) {
     window.erase(window.begin(), window.end() - static_cast<std::ptrdiff_t>(room));
+  }
   const std::vector<Entry> fresh = entries();
   window.insert(window.end(), fresh.begin(), fresh.end());
   refill(window);
