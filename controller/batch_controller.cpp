@@ -22,6 +22,7 @@ ControllerConfig for_step_observations(ControllerConfig config) {
   config.change.remembered_regimes = 3;
   config.change.recall_within = 12;
   config.change.recall_max_change = 0.15;
+  config.change.switch_llr = 8.0;
   config.persist_z = 1.5;
   return config;
 }

@@ -91,7 +91,8 @@ struct ControllerConfig {
 // quick level cannot see a halved speed), the slow level only for changes of 30% or more:
 // beside a bursty CPU hog both fired on bursts under small noise, each time dropping the
 // window, and the plan followed them. Three regimes remembered (remembered_regimes), so that a
-// speed that comes back within 15% is estimated from its old window at once. Chosen by
+// speed that comes back within 15% is estimated from its old window at once, and a switch
+// back to one tested directly (switch_llr 8). Chosen by
 // replaying recordings that hold both (the same runs' windows and steps): docs/benchmarks.md,
 // "Following speed changes".
 ControllerConfig for_step_observations(ControllerConfig config);

@@ -77,6 +77,13 @@ void ChangeDetection::validate() const {
   if (!(recall_max_change > 0.0) || !std::isfinite(recall_max_change)) {
     fail("recall_max_change must be positive");
   }
+  if (!(switch_llr >= 0.0) || !std::isfinite(switch_llr)) fail("switch_llr must be >= 0");
+  if (!(switch_min_change > 0.0) || !std::isfinite(switch_min_change)) {
+    fail("switch_min_change must be positive");
+  }
+  if (!(switch_min_spread > 0.0) || !std::isfinite(switch_min_spread)) {
+    fail("switch_min_spread must be positive");
+  }
 }
 
 ThroughputEstimator::ThroughputEstimator(std::size_t window, ChangeDetection change)
@@ -201,8 +208,82 @@ void ThroughputEstimator::noise_pairs(std::vector<NoisePair>& out) const {
   }
 }
 
+void ThroughputEstimator::remember(std::vector<Entry> regime) {
+  if (change_.remembered_regimes == 0 || 2 * regime.size() < ring_.size()) return;
+  regimes_.insert(regimes_.begin(), std::move(regime));
+  if (regimes_.size() > change_.remembered_regimes) regimes_.pop_back();
+}
+
+bool ThroughputEstimator::switched(const std::vector<Entry>& v) {
+  // The current level from the observations before the newest: at least 8 of them.
+  if (!(change_.switch_llr > 0.0) || regimes_.empty() || v.size() < 8) {
+    switch_sum_.assign(regimes_.size(), 0.0);
+    switch_run_.assign(regimes_.size(), 0);
+    return false;
+  }
+  if (switch_sum_.size() != regimes_.size()) {  // a regime came or went
+    switch_sum_.assign(regimes_.size(), 0.0);
+    switch_run_.assign(regimes_.size(), 0);
+  }
+  std::vector<double> rates;
+  rates.reserve(v.size());
+  for (auto it = v.begin(); it + 1 != v.end(); ++it) rates.push_back(it->rate);
+  const double level = std::log(*median(rates));
+  const double spread = relative_spread(rates).value_or(0.0);
+  const double x = std::log(v.back().rate);
+  std::size_t found = regimes_.size();
+  for (std::size_t r = 0; r < regimes_.size(); ++r) {
+    rates.clear();
+    for (const Entry& e : regimes_[r]) rates.push_back(e.rate);
+    const double other = std::log(*median(rates));
+    const double d = other - level;
+    if (std::abs(d) < std::log1p(change_.switch_min_change)) {
+      switch_sum_[r] = 0.0;
+      switch_run_[r] = 0;
+      continue;
+    }
+    const double sigma =
+        std::max({spread, relative_spread(rates).value_or(0.0), change_.switch_min_spread});
+    switch_sum_[r] =
+        std::max(0.0, switch_sum_[r] + d * (x - 0.5 * (level + other)) / (sigma * sigma));
+    switch_run_[r] = switch_sum_[r] > 0.0 ? switch_run_[r] + 1 : 0;
+    if (switch_sum_[r] <= change_.switch_llr || found != regimes_.size()) continue;
+    // ... and only to a level the observations since fit: a likelihood ratio also favours
+    // the farther level for an observation beyond both, as a speed neither regime had.
+    const std::size_t n = std::clamp<std::size_t>(switch_run_[r], 1, v.size() - 1);
+    std::vector<double> since;
+    for (auto it = v.end() - static_cast<std::ptrdiff_t>(n); it != v.end(); ++it) {
+      since.push_back(it->rate);
+    }
+    const double off = std::abs(std::log(*median(since)) - other);
+    if (off <=
+        std::max(std::log1p(change_.recall_max_change), 2.0 * median_relative_error(sigma, n))) {
+      found = r;
+    }
+  }
+  if (found == regimes_.size()) return false;
+  const std::size_t since = std::clamp<std::size_t>(switch_run_[found], 1, v.size() - 1);
+  const auto first_new = v.end() - static_cast<std::ptrdiff_t>(since);
+  std::vector<Entry> window = std::move(regimes_[found]);
+  regimes_.erase(regimes_.begin() + static_cast<std::ptrdiff_t>(found));
+  remember(std::vector<Entry>(v.begin(), first_new));
+  const std::size_t room = ring_.size() - since;
+  if (window.size() > room) {
+    window.erase(window.begin(), window.end() - static_cast<std::ptrdiff_t>(room));
+  }
+  window.insert(window.end(), first_new, v.end());
+  refill(window);
+  fresh_ = false;
+  switch_sum_.assign(regimes_.size(), 0.0);
+  switch_run_.assign(regimes_.size(), 0);
+  ++regime_changes_;
+  ++recalls_;
+  return true;
+}
+
 void ThroughputEstimator::check_for_change() {
   const std::vector<Entry> v = entries();
+  if (switched(v)) return;
   if (changed(v, Level::kQuick, change_.quick_run, change_.quick_min_change,
               change_.quick_spread_z)) {
     return;
@@ -330,11 +411,9 @@ bool ThroughputEstimator::changed(const std::vector<Entry>& v, Level level, std:
   // The worker's speed changed: the older observations describe a machine that is gone, for
   // now (ChangeDetection::remembered_regimes).
   const auto first_new = v.end() - static_cast<std::ptrdiff_t>(run);
-  if (change_.remembered_regimes > 0 &&
-      2 * static_cast<std::size_t>(first_new - v.begin()) >= ring_.size()) {
-    regimes_.insert(regimes_.begin(), std::vector<Entry>(v.begin(), first_new));
-    if (regimes_.size() > change_.remembered_regimes) regimes_.pop_back();
-  }
+  remember(std::vector<Entry>(v.begin(), first_new));
+  switch_sum_.assign(regimes_.size(), 0.0);
+  switch_run_.assign(regimes_.size(), 0);
   fresh_ = change_.remembered_regimes > 0;
   refill(std::vector<Entry>(first_new, v.end()));
   ++regime_changes_;
@@ -360,6 +439,8 @@ void ThroughputEstimator::clear() {
   next_ = 0;
   count_ = 0;
   regimes_.clear();
+  switch_sum_.clear();
+  switch_run_.clear();
   fresh_ = false;
 }
 

@@ -97,6 +97,25 @@ struct ChangeDetection {
   std::size_t remembered_regimes = 0;
   std::size_t recall_within = 12;
   double recall_max_change = 0.15;
+  // A switch back to a remembered regime, found sooner than the levels above find a change of
+  // that size: they must tell a change from the noise, this only which of two known levels
+  // the newest observations fit better. Per remembered regime whose median lies at least
+  // switch_min_change (relative) from the window's, a one-sided CUSUM of each new
+  // observation's log-likelihood ratio between the two levels (Gaussian in logarithms, with
+  // the larger of the two regimes' spreads and switch_min_spread: on a quiet machine a spread
+  // of 2% would make one observation 10% off decisive); above switch_llr (0: off) the worker
+  // switched at the observation from which that sum last rose from zero. The remembered
+  // regime's observations become the window, those since the switch after them, and the
+  // regime left is remembered in its place (a recall: BatchController runs a round at once).
+  // A switch counts only to a level the observations since fit (their median within
+  // recall_max_change or 2 standard errors of it): a likelihood ratio also favours the
+  // farther level for an observation beyond both. Under 20% step noise a neighbour's second
+  // visit is found in two or three observations, where the run and slow levels need 3 to 10;
+  // with switch_min_change at 22% the test flipped between two levels of a worker beside a
+  // CPU hog 35% apart, round after round.
+  double switch_llr = 0.0;
+  double switch_min_change = 0.4;
+  double switch_min_spread = 0.1;
   // Throws std::invalid_argument naming the first field out of range.
   void validate() const;
 };
@@ -202,6 +221,15 @@ class ThroughputEstimator {
   std::size_t recalls_ = 0;
   std::vector<std::vector<Entry>> regimes_;  // remembered, the newest first
   bool fresh_ = false;  // the window began at a detected change and may still be recalled
+  // Per remembered regime (ChangeDetection::switch_llr): the CUSUM of the log-likelihood
+  // ratios, and the observations since it last rose from zero.
+  std::vector<double> switch_sum_;
+  std::vector<std::size_t> switch_run_;
+  // The switch test on `v` (the window, oldest first, the newest observation last); on a
+  // switch, brings back the regime and returns true.
+  bool switched(const std::vector<Entry>& v);
+  // Remembers `regime` (oldest first) when it filled at least half the window.
+  void remember(std::vector<Entry> regime);
 };
 
 }  // namespace omnilearn::scheduler

@@ -8,7 +8,8 @@
 //   scheduler_replay_table [--seeds 10] [--interval 10] [--z NOISE_Z] [--window N]
 //                          [--follow TOLERANCE] [--deadband 0.05] [--change ...]
 //                          [--run-min-spread S] [--quick-max-change C] [--slow-min-spread S]
-//                          [--regimes K,WITHIN,MAX] [--provisional N] [--per-step]
+//                          [--regimes K,WITHIN,MAX] [--switch LLR,MIN,SPREAD]
+//                          [--provisional N] [--per-step]
 //                          [--independent-noise] [--correlated-noise] [--alpha]
 //                          tests/data/trace_*.csv
 // "noise-aware, per round" is the defaults without the smoothing across rounds
@@ -19,8 +20,8 @@
 // (the nine settings of ChangeDetection's three levels) and provisional_observations;
 // --run-min-spread, --slow-min-spread: the spread below which its run level, its slow level
 // stays off, --quick-max-change: the change its quick level's bar stops at (inf: none),
-// --regimes: remembered_regimes, recall_within and recall_max_change (all after --per-step,
-// which sets them);
+// --regimes: remembered_regimes, recall_within and recall_max_change, --switch: switch_llr,
+// switch_min_change and switch_min_spread (all after --per-step, which sets them);
 // --independent-noise, --correlated-noise: the controller's correlated_noise off, on (what
 // weighing the noise's correlation buys and costs).
 #include <algorithm>
@@ -119,6 +120,13 @@ int main(int argc, char** argv) {
       change.quick_max_change = std::atof(argv[++i]);
     } else if (!std::strcmp(argv[i], "--run-min-spread") && i + 1 < argc) {
       change.run_min_spread = std::atof(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--switch") && i + 1 < argc) {
+      auto& d = change;
+      if (std::sscanf(argv[++i], "%lf,%lf,%lf", &d.switch_llr, &d.switch_min_change,
+                      &d.switch_min_spread) != 3) {
+        files.clear();
+        break;
+      }
     } else if (!std::strcmp(argv[i], "--slow-min-spread") && i + 1 < argc) {
       change.slow_min_spread = std::atof(argv[++i]);
     } else if (!std::strcmp(argv[i], "--regimes") && i + 1 < argc) {
@@ -145,7 +153,8 @@ int main(int argc, char** argv) {
                  "usage: %s [--seeds N] [--interval STEPS] [--z NOISE_Z] [--window N] [--follow "
                  "TOLERANCE] [--deadband D] [--change QR,QMIN,QZ,R,MIN,Z,SR,SMIN,SZ] "
                  "[--run-min-spread S] [--quick-max-change C] [--slow-min-spread S] "
-                 "[--regimes K,WITHIN,MAX] [--provisional N] [--per-step] [--independent-noise] "
+                 "[--regimes K,WITHIN,MAX] [--switch LLR,MIN,SPREAD] [--provisional N] "
+                 "[--per-step] [--independent-noise] "
                  "[--correlated-noise] [--alpha] TRACE.csv...\n",
                  argv[0]);
     return 2;

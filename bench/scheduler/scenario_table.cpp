@@ -16,7 +16,8 @@
 //                            [--deadband D] [--window N] [--persist-rounds N] [--persist-gain G]
 //                            [--change QR,QMIN,QZ,R,MIN,Z,SR,SMIN,SZ] [--run-min-spread S]
 //                            [--quick-max-change C] [--slow-min-spread S]
-//                            [--regimes K,WITHIN,MAX] [--provisional N] [--independent-noise]
+//                            [--regimes K,WITHIN,MAX] [--switch LLR,MIN,SPREAD]
+//                            [--provisional N] [--independent-noise]
 //                            [--correlated-noise] [--per-step] BASE.csv
 // --z, --deadband, --window, --persist-rounds, --persist-gain: the controller's noise_z,
 // deadband (0.05 here), throughput_window, persist_rounds and persist_gain (ControllerConfig);
@@ -27,6 +28,8 @@
 // --quick-max-change: the change its quick level's bar stops at (quick_max_change; inf: none);
 // --regimes: the regimes it remembers, the observations within which one may come back and
 // how near it must be (remembered_regimes, recall_within, recall_max_change; 0,12,0.15: none);
+// --switch: the test for a switch back to a remembered regime (switch_llr, switch_min_change,
+// switch_min_spread; 0,0.22,0.1: off);
 // --provisional: its provisional_observations; --independent-noise, --correlated-noise:
 // correlated_noise off, on; to see what other settings buy and cost.
 // --per-step: the settings for one observation per step (for_step_observations), for a base
@@ -148,6 +151,13 @@ int main(int argc, char** argv) {
       controller_settings.change.quick_max_change = std::atof(argv[++i]);
     } else if (!std::strcmp(argv[i], "--run-min-spread") && i + 1 < argc) {
       controller_settings.change.run_min_spread = std::atof(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--switch") && i + 1 < argc) {
+      auto& d = controller_settings.change;
+      if (std::sscanf(argv[++i], "%lf,%lf,%lf", &d.switch_llr, &d.switch_min_change,
+                      &d.switch_min_spread) != 3) {
+        file.clear();
+        break;
+      }
     } else if (!std::strcmp(argv[i], "--slow-min-spread") && i + 1 < argc) {
       controller_settings.change.slow_min_spread = std::atof(argv[++i]);
     } else if (!std::strcmp(argv[i], "--regimes") && i + 1 < argc) {
@@ -178,7 +188,7 @@ int main(int argc, char** argv) {
                  "[--deadband D] [--window N] [--persist-rounds N] [--persist-gain G] "
                  "[--change QUICK_RUN,QUICK_MIN,QUICK_Z,RUN,MIN,Z,SLOW_RUN,SLOW_MIN,SLOW_Z] "
                  "[--run-min-spread S] [--quick-max-change C] [--slow-min-spread S] "
-                 "[--regimes K,WITHIN,MAX] [--provisional N] "
+                 "[--regimes K,WITHIN,MAX] [--switch LLR,MIN,SPREAD] [--provisional N] "
                  "[--independent-noise] [--correlated-noise] "
                  "[--per-step] "
                  "BASE.csv (a recorded steady trace, e.g. tests/data/trace_clean.csv)\n",

@@ -421,9 +421,9 @@ TEST(ThroughputEstimator, ASpeedThatComesBackBringsBackItsWindow) {
   EXPECT_EQ(fresh.size(), 3u);
 }
 
-// What does not come back: a speed not within recall_max_change of a remembered one, a regime
-// shorter than half the window (a burst), a regime that grew past recall_within observations,
-// and anything after clear().
+// What does not come back: a speed not within recall_max_change of a remembered one (nor by the
+// switch test: the observations since do not fit it), a regime shorter than half the window (a
+// burst), a regime that grew past recall_within observations, and anything after clear().
 TEST(ThroughputEstimator, OnlyAWholeRegimeNearTheNewSpeedComesBack) {
   const ChangeDetection per_step = for_step_observations(ControllerConfig{}).change;
   auto step = [](int k) { return 1.0 + 0.05 * std::sin(1.3 * k); };
@@ -454,6 +454,7 @@ TEST(ThroughputEstimator, OnlyAWholeRegimeNearTheNewSpeedComesBack) {
   {
     ChangeDetection late = per_step;
     late.recall_within = 2;  // fewer than the quick level keeps: never
+    late.switch_llr = 0.0;   // ... and no switch test, which would bring it back (below)
     ThroughputEstimator e(48, late);
     for (int k = 0; k < 103; ++k) e.observe(10, (k >= 60 && k < 100 ? 2.0 : 1.0) * step(k));
     EXPECT_EQ(e.regime_changes(), 2u);
@@ -472,6 +473,67 @@ TEST(ThroughputEstimator, OnlyAWholeRegimeNearTheNewSpeedComesBack) {
     EXPECT_EQ(e.recalls(), 0u);
     EXPECT_EQ(e.size(), 3u);
   }
+}
+
+// Under noise that spreads 25%, a neighbour's 2x is found by the run or slow level after
+// several observations the first time. When it comes back, the switch test weighs each new
+// observation between the two levels it knows and finds it within three; without the test,
+// the next visit waits for the run or slow level again. Without a remembered regime 40% or
+// more away nothing is tested, and in 2,000 steps of the same noise at one level no switch
+// is found.
+TEST(ThroughputEstimator, ASwitchBackToARememberedSpeedIsFoundWithinThreeObservations) {
+  const ChangeDetection per_step = for_step_observations(ControllerConfig{}).change;
+  ASSERT_GT(per_step.switch_llr, 0.0);
+  const double noise[] = {1.2, 0.8, 1.0};
+  // Observations until the estimator finds the change, at most `limit`.
+  auto until_found = [&](ThroughputEstimator& e, int& k, double factor, int limit) {
+    const std::size_t before = e.regime_changes();
+    int seen = 0;
+    while (e.regime_changes() == before && seen < limit) {
+      e.observe(10, factor * noise[k % 3]);
+      ++k;
+      ++seen;
+    }
+    return seen;
+  };
+  for (const bool with_switch : {false, true}) {
+    ChangeDetection d = per_step;
+    if (!with_switch) d.switch_llr = 0.0;
+    ThroughputEstimator e(48, d);
+    int k = 0;
+    for (; k < 60; ++k) e.observe(10, noise[k % 3]);
+    const int first = until_found(e, k, 2.0, 40);  // the neighbour arrives
+    EXPECT_GE(first, 4) << "switch " << with_switch;
+    for (int j = 0; j < 40; ++j, ++k) e.observe(10, 2.0 * noise[k % 3]);
+    const std::size_t recalls = e.recalls();
+    const int leaves = until_found(e, k, 1.0, 40);
+    for (int j = 0; j < 40; ++j, ++k) e.observe(10, noise[k % 3]);
+    const int again = until_found(e, k, 2.0, 40);  // ... and comes back
+    std::printf("switch %s: found after %d, %d and %d observations\n", with_switch ? "on" : "off",
+                first, leaves, again);
+    if (with_switch) {
+      EXPECT_LE(leaves, 3);
+      EXPECT_LE(again, 3);
+      EXPECT_EQ(e.recalls(), recalls + 2);
+      EXPECT_NEAR(*e.throughput(), 5.0, 0.5);  // the remembered window, not three observations
+      EXPECT_GE(e.size(), 40u);
+    } else {
+      EXPECT_GE(again, 4);
+    }
+  }
+  // The same noise at one level, with a remembered regime 2x away: no switch.
+  ThroughputEstimator e(48, per_step);
+  std::mt19937_64 rng(7);
+  std::lognormal_distribution<double> step(0.0, 0.25);
+  int k = 0;
+  for (; k < 60; ++k) e.observe(10, noise[k % 3]);
+  until_found(e, k, 2.0, 40);
+  for (int j = 0; j < 40; ++j) e.observe(10, 2.0 * step(rng));
+  until_found(e, k, 1.0, 40);
+  ASSERT_EQ(e.remembered(), 1u);
+  const std::size_t changes = e.regime_changes();
+  for (int j = 0; j < 2000; ++j) e.observe(10, step(rng));
+  EXPECT_EQ(e.regime_changes(), changes);
 }
 
 TEST(ThroughputEstimator, RejectsNonsense) {
@@ -497,6 +559,15 @@ TEST(ThroughputEstimator, RejectsNonsense) {
   ChangeDetection no_distance;
   no_distance.recall_max_change = 0.0;
   EXPECT_THROW(ThroughputEstimator(5, no_distance), std::invalid_argument);
+  ChangeDetection negative_llr;
+  negative_llr.switch_llr = -1.0;
+  EXPECT_THROW(ThroughputEstimator(5, negative_llr), std::invalid_argument);
+  ChangeDetection no_switch_distance;
+  no_switch_distance.switch_min_change = 0.0;
+  EXPECT_THROW(ThroughputEstimator(5, no_switch_distance), std::invalid_argument);
+  ChangeDetection no_switch_spread;
+  no_switch_spread.switch_min_spread = 0.0;
+  EXPECT_THROW(ThroughputEstimator(5, no_switch_spread), std::invalid_argument);
   EXPECT_EQ(e.size(), 0u);
 }
 
