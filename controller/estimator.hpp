@@ -109,8 +109,8 @@ struct ChangeDetection {
   // regime left is remembered in its place (a recall: BatchController runs a round at once).
   // A switch counts only to a level the observations since fit (their median within
   // recall_max_change or 2 standard errors of it): a likelihood ratio also favours the
-  // farther level for an observation beyond both. Under 20% step noise a neighbour's second
-  // visit is found in two or three observations, where the run and slow levels need 3 to 10;
+  // farther level for an observation beyond both. Under 20% step noise a neighbour's return is
+  // found within three observations, where the run and slow levels need 3 to 10;
   // with switch_min_change at 22% the test flipped between two levels of a worker beside a
   // CPU hog 35% apart, round after round.
   double switch_llr = 0.0;
