@@ -141,17 +141,24 @@ void ThroughputEstimator::try_recall() {
     }
   }
   if (nearest == regimes_.size()) return;
-  std::vector<Entry> window = std::move(regimes_[nearest]);
-  regimes_.erase(regimes_.begin() + static_cast<std::ptrdiff_t>(nearest));
+  bring_back(nearest, entries(), {});
+}
+
+void ThroughputEstimator::bring_back(std::size_t regime, const std::vector<Entry>& since,
+                                     std::vector<Entry> left) {
+  std::vector<Entry> window = std::move(regimes_[regime]);
+  regimes_.erase(regimes_.begin() + static_cast<std::ptrdiff_t>(regime));
+  remember(std::move(left));
   // Its newest observations, as many as leave room for the new ones.
-  const std::size_t room = ring_.size() - count_;
+  const std::size_t room = ring_.size() - since.size();
   if (window.size() > room) {
     window.erase(window.begin(), window.end() - static_cast<std::ptrdiff_t>(room));
   }
-  const std::vector<Entry> fresh = entries();
-  window.insert(window.end(), fresh.begin(), fresh.end());
+  window.insert(window.end(), since.begin(), since.end());
   refill(window);
   fresh_ = false;
+  switch_sum_.assign(regimes_.size(), 0.0);
+  switch_run_.assign(regimes_.size(), 0);
   ++recalls_;
 }
 
@@ -264,20 +271,9 @@ bool ThroughputEstimator::switched(const std::vector<Entry>& v) {
   if (found == regimes_.size()) return false;
   const std::size_t since = std::clamp<std::size_t>(switch_run_[found], 1, v.size() - 1);
   const auto first_new = v.end() - static_cast<std::ptrdiff_t>(since);
-  std::vector<Entry> window = std::move(regimes_[found]);
-  regimes_.erase(regimes_.begin() + static_cast<std::ptrdiff_t>(found));
-  remember(std::vector<Entry>(v.begin(), first_new));
-  const std::size_t room = ring_.size() - since;
-  if (window.size() > room) {
-    window.erase(window.begin(), window.end() - static_cast<std::ptrdiff_t>(room));
-  }
-  window.insert(window.end(), first_new, v.end());
-  refill(window);
-  fresh_ = false;
-  switch_sum_.assign(regimes_.size(), 0.0);
-  switch_run_.assign(regimes_.size(), 0);
+  bring_back(found, std::vector<Entry>(first_new, v.end()),
+             std::vector<Entry>(v.begin(), first_new));
   ++regime_changes_;
-  ++recalls_;
   return true;
 }
 

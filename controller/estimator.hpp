@@ -230,6 +230,9 @@ class ThroughputEstimator {
   bool switched(const std::vector<Entry>& v);
   // Remembers `regime` (oldest first) when it filled at least half the window.
   void remember(std::vector<Entry> regime);
+  // Makes remembered regime `regime` the window, `since` (the observations of the new regime,
+  // oldest first) after it, and remembers `left` (the regime the worker left, if any) instead.
+  void bring_back(std::size_t regime, const std::vector<Entry>& since, std::vector<Entry> left);
 };
 
 }  // namespace omnilearn::scheduler
