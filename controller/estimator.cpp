@@ -222,7 +222,7 @@ void ThroughputEstimator::remember(std::vector<Entry> regime) {
 }
 
 bool ThroughputEstimator::switched(const std::vector<Entry>& v) {
-  // The current level from the observations before the newest: at least 8 of them.
+  // The current level from the observations before the newest: at least 7 of them.
   if (!(change_.switch_llr > 0.0) || regimes_.empty() || v.size() < 8) {
     switch_sum_.assign(regimes_.size(), 0.0);
     switch_run_.assign(regimes_.size(), 0);
