@@ -222,7 +222,7 @@ void ThroughputEstimator::remember(std::vector<Entry> regime) {
 }
 
 bool ThroughputEstimator::switched(const std::vector<Entry>& v) {
-  // The current level from the observations before the newest: at least 7 of them.
+  // Needs a current level from at least 7 observations before the newest.
   if (!(change_.switch_llr > 0.0) || regimes_.empty() || v.size() < 8) {
     switch_sum_.assign(regimes_.size(), 0.0);
     switch_run_.assign(regimes_.size(), 0);
@@ -232,14 +232,23 @@ bool ThroughputEstimator::switched(const std::vector<Entry>& v) {
     switch_sum_.assign(regimes_.size(), 0.0);
     switch_run_.assign(regimes_.size(), 0);
   }
+  const double x = std::log(v.back().rate);
   std::vector<double> rates;
   rates.reserve(v.size());
-  for (auto it = v.begin(); it + 1 != v.end(); ++it) rates.push_back(it->rate);
-  const double level = std::log(*median(rates));
-  const double spread = relative_spread(rates).value_or(0.0);
-  const double x = std::log(v.back().rate);
   std::size_t found = regimes_.size();
   for (std::size_t r = 0; r < regimes_.size(); ++r) {
+    // The current level from the observations before the run that raised this sum, at least
+    // 7 of them: the run's own observations, when the worker did switch, pull the window's
+    // median towards the regime, and a gap near switch_min_change closed before the sum
+    // could rise to switch_llr.
+    const std::size_t before =
+        std::max<std::size_t>(v.size() - 1 - std::min(switch_run_[r], v.size() - 1), 7);
+    rates.clear();
+    for (auto it = v.begin(); it != v.begin() + static_cast<std::ptrdiff_t>(before); ++it) {
+      rates.push_back(it->rate);
+    }
+    const double level = std::log(*median(rates));
+    const double spread = relative_spread(rates).value_or(0.0);
     rates.clear();
     for (const Entry& e : regimes_[r]) rates.push_back(e.rate);
     const double other = std::log(*median(rates));

@@ -100,10 +100,13 @@ struct ChangeDetection {
   // A switch back to a remembered regime, found sooner than the levels above find a change of
   // that size: they must tell a change from the noise, this only which of two known levels
   // the newest observations fit better. Per remembered regime whose median lies at least
-  // switch_min_change (relative) from the window's, a one-sided CUSUM of each new
+  // switch_min_change (relative) from the current level, a one-sided CUSUM of each new
   // observation's log-likelihood ratio between the two levels (Gaussian in logarithms, with
   // the larger of the two regimes' spreads and switch_min_spread: on a quiet machine a spread
-  // of 2% would make one observation 10% off decisive); above switch_llr (0: off) the worker
+  // of 2% would make one observation 10% off decisive). The current level is the window's
+  // median before the observations since the sum last rose from zero: those pull the window
+  // towards the regime when the worker did switch, and a gap near switch_min_change closed
+  // before the sum could rise. Above switch_llr (0: off) the worker
   // switched at the observation from which that sum last rose from zero. The remembered
   // regime's observations become the window, those since the switch after them, and the
   // regime left is remembered in its place (a recall: BatchController runs a round at once).

@@ -536,6 +536,34 @@ TEST(ThroughputEstimator, ASwitchBackToARememberedSpeedIsFoundWithinThreeObserva
   EXPECT_EQ(e.regime_changes(), changes);
 }
 
+// A switch back to a regime only a little over switch_min_change away: the new observations
+// pull the window's median towards the regime, and when the sum's reference followed them the
+// gap closed below switch_min_change before the sum reached switch_llr. The reference is the
+// level before the run that raised the sum. 200 seeded trials of 25% lognormal noise, a worker
+// 1.6x faster for 108 observations and then back: the switch back found within 12
+// observations in 49 of the 50 trials that found the first change (with the reference
+// following the window: 44 of 52, and 6 not within 40).
+TEST(ThroughputEstimator, ASwitchBackIsFoundWhileTheWindowFollowsIt) {
+  const ChangeDetection per_step = for_step_observations(ControllerConfig{}).change;
+  int trials = 0, found = 0;
+  for (int t = 0; t < 200; ++t) {
+    ThroughputEstimator e(48, per_step);
+    std::mt19937_64 rng(static_cast<std::uint64_t>(t));
+    std::lognormal_distribution<double> noise(0.0, 0.25);
+    for (int k = 0; k < 60; ++k) e.observe(10, noise(rng));
+    for (int k = 0; k < 108; ++k) e.observe(10, noise(rng) / 1.6);
+    if (e.remembered() == 0) continue;  // the first change was not found
+    ++trials;
+    const std::size_t recalls = e.recalls();
+    const std::size_t changes = e.regime_changes();
+    for (int k = 0; k < 12 && e.regime_changes() == changes; ++k) e.observe(10, noise(rng));
+    if (e.recalls() > recalls) ++found;
+  }
+  std::printf("switch back within 12 observations in %d of %d trials\n", found, trials);
+  ASSERT_GE(trials, 40);
+  EXPECT_GE(found, trials * 9 / 10);
+}
+
 TEST(ThroughputEstimator, RejectsNonsense) {
   ThroughputEstimator e(3);
   EXPECT_THROW(e.observe(0, 1.0), std::invalid_argument);
