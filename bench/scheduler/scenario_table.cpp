@@ -29,7 +29,7 @@
 // --regimes: the regimes it remembers, the observations within which one may come back and
 // how near it must be (remembered_regimes, recall_within, recall_max_change; 0,12,0.15: none);
 // --switch: the test for a switch back to a remembered regime (switch_llr, switch_min_change,
-// switch_min_spread; 0,0.22,0.1: off);
+// switch_min_spread; 0,0.4,0.1: off);
 // --provisional: its provisional_observations; --independent-noise, --correlated-noise:
 // correlated_noise off, on; to see what other settings buy and cost.
 // --per-step: the settings for one observation per step (for_step_observations), for a base
