@@ -131,10 +131,7 @@ void ThroughputEstimator::try_recall() {
   std::size_t nearest = regimes_.size();
   double distance = std::log1p(change_.recall_max_change);
   for (std::size_t r = 0; r < regimes_.size(); ++r) {
-    std::vector<double> rates;
-    rates.reserve(regimes_[r].size());
-    for (const Entry& e : regimes_[r]) rates.push_back(e.rate);
-    const double d = std::abs(std::log(level / *median(rates)));
+    const double d = std::abs(std::log(level / regimes_[r].median));
     if (d <= distance) {
       nearest = r;
       distance = d;
@@ -146,7 +143,7 @@ void ThroughputEstimator::try_recall() {
 
 void ThroughputEstimator::bring_back(std::size_t regime, const std::vector<Entry>& since,
                                      std::vector<Entry> left) {
-  std::vector<Entry> window = std::move(regimes_[regime]);
+  std::vector<Entry> window = std::move(regimes_[regime].entries);
   regimes_.erase(regimes_.begin() + static_cast<std::ptrdiff_t>(regime));
   remember(std::move(left));
   // Its newest observations, as many as leave room for the new ones.
@@ -157,8 +154,7 @@ void ThroughputEstimator::bring_back(std::size_t regime, const std::vector<Entry
   window.insert(window.end(), since.begin(), since.end());
   refill(window);
   fresh_ = false;
-  switch_sum_.assign(regimes_.size(), 0.0);
-  switch_run_.assign(regimes_.size(), 0);
+  reset_switch();
   ++recalls_;
 }
 
@@ -217,24 +213,34 @@ void ThroughputEstimator::noise_pairs(std::vector<NoisePair>& out) const {
 
 void ThroughputEstimator::remember(std::vector<Entry> regime) {
   if (change_.remembered_regimes == 0 || 2 * regime.size() < ring_.size()) return;
-  regimes_.insert(regimes_.begin(), std::move(regime));
+  std::vector<double> rates;
+  rates.reserve(regime.size());
+  for (const Entry& e : regime) rates.push_back(e.rate);
+  const double level = *median(rates);
+  const double spread = relative_spread(rates).value_or(0.0);
+  regimes_.insert(regimes_.begin(), Regime{std::move(regime), level, spread});
   if (regimes_.size() > change_.remembered_regimes) regimes_.pop_back();
+}
+
+void ThroughputEstimator::reset_switch() {
+  switch_sum_.assign(regimes_.size(), 0.0);
+  switch_run_.assign(regimes_.size(), 0);
 }
 
 bool ThroughputEstimator::switched(const std::vector<Entry>& v) {
   // Needs a current level from at least 7 observations before the newest.
   if (!(change_.switch_llr > 0.0) || regimes_.empty() || v.size() < 8) {
-    switch_sum_.assign(regimes_.size(), 0.0);
-    switch_run_.assign(regimes_.size(), 0);
+    reset_switch();
     return false;
   }
-  if (switch_sum_.size() != regimes_.size()) {  // a regime came or went
-    switch_sum_.assign(regimes_.size(), 0.0);
-    switch_run_.assign(regimes_.size(), 0);
-  }
+  if (switch_sum_.size() != regimes_.size()) reset_switch();  // a regime came or went
   const double x = std::log(v.back().rate);
   std::vector<double> rates;
   rates.reserve(v.size());
+  // The window's level and spread over its first `counted` observations; regimes whose sums
+  // rest at zero share them.
+  std::size_t counted = 0;
+  double level = 0.0, spread = 0.0;
   std::size_t found = regimes_.size();
   for (std::size_t r = 0; r < regimes_.size(); ++r) {
     // The current level from the observations before the run that raised this sum, at least
@@ -243,23 +249,23 @@ bool ThroughputEstimator::switched(const std::vector<Entry>& v) {
     // could rise to switch_llr.
     const std::size_t before =
         std::max<std::size_t>(v.size() - 1 - std::min(switch_run_[r], v.size() - 1), 7);
-    rates.clear();
-    for (auto it = v.begin(); it != v.begin() + static_cast<std::ptrdiff_t>(before); ++it) {
-      rates.push_back(it->rate);
+    if (before != counted) {
+      rates.clear();
+      for (auto it = v.begin(); it != v.begin() + static_cast<std::ptrdiff_t>(before); ++it) {
+        rates.push_back(it->rate);
+      }
+      level = std::log(*median(rates));
+      spread = relative_spread(rates).value_or(0.0);
+      counted = before;
     }
-    const double level = std::log(*median(rates));
-    const double spread = relative_spread(rates).value_or(0.0);
-    rates.clear();
-    for (const Entry& e : regimes_[r]) rates.push_back(e.rate);
-    const double other = std::log(*median(rates));
+    const double other = std::log(regimes_[r].median);
     const double d = other - level;
     if (std::abs(d) < std::log1p(change_.switch_min_change)) {
       switch_sum_[r] = 0.0;
       switch_run_[r] = 0;
       continue;
     }
-    const double sigma =
-        std::max({spread, relative_spread(rates).value_or(0.0), change_.switch_min_spread});
+    const double sigma = std::max({spread, regimes_[r].spread, change_.switch_min_spread});
     switch_sum_[r] =
         std::max(0.0, switch_sum_[r] + d * (x - 0.5 * (level + other)) / (sigma * sigma));
     switch_run_[r] = switch_sum_[r] > 0.0 ? switch_run_[r] + 1 : 0;
@@ -417,8 +423,7 @@ bool ThroughputEstimator::changed(const std::vector<Entry>& v, Level level, std:
   // now (ChangeDetection::remembered_regimes).
   const auto first_new = v.end() - static_cast<std::ptrdiff_t>(run);
   remember(std::vector<Entry>(v.begin(), first_new));
-  switch_sum_.assign(regimes_.size(), 0.0);
-  switch_run_.assign(regimes_.size(), 0);
+  reset_switch();
   fresh_ = change_.remembered_regimes > 0;
   refill(std::vector<Entry>(first_new, v.end()));
   ++regime_changes_;

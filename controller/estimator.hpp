@@ -222,12 +222,21 @@ class ThroughputEstimator {
   std::size_t regime_changes_ = 0;
   std::size_t quick_changes_ = 0;
   std::size_t recalls_ = 0;
-  std::vector<std::vector<Entry>> regimes_;  // remembered, the newest first
+  // A remembered regime with its median rate and relative spread, taken once when it is
+  // remembered: the recall and the switch test read them on every observation.
+  struct Regime {
+    std::vector<Entry> entries;  // oldest first
+    double median;
+    double spread;  // 0 with fewer than 3 observations
+  };
+  std::vector<Regime> regimes_;  // remembered, the newest first
   bool fresh_ = false;  // the window began at a detected change and may still be recalled
   // Per remembered regime (ChangeDetection::switch_llr): the CUSUM of the log-likelihood
   // ratios, and the observations since it last rose from zero.
   std::vector<double> switch_sum_;
   std::vector<std::size_t> switch_run_;
+  // Restarts every switch sum (a regime came or went, or the window changed regime).
+  void reset_switch();
   // The switch test on `v` (the window, oldest first, the newest observation last); on a
   // switch, brings back the regime and returns true.
   bool switched(const std::vector<Entry>& v);
